@@ -1,0 +1,220 @@
+"""Where a module spells the deprecated ``torch.cuda.amp`` / ``torch.cpu.amp`` API.
+
+Each use is recorded with how it is used (called, bare decorator, type position,
+plain reference), because each needs a different rewrite, and with whether it
+sits in a version fallback, which must be left alone.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass
+
+import libcst as cst
+
+from amplint.analysis.imports import ImportMap, Scope
+
+DEPRECATED_MODULES = {"torch.cuda.amp": "cuda", "torch.cpu.amp": "cpu"}
+# What torch.cuda.amp / torch.cpu.amp export and warn about; anything else there
+# (amp_definitely_not_available) is not deprecated and is left alone.
+DEPRECATED_MEMBERS = {
+    "cuda": ("autocast", "GradScaler", "custom_fwd", "custom_bwd"),
+    "cpu": ("autocast", "GradScaler"),
+}
+
+# An `if` whose test reads a version or probes for an attribute guards a
+# fallback; its branches are written for several torch releases on purpose.
+_VERSION_TEST = re.compile(r"version|torch_(greater|less)|hasattr\(|getattr\(", re.I)
+# A `try` that also spells the modern API is a fallback between the two.
+_MODERN_AMP = re.compile(
+    r"\b(?!cuda\b|cpu\b)\w+\.amp\b|\b(?!cuda\b|cpu\b)\w+\.autocast\b"
+    r"|from\s+torch\s+import\s+[^\n]*\bamp\b"
+)
+
+
+class UseKind(enum.Enum):
+    CALL = "call"  # torch.cuda.amp.autocast(...), also as a decorator
+    BARE_DECORATOR = "bare decorator"  # @torch.cuda.amp.custom_fwd
+    TYPE = "type"  # annotations, isinstance/issubclass, except clauses
+    REFERENCE = "reference"  # amp_autocast = torch.cuda.amp.autocast
+
+
+@dataclass(frozen=True, eq=False)
+class DeprecatedAmpUse:
+    node: cst.BaseExpression  # the spelling: `torch.cuda.amp.autocast`, `autocast`, ...
+    spelled: str  # that spelling as text
+    device: str  # "cuda" or "cpu"
+    member: str  # "autocast", "GradScaler", "custom_fwd" or "custom_bwd"
+    kind: UseKind
+    call: cst.Call | None  # the call when kind is CALL
+    decorator: cst.Decorator | None  # the decorator when kind is BARE_DECORATOR
+    scope: Scope
+    in_version_fallback: bool
+
+
+def deprecated_member(qualified: str | None) -> tuple[str, str] | None:
+    """``("cuda", "autocast")`` for ``torch.cuda.amp.autocast``, else None."""
+    if qualified is None:
+        return None
+    module, _, member = qualified.rpartition(".")
+    device = DEPRECATED_MODULES.get(module)
+    if device is None or member not in DEPRECATED_MEMBERS[device]:
+        return None
+    return device, member
+
+
+class _UseFinder(cst.CSTVisitor):
+    def __init__(self, module: cst.Module, imports: ImportMap) -> None:
+        self.module = module
+        self.imports = imports
+        self.uses: list[DeprecatedAmpUse] = []
+        self._scopes: list[Scope] = []
+        self._type_depth = 0
+        self._fallback_depth = 0
+        self._guards: list[bool] = []
+        self._claimed: set[int] = set()  # ids of spellings already recorded by a parent
+
+    # -- scopes and contexts ------------------------------------------------
+    def visit_Module(self, node: cst.Module) -> None:
+        self._scopes.append(node)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self._scopes.append(node)
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        self._scopes.pop()
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self._scopes.append(node)
+
+    def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
+        self._scopes.pop()
+
+    def visit_Import(self, node: cst.Import) -> bool:
+        return False  # imports are bindings, not uses; fixes tidy them afterwards
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+        return False
+
+    def visit_Annotation(self, node: cst.Annotation) -> None:
+        self._type_depth += 1
+
+    def leave_Annotation(self, original_node: cst.Annotation) -> None:
+        self._type_depth -= 1
+
+    def visit_ExceptHandler(self, node: cst.ExceptHandler) -> None:
+        if node.type is not None:
+            self._claim_types(node.type)
+
+    # Each If/IfExp/Try pushes whether it opens a version fallback; the
+    # fallback depth is the number of True entries on the stack.
+    def _enter_guard(self, opens_fallback: bool) -> None:
+        self._guards.append(opens_fallback)
+        self._fallback_depth += opens_fallback
+
+    def _leave_guard(self) -> None:
+        self._fallback_depth -= self._guards.pop()
+
+    def _is_version_test(self, test: cst.BaseExpression) -> bool:
+        return bool(_VERSION_TEST.search(self.module.code_for_node(test)))
+
+    def visit_If(self, node: cst.If) -> None:
+        self._enter_guard(self._is_version_test(node.test))
+
+    def leave_If(self, original_node: cst.If) -> None:
+        self._leave_guard()
+
+    def visit_IfExp(self, node: cst.IfExp) -> None:
+        self._enter_guard(self._is_version_test(node.test))
+
+    def leave_IfExp(self, original_node: cst.IfExp) -> None:
+        self._leave_guard()
+
+    def visit_Try(self, node: cst.Try) -> None:
+        self._enter_guard(bool(_MODERN_AMP.search(self.module.code_for_node(node))))
+
+    def leave_Try(self, original_node: cst.Try) -> None:
+        self._leave_guard()
+
+    # -- uses ---------------------------------------------------------------
+    def _record(
+        self,
+        node: cst.BaseExpression,
+        kind: UseKind,
+        call: cst.Call | None = None,
+        decorator: cst.Decorator | None = None,
+    ) -> bool:
+        if id(node) in self._claimed:
+            return False
+        scope = self._scopes[-1]
+        found = deprecated_member(self.imports.resolve(node, scope))
+        if found is None:
+            return False
+        self._claimed.add(id(node))
+        device, member = found
+        self.uses.append(
+            DeprecatedAmpUse(
+                node=node,
+                spelled=self.module.code_for_node(node),
+                device=device,
+                member=member,
+                kind=kind,
+                call=call,
+                decorator=decorator,
+                scope=scope,
+                in_version_fallback=self._fallback_depth > 0,
+            )
+        )
+        return True
+
+    def _claim_types(self, expression: cst.BaseExpression) -> None:
+        elements = (
+            [element.value for element in expression.elements]
+            if isinstance(expression, cst.Tuple)
+            else [expression]
+        )
+        for element in elements:
+            self._record(element, UseKind.TYPE)
+
+    def visit_Decorator(self, node: cst.Decorator) -> None:
+        if not isinstance(node.decorator, cst.Call):
+            self._record(node.decorator, UseKind.BARE_DECORATOR, decorator=node)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if self._record(node.func, UseKind.CALL, call=node):
+            return
+        if isinstance(node.func, cst.Name) and node.func.value in ("isinstance", "issubclass"):
+            if len(node.args) == 2:
+                self._claim_types(node.args[1].value)
+
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        kind = UseKind.TYPE if self._type_depth else UseKind.REFERENCE
+        # A recorded spelling is rewritten whole: its inner parts are not uses.
+        if id(node) in self._claimed or self._record(node, kind):
+            return False
+        self._claimed.add(id(node.attr))  # `x.autocast` is not the name `autocast`
+        return True
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self._record(node, UseKind.TYPE if self._type_depth else UseKind.REFERENCE)
+
+    def visit_Arg(self, node: cst.Arg) -> None:
+        # keyword names (`enabled=`) are not references
+        if node.keyword is not None:
+            self._claimed.add(id(node.keyword))
+
+    def visit_Param(self, node: cst.Param) -> None:
+        self._claimed.add(id(node.name))
+
+    def visit_FunctionDef_name(self, node: cst.FunctionDef) -> None:
+        self._claimed.add(id(node.name))
+
+    def visit_ClassDef_name(self, node: cst.ClassDef) -> None:
+        self._claimed.add(id(node.name))
+
+
+def find_deprecated_amp_uses(module: cst.Module, imports: ImportMap) -> list[DeprecatedAmpUse]:
+    finder = _UseFinder(module, imports)
+    module.visit(finder)
+    return finder.uses

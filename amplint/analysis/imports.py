@@ -1,0 +1,161 @@
+"""Which local names mean which modules: a light, scope-aware import map.
+
+libcst's QualifiedNameProvider would answer the same question at several times the
+cost of parsing; rules only need to know what an import bound, so we read the
+import statements ourselves.  Scopes are the module and each function (class
+bodies do not enclose their methods in Python, so they are not searched from
+inside methods).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Union
+
+import libcst as cst
+
+Scope = Union[cst.Module, cst.FunctionDef, cst.Lambda, cst.ClassDef]
+
+
+def dotted_name(node: cst.BaseExpression) -> str | None:
+    """``a.b.c`` for a chain of Names and Attributes, otherwise None."""
+    parts: list[str] = []
+    while isinstance(node, cst.Attribute):
+        parts.append(node.attr.value)
+        node = node.value
+    if not isinstance(node, cst.Name):
+        return None
+    parts.append(node.value)
+    return ".".join(reversed(parts))
+
+
+def module_name(node: cst.BaseExpression | None) -> str | None:
+    return dotted_name(node) if node is not None else None
+
+
+@dataclass(frozen=True)
+class Binding:
+    """`name` in `scope` refers to the module or object `target` (a dotted path)."""
+
+    name: str
+    target: str
+    statement: cst.Import | cst.ImportFrom
+    scope: Scope
+
+
+class ImportMap(cst.CSTVisitor):
+    """Built by visiting a module once; answers `resolve(expr, scope)`."""
+
+    def __init__(self) -> None:
+        self.bindings: dict[Scope, dict[str, Binding]] = {}
+        self.parent: dict[Scope, Scope | None] = {}
+        self.statements: list[Binding] = []
+        self._scopes: list[Scope] = []
+
+    @classmethod
+    def of(cls, module: cst.Module) -> ImportMap:
+        import_map = cls()
+        module.visit(import_map)
+        return import_map
+
+    # -- building ---------------------------------------------------------
+    def _enter(self, scope: Scope) -> None:
+        self.parent[scope] = self._scopes[-1] if self._scopes else None
+        self._scopes.append(scope)
+
+    def _leave(self) -> None:
+        self._scopes.pop()
+
+    def visit_Module(self, node: cst.Module) -> None:
+        self._enter(node)
+
+    def leave_Module(self, original_node: cst.Module) -> None:
+        self._leave()
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self._enter(node)
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        self._leave()
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self._enter(node)
+
+    def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
+        self._leave()
+
+    def _bind(self, name: str, target: str, statement: cst.Import | cst.ImportFrom) -> None:
+        scope = self._scopes[-1]
+        binding = Binding(name, target, statement, scope)
+        self.bindings.setdefault(scope, {})[name] = binding
+        self.statements.append(binding)
+
+    def visit_Import(self, node: cst.Import) -> bool:
+        for alias in node.names:
+            full = dotted_name(alias.name)
+            if full is None:
+                continue
+            if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+                self._bind(alias.asname.name.value, full, node)
+            else:
+                # `import torch.cuda.amp` binds `torch`, through which the rest is reached.
+                head = full.split(".", 1)[0]
+                self._bind(head, head, node)
+        return False
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+        if node.relative or isinstance(node.names, cst.ImportStar):
+            return False
+        source = module_name(node.module)
+        if source is None:
+            return False
+        for alias in node.names:
+            imported = dotted_name(alias.name)
+            if imported is None:
+                continue
+            local = imported
+            if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+                local = alias.asname.name.value
+            self._bind(local, f"{source}.{imported}", node)
+        return False
+
+    # -- answering --------------------------------------------------------
+    def visible_scopes(self, scope: Scope) -> list[Scope]:
+        """`scope` and the scopes its names resolve through, innermost first."""
+        chain: list[Scope] = [scope]
+        current = self.parent.get(scope)
+        while current is not None:
+            if not isinstance(current, cst.ClassDef):
+                chain.append(current)
+            current = self.parent.get(current)
+        return chain
+
+    def binding(self, name: str, scope: Scope) -> Binding | None:
+        for candidate in self.visible_scopes(scope):
+            found = self.bindings.get(candidate, {}).get(name)
+            if found is not None:
+                return found
+        return None
+
+    def resolve(self, node: cst.BaseExpression, scope: Scope) -> str | None:
+        """The dotted path an expression such as ``amp.autocast`` stands for."""
+        dotted = dotted_name(node)
+        if dotted is None:
+            return None
+        head, _, rest = dotted.partition(".")
+        binding = self.binding(head, scope)
+        if binding is not None:
+            target = binding.target
+        elif head == "torch":
+            target = "torch"  # unimported `torch` (notebooks, exec'd snippets): still torch
+        else:
+            return None
+        return f"{target}.{rest}" if rest else target
+
+    def name_for(self, target: str, scope: Scope) -> str | None:
+        """A local name bound to module `target` in `scope`, such as `th` for torch."""
+        for candidate in self.visible_scopes(scope):
+            for name, binding in self.bindings.get(candidate, {}).items():
+                if binding.target == target:
+                    return name
+        return None

@@ -1,0 +1,187 @@
+"""The command line: wiring between click, settings, the engine and reports."""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Iterator
+
+import click
+
+from amplint import __version__
+from amplint.catalog import load_catalog
+from amplint.config import ConfigError, Settings, find_config, load_settings, parse_selectors
+from amplint.engine import FileReport, check_file, fix_file
+from amplint.files import Discovered, SourceError, discover, write_source_atomic
+from amplint.report import (
+    applied_lines,
+    json_document,
+    summary,
+    text_row,
+    unified_diff,
+)
+from amplint.rules import ALL_CODES
+
+EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+
+
+def _findings(count: int) -> str:
+    return "finding" if count == 1 else "findings"
+
+
+def _error(message: str) -> None:
+    click.echo(f"amplint: error: {message}", err=True)
+
+
+def _settings(config: Path | None, paths: tuple[Path, ...], select, ignore) -> Settings:
+    if config is None:
+        start = Path(os.path.commonpath([p.resolve() for p in paths])) if paths else Path.cwd()
+        config = find_config(start)
+    settings = load_settings(config, ALL_CODES)
+    if select is not None:
+        settings = replace(settings, select=parse_selectors(select, "select", "--select", ALL_CODES))
+    if ignore is not None:
+        settings = replace(settings, ignore=parse_selectors(ignore, "ignore", "--ignore", ALL_CODES))
+    return settings
+
+
+def _reports(paths: tuple[Path, ...], settings: Settings, job) -> Iterator[FileReport]:
+    for found in discover(paths or (Path("."),), settings.all_excludes, settings.root):
+        if isinstance(found, Discovered):
+            try:
+                yield job(found.path)
+            except Exception as error:  # a bug must not end the run for the other files
+                yield FileReport(found.path, error=f"internal error: {type(error).__name__}: {error}")
+        else:
+            path, message = found
+            yield FileReport(path, error=message)
+
+
+_selection_options = [
+    click.option("--select", help="Rule codes or prefixes to enable, comma-separated (e.g. AMP2)."),
+    click.option("--ignore", help="Rule codes or prefixes to disable, comma-separated."),
+    click.option(
+        "--config",
+        type=click.Path(path_type=Path, dir_okay=False),
+        help="A pyproject.toml ([tool.amplint]) or amplint.toml to use instead of the nearest one.",
+    ),
+]
+
+
+def _with_selection(command):
+    for option in reversed(_selection_options):
+        command = option(command)
+    return command
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="amplint")
+def main() -> None:
+    """Find and fix PyTorch mixed-precision (AMP) mistakes."""
+
+
+@main.command()
+@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
+@_with_selection
+@click.option(
+    "--output-format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+)
+@click.option("--exit-zero", is_flag=True, help="Exit 0 even when there are findings.")
+def check(paths, select, ignore, config, output_format, exit_zero) -> None:
+    """Report AMP findings in PATHS (files or directories; default: .)."""
+    try:
+        settings = _settings(config, paths, select, ignore)
+    except ConfigError as error:
+        _error(str(error))
+        sys.exit(EXIT_ERROR)
+    findings, errors = [], 0
+    for report in _reports(paths, settings, lambda path: check_file(path, settings, ALL_CODES)):
+        if report.error is not None:
+            _error(f"{report.path}: {report.error}")
+            errors += 1
+        findings += [(report.path, diagnostic) for diagnostic in report.diagnostics]
+    if output_format == "json":
+        click.echo(json_document(findings))
+    else:
+        for path, diagnostic in findings:
+            click.echo(text_row(path, diagnostic))
+        click.echo(summary(findings))
+    if errors:
+        sys.exit(EXIT_ERROR)
+    sys.exit(EXIT_FINDINGS if findings and not exit_zero else EXIT_CLEAN)
+
+
+@main.command()
+@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
+@_with_selection
+@click.option("--apply", "apply_", is_flag=True, help="Write the fixes instead of showing a diff.")
+@click.option("--unsafe-fixes", is_flag=True, help="Also apply fixes that may change numerics.")
+def fix(paths, select, ignore, config, apply_, unsafe_fixes) -> None:
+    """Show (or with --apply, write) the fixes for PATHS."""
+    try:
+        settings = _settings(config, paths, select, ignore)
+    except ConfigError as error:
+        _error(str(error))
+        sys.exit(EXIT_ERROR)
+    errors, changed_files, fixed, remaining = 0, 0, 0, []
+    job = lambda path: fix_file(path, settings, ALL_CODES, unsafe_fixes)  # noqa: E731
+    for report in _reports(paths, settings, job):
+        if report.error is not None:
+            _error(f"{report.path}: {report.error}")
+            errors += 1
+        remaining += [(report.path, diagnostic) for diagnostic in report.diagnostics]
+        if report.fixed_text is None:
+            continue
+        changed_files += 1
+        fixed += len(report.applied)
+        if not apply_:
+            click.echo(unified_diff(report.path, report.source.text, report.fixed_text), nl=False)
+            continue
+        try:
+            write_source_atomic(report.source, report.fixed_text)
+        except (SourceError, OSError) as error:
+            _error(f"{report.path}: cannot write: {error}")
+            errors += 1
+            remaining += [(report.path, d) for d in report.applied]
+            continue
+        for line in applied_lines(report.path, report.applied):
+            click.echo(line)
+    for path, diagnostic in remaining:
+        click.echo(text_row(path, diagnostic), err=not apply_)
+    files = "file" if changed_files == 1 else "files"
+    if apply_:
+        click.echo(f"Fixed {fixed} {_findings(fixed)} in {changed_files} {files}; {len(remaining)} remaining.")
+    else:
+        click.echo(
+            f"Would fix {fixed} {_findings(fixed)} in {changed_files} {files}; "
+            f"{len(remaining)} would remain.",
+            err=True,
+        )
+    if errors:
+        sys.exit(EXIT_ERROR)
+    if apply_:
+        sys.exit(EXIT_FINDINGS if remaining else EXIT_CLEAN)
+    sys.exit(EXIT_FINDINGS if changed_files else EXIT_CLEAN)
+
+
+@main.command(name="rules")
+def list_rules() -> None:
+    """List every rule: code, name, fix, summary."""
+    for doc in load_catalog().values():
+        click.echo(f"{doc.code}  {doc.name:<28} {doc.fix:<7} {doc.summary}")
+
+
+@main.command()
+@click.argument("code")
+def rule(code: str) -> None:
+    """Print the document of rule CODE."""
+    doc = load_catalog().get(code.upper())
+    if doc is None:
+        _error(f"unknown rule `{code}`; `amplint rules` lists them")
+        sys.exit(EXIT_ERROR)
+    click.echo(doc.text, nl=False)

@@ -1,0 +1,199 @@
+"""``[tool.amplint]`` in pyproject.toml plus command-line overrides -> one Settings."""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass, field, replace
+from pathlib import Path, PurePosixPath
+from typing import Any, Iterable, Mapping
+
+import pathspec
+
+from amplint.files import DEFAULT_EXCLUDES
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on old Pythons only
+    import tomli as tomllib
+
+DEFAULT_TARGET_TORCH = (2, 4)
+
+
+class ConfigError(Exception):
+    """Bad configuration; the message names the file and key."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    root: Path = field(default_factory=Path.cwd)
+    config_file: Path | None = None
+    select: tuple[str, ...] = ("AMP",)
+    ignore: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = DEFAULT_EXCLUDES
+    extend_exclude: tuple[str, ...] = ()
+    per_file_ignores: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # Oldest torch the user's project must keep running on; fixes that need a
+    # newer torch.amp API are not offered below it.
+    target_torch: tuple[int, int] = DEFAULT_TARGET_TORCH
+
+    @property
+    def all_excludes(self) -> tuple[str, ...]:
+        return self.exclude + self.extend_exclude
+
+    def enabled_codes(self, known_codes: Iterable[str], path: Path | None = None) -> frozenset[str]:
+        ignore = list(self.ignore)
+        if path is not None and self.per_file_ignores:
+            ignore += self._per_file_ignores_for(path)
+        return frozenset(
+            code
+            for code in known_codes
+            if _matches(code, self.select) and not _matches(code, ignore)
+        )
+
+    def _per_file_ignores_for(self, path: Path) -> list[str]:
+        try:
+            relative = path.resolve().relative_to(self.root.resolve()).as_posix()
+        except ValueError:
+            relative = path.as_posix()
+        codes: list[str] = []
+        for pattern, ignored in self.per_file_ignores:
+            spec = pathspec.PathSpec.from_lines("gitwildmatch", [pattern])
+            if spec.match_file(relative) or PurePosixPath(relative).match(pattern):
+                codes += ignored
+        return codes
+
+
+def _matches(code: str, selectors: Iterable[str]) -> bool:
+    return any(code.startswith(selector) for selector in selectors)
+
+
+_SELECTOR = re.compile(r"^[A-Z]+[0-9]*$")
+
+
+def parse_selectors(value: Any, key: str, where: str, known_codes: Iterable[str]) -> tuple[str, ...]:
+    """Validate a list of codes or prefixes such as ``AMP2``; each must name a rule."""
+    if isinstance(value, str):
+        items = [item.strip() for item in value.split(",") if item.strip()]
+    elif isinstance(value, list) and all(isinstance(item, str) for item in value):
+        items = [item.strip() for item in value]
+    else:
+        raise ConfigError(f"{where}: `{key}` must be a list of rule codes or prefixes")
+    known = list(known_codes)
+    for item in items:
+        if item.upper() == "ALL":
+            continue
+        if not _SELECTOR.match(item) or not any(code.startswith(item) for code in known):
+            raise ConfigError(
+                f"{where}: `{key}` names `{item}`, which matches no rule "
+                f"(known: {', '.join(sorted(known))})"
+            )
+    return tuple("AMP" if item.upper() == "ALL" else item for item in items)
+
+
+def parse_torch_version(value: Any, where: str) -> tuple[int, int]:
+    match = re.fullmatch(r"(\d+)\.(\d+)(?:\.\d+)?", value) if isinstance(value, str) else None
+    if match is None:
+        raise ConfigError(
+            f"{where}: `target-torch` must be a version string such as \"2.4\", got {value!r}"
+        )
+    return int(match.group(1)), int(match.group(2))
+
+
+def _string_list(value: Any, key: str, where: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise ConfigError(f"{where}: `{key}` must be a list of strings")
+    return tuple(value)
+
+
+def find_config(start: Path) -> Path | None:
+    """The nearest pyproject.toml at or above `start` that has a [tool.amplint] table."""
+    start = start.resolve()
+    directory = start if start.is_dir() else start.parent
+    for candidate in [directory, *directory.parents]:
+        pyproject = candidate / "pyproject.toml"
+        if pyproject.is_file() and _has_amplint_table(pyproject):
+            return pyproject
+    return None
+
+
+def _has_amplint_table(pyproject: Path) -> bool:
+    try:
+        text = pyproject.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return False
+    return re.search(r"^\s*\[\s*tool\s*\.\s*amplint\b", text, re.M) is not None
+
+
+def load_settings(config_file: Path | None, known_codes: Iterable[str]) -> Settings:
+    """Settings from `config_file` (a pyproject.toml or amplint.toml), or defaults."""
+    if config_file is None:
+        return Settings()
+    where = str(config_file)
+    try:
+        document = tomllib.loads(config_file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{where}: no such file") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError(f"{where}: cannot read: {error}") from None
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"{where}: invalid TOML: {error}") from None
+    if config_file.name == "pyproject.toml":
+        table = document.get("tool", {}).get("amplint", {})
+        where = f"{where} [tool.amplint]"
+    else:
+        table = document
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where}: must be a table")
+    return _settings_from_table(table, where, config_file.parent, known_codes, config_file)
+
+
+_KEYS = {
+    "select",
+    "ignore",
+    "exclude",
+    "extend-exclude",
+    "per-file-ignores",
+    "target-torch",
+}
+
+
+def _settings_from_table(
+    table: Mapping[str, Any],
+    where: str,
+    root: Path,
+    known_codes: Iterable[str],
+    config_file: Path,
+) -> Settings:
+    known = list(known_codes)
+    unknown = sorted(set(table) - _KEYS)
+    if unknown:
+        raise ConfigError(
+            f"{where}: unknown key `{unknown[0]}` (known keys: {', '.join(sorted(_KEYS))})"
+        )
+    settings = Settings(root=root, config_file=config_file)
+    if "select" in table:
+        settings = replace(settings, select=parse_selectors(table["select"], "select", where, known))
+    if "ignore" in table:
+        settings = replace(settings, ignore=parse_selectors(table["ignore"], "ignore", where, known))
+    if "exclude" in table:
+        settings = replace(settings, exclude=_string_list(table["exclude"], "exclude", where))
+    if "extend-exclude" in table:
+        settings = replace(
+            settings,
+            extend_exclude=_string_list(table["extend-exclude"], "extend-exclude", where),
+        )
+    if "per-file-ignores" in table:
+        value = table["per-file-ignores"]
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: `per-file-ignores` must be a table of pattern = [codes]")
+        settings = replace(
+            settings,
+            per_file_ignores=tuple(
+                (pattern, parse_selectors(codes, f"per-file-ignores.{pattern}", where, known))
+                for pattern, codes in value.items()
+            ),
+        )
+    if "target-torch" in table:
+        settings = replace(settings, target_torch=parse_torch_version(table["target-torch"], where))
+    return settings

@@ -1,0 +1,198 @@
+"""One file in, diagnostics (and fixed text) out.
+
+The engine decides from the text whether any selected rule can fire, parses a
+file at most once per fix round, runs the rules over shared facts, honours
+``# noqa`` and carries out fixes until nothing fixable is left.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import libcst as cst
+
+from amplint.analysis import ModuleFacts
+from amplint.config import Settings
+from amplint.diagnostics import SYNTAX_ERROR, Applicability, Diagnostic, Span
+from amplint.files import SourceError, SourceFile, read_source
+from amplint.rules import RULES
+from amplint.rules.base import Rule
+from amplint.transforms.edits import apply_edits
+
+MAX_FIX_ROUNDS = 8
+
+_NOQA = re.compile(
+    r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:\s*,?\s*[A-Z]+[0-9]+)*))?", re.IGNORECASE
+)
+_CODE = re.compile(r"[A-Z]+[0-9]+", re.IGNORECASE)
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+
+
+class FixError(Exception):
+    """A fix that would produce broken or unstable code; nothing is written."""
+
+
+@dataclass
+class FileReport:
+    path: Path
+    diagnostics: list[Diagnostic] = field(default_factory=list)  # what remains
+    applied: list[Diagnostic] = field(default_factory=list)  # what fix carried out
+    source: SourceFile | None = None
+    fixed_text: str | None = None  # set only when fixing changed something
+    error: str | None = None
+
+
+def selected_rules(codes: frozenset[str]) -> list[Rule]:
+    return [rule for rule in RULES if rule.code in codes]
+
+
+def _may_fire(text: str, rules: Sequence[Rule]) -> bool:
+    return any(rule.trigger.search(text) for rule in rules)
+
+
+def _syntax_error(text: str, error: cst.ParserSyntaxError) -> Diagnostic:
+    """AMP900 with CPython's own message and position where it has one."""
+    try:
+        ast.parse(text)
+    except SyntaxError as python_error:
+        line = python_error.lineno or 1
+        column = python_error.offset or 1
+        message = f"syntax error: {python_error.msg}"
+    else:  # valid Python that libcst cannot read (newer syntax)
+        line, column = error.editor_line, error.editor_column
+        message = f"cannot parse: {error.message}"
+    return Diagnostic(SYNTAX_ERROR, message, Span(line, column, line, column))
+
+
+def _noqa_filter(text: str, diagnostics: list[Diagnostic]) -> list[Diagnostic]:
+    if not diagnostics or "noqa" not in text.lower():
+        return diagnostics
+    lines = _LINE_BREAK.split(text)
+    kept = []
+    for diagnostic in diagnostics:
+        line = lines[diagnostic.span.line - 1] if diagnostic.span.line <= len(lines) else ""
+        match = _NOQA.search(line)
+        if match is None:
+            kept.append(diagnostic)
+            continue
+        codes = match.group("codes")
+        if codes is not None and diagnostic.code not in {
+            code.upper() for code in _CODE.findall(codes)
+        }:
+            kept.append(diagnostic)
+    return kept
+
+
+def _lint_module(
+    module: cst.Module, text: str, rules: Sequence[Rule], settings: Settings
+) -> list[Diagnostic]:
+    facts = ModuleFacts(module)
+    diagnostics = [diagnostic for rule in rules for diagnostic in rule.check(facts, settings)]
+    diagnostics.sort(key=lambda d: (d.span.line, d.span.column, d.code))
+    return _noqa_filter(text, diagnostics)
+
+
+def lint_text(text: str, codes: frozenset[str], settings: Settings) -> list[Diagnostic]:
+    rules = selected_rules(codes)
+    if not _may_fire(text, rules):
+        return []
+    try:
+        module = cst.parse_module(text)
+    except cst.ParserSyntaxError as error:
+        return _noqa_filter(text, [_syntax_error(text, error)]) if SYNTAX_ERROR in codes else []
+    return _lint_module(module, text, rules, settings)
+
+
+def _is_applicable(diagnostic: Diagnostic, unsafe: bool) -> bool:
+    fix = diagnostic.fix
+    return fix is not None and (unsafe or fix.applicability is Applicability.SAFE)
+
+
+@dataclass
+class FixResult:
+    text: str
+    applied: list[Diagnostic]
+    remaining: list[Diagnostic]
+
+
+def fix_text(
+    text: str, codes: frozenset[str], settings: Settings, unsafe: bool = False
+) -> FixResult:
+    """Apply fixes, re-parse and re-check until no applicable fix is left.
+
+    Raises FixError when a round yields code that does not parse, changes
+    nothing although fixes were due, or the rounds do not converge.
+    """
+    rules = selected_rules(codes)
+    if not _may_fire(text, rules):
+        return FixResult(text, [], [])
+    applied: list[Diagnostic] = []
+    for round_number in range(MAX_FIX_ROUNDS):
+        try:
+            module = cst.parse_module(text)
+        except cst.ParserSyntaxError as error:
+            if round_number == 0:
+                diagnostics = [_syntax_error(text, error)] if SYNTAX_ERROR in codes else []
+                return FixResult(text, [], _noqa_filter(text, diagnostics))
+            raise FixError(f"a fix produced code that does not parse: {error.message}") from None
+        if round_number == 0 and module.code != text:
+            raise FixError("libcst cannot reproduce this file byte for byte; not fixing it")
+        diagnostics = _lint_module(module, text, rules, settings)
+        due = [diagnostic for diagnostic in diagnostics if _is_applicable(diagnostic, unsafe)]
+        if not due:
+            return FixResult(text, applied, diagnostics)
+        new_module = apply_edits(module, (edit for d in due for edit in d.fix.edits))
+        for module_pass in dict.fromkeys(p for d in due for p in d.fix.module_passes):
+            new_module = module_pass(new_module)
+        new_text = new_module.code
+        if new_text == text:
+            raise FixError(
+                "fixes for " + ", ".join(sorted({d.code for d in due})) + " changed nothing"
+            )
+        applied += due
+        text = new_text
+    raise FixError(f"fixes did not settle after {MAX_FIX_ROUNDS} rounds")
+
+
+def check_file(path: Path, settings: Settings, known_codes: Iterable[str]) -> FileReport:
+    report = FileReport(path)
+    try:
+        source = read_source(path)
+    except SourceError as error:
+        report.error = str(error)
+        return report
+    codes = settings.enabled_codes(known_codes, path)
+    report.diagnostics = lint_text(source.text, codes, settings)
+    return report
+
+
+def fix_file(
+    path: Path, settings: Settings, known_codes: Iterable[str], unsafe: bool
+) -> FileReport:
+    """Compute the fixed text of one file; writing it is the caller's choice."""
+    report = FileReport(path)
+    try:
+        source = read_source(path)
+    except SourceError as error:
+        report.error = str(error)
+        return report
+    report.source = source
+    codes = settings.enabled_codes(known_codes, path)
+    try:
+        result = fix_text(source.text, codes, settings, unsafe)
+    except FixError as error:
+        report.error = f"internal error, file left unchanged: {error}"
+        report.diagnostics = lint_text(source.text, codes, settings)
+        return report
+    except RecursionError:
+        report.error = "internal error, file left unchanged: nesting too deep to parse"
+        return report
+    report.applied = result.applied
+    report.diagnostics = result.remaining
+    if result.text != source.text:
+        report.fixed_text = result.text
+    return report

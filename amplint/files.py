@@ -1,0 +1,235 @@
+"""Finding, reading and writing source files without losing a byte.
+
+Discovery honours default excludes, configured excludes and ``.gitignore`` files;
+reading keeps the encoding (coding cookie, BOM) and the newline style so that a
+rewritten file differs from the original only where amplint changed it.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import tempfile
+import tokenize
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Iterator, Sequence
+
+import pathspec
+
+PYTHON_SUFFIXES = (".py", ".pyi")
+
+DEFAULT_EXCLUDES = (
+    ".git",
+    ".hg",
+    ".svn",
+    ".venv",
+    "venv",
+    ".tox",
+    ".nox",
+    ".mypy_cache",
+    ".ruff_cache",
+    ".amplint_cache",
+    "build",
+    "dist",
+    "__pycache__",
+    "site-packages",
+    "node_modules",
+)
+
+
+class SourceError(Exception):
+    """A file that cannot be read as Python source; the message is one line."""
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    path: Path
+    text: str
+    # The codec that round-trips the file: "utf-8-sig" keeps a BOM, a coding
+    # cookie's codec keeps e.g. latin-1 files in latin-1.
+    encoding: str
+
+
+def read_source(path: Path) -> SourceFile:
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise SourceError("no such file") from None
+    except IsADirectoryError:
+        raise SourceError("is a directory") from None
+    except OSError as error:
+        raise SourceError(error.strerror or str(error)) from None
+    return SourceFile(path, decode_source(raw), encoding=detect_encoding(raw))
+
+
+def detect_encoding(raw: bytes) -> str:
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(raw).readline)
+    except SyntaxError as error:  # an unknown codec named in a coding cookie
+        raise SourceError(f"cannot decode: {error.msg}") from None
+    return encoding
+
+
+def decode_source(raw: bytes) -> str:
+    if b"\0" in raw:
+        raise SourceError("binary file (contains NUL bytes), not Python source")
+    encoding = detect_encoding(raw)
+    try:
+        # No newline translation: CRLF and lone CR reach the parser as written.
+        return raw.decode(encoding)
+    except UnicodeDecodeError as error:
+        raise SourceError(
+            f"cannot decode as {encoding} at byte {error.start}: {error.reason}"
+        ) from None
+
+
+def encode_source(text: str, encoding: str) -> bytes:
+    return text.encode(encoding)
+
+
+def write_source_atomic(source: SourceFile, new_text: str) -> None:
+    """Replace the file's content in one step, keeping its mode and encoding.
+
+    The new bytes go to a temporary file in the same directory, which is then
+    renamed over the original: a reader (or a crash) sees the old file or the
+    new one, never half of each.
+    """
+    path = source.path
+    data = encode_source(new_text, source.encoding)
+    mode = path.stat().st_mode
+    if not os.access(path, os.W_OK):
+        raise SourceError("file is not writable")
+    descriptor, temporary = tempfile.mkstemp(
+        prefix=f".{path.name}.", suffix=".amplint-tmp", dir=path.parent
+    )
+    try:
+        with os.fdopen(descriptor, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(temporary, mode & 0o7777)
+        os.replace(temporary, path)
+    except BaseException:
+        try:
+            os.unlink(temporary)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+@dataclass(frozen=True)
+class Discovered:
+    path: Path
+    # Named on the command line: checked even when an exclude matches it.
+    explicit: bool
+
+
+class _IgnoreRules:
+    """Gitignore-style patterns anchored at a directory."""
+
+    def __init__(self, base: Path, spec: pathspec.PathSpec):
+        self.base = base
+        self.spec = spec
+
+    def matches(self, path: Path, is_dir: bool) -> bool:
+        try:
+            relative = path.relative_to(self.base).as_posix()
+        except ValueError:
+            return False
+        if is_dir:
+            relative += "/"
+        return self.spec.match_file(relative)
+
+
+def _gitignore_at(directory: Path) -> _IgnoreRules | None:
+    gitignore = directory / ".gitignore"
+    try:
+        lines = gitignore.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return None
+    return _IgnoreRules(directory, pathspec.PathSpec.from_lines("gitwildmatch", lines))
+
+
+def _gitignores_above(directory: Path) -> list[_IgnoreRules]:
+    """The .gitignore files of the enclosing repository that apply to `directory`."""
+    chain: list[_IgnoreRules] = []
+    for parent in [directory, *directory.parents]:
+        rules = _gitignore_at(parent)
+        if rules is not None:
+            chain.append(rules)
+        if (parent / ".git").exists():
+            break
+    else:
+        return []  # not inside a git repository: .gitignore files mean nothing
+    chain.reverse()
+    return chain
+
+
+def discover(
+    paths: Sequence[Path],
+    exclude: Iterable[str],
+    root: Path,
+    suffixes: tuple[str, ...] = PYTHON_SUFFIXES,
+) -> Iterator[Discovered | tuple[Path, str]]:
+    """Yield the files to check, or ``(path, error)`` for a path that is not there.
+
+    `exclude` holds gitignore-style patterns relative to `root` (a bare name such
+    as ``build`` matches that name at any depth).
+    """
+    exclude_rules = _IgnoreRules(
+        root.resolve(), pathspec.PathSpec.from_lines("gitwildmatch", exclude)
+    )
+    seen: set[Path] = set()
+    for given in paths:
+        if not given.exists() and not given.is_symlink():
+            yield (given, "no such file or directory")
+            continue
+        if given.is_file():
+            if given.resolve() not in seen:
+                seen.add(given.resolve())
+                yield Discovered(given, explicit=True)
+            continue
+        if not given.is_dir():
+            yield (given, "not a regular file or directory")
+            continue
+        gitignores = _gitignores_above(given.resolve())
+        yield from _walk(given, exclude_rules, gitignores, suffixes, seen)
+
+
+def _walk(
+    directory: Path,
+    exclude_rules: _IgnoreRules,
+    gitignores: list[_IgnoreRules],
+    suffixes: tuple[str, ...],
+    seen: set[Path],
+) -> Iterator[Discovered | tuple[Path, str]]:
+    try:
+        entries = sorted(os.scandir(directory), key=lambda entry: entry.name)
+    except OSError as error:
+        yield (directory, f"cannot list directory: {error.strerror}")
+        return
+    resolved_dir = directory.resolve()
+    local = _gitignore_at(resolved_dir)
+    if local is not None and local.base not in {rules.base for rules in gitignores}:
+        gitignores = [*gitignores, local]
+    for entry in entries:
+        path = directory / entry.name
+        resolved = resolved_dir / entry.name
+        try:
+            is_dir = entry.is_dir()
+        except OSError:
+            continue
+        if exclude_rules.matches(resolved, is_dir) or any(
+            rules.matches(resolved, is_dir) for rules in gitignores
+        ):
+            continue
+        if is_dir:
+            if entry.is_symlink():
+                continue  # never follow directory links: no loops, no escaping the tree
+            yield from _walk(path, exclude_rules, gitignores, suffixes, seen)
+        elif entry.name.endswith(suffixes):
+            real = path.resolve()
+            if real not in seen:
+                seen.add(real)
+                yield Discovered(path, explicit=False)

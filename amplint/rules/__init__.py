@@ -1,0 +1,17 @@
+"""The registry of rules: every code amplint can report comes from here."""
+
+from __future__ import annotations
+
+from amplint.diagnostics import SYNTAX_ERROR
+from amplint.rules.base import Rule
+from amplint.rules.deprecated_amp import DeprecatedTorchAmp
+
+RULES: tuple[Rule, ...] = (
+    DeprecatedTorchAmp("AMP201", "cuda"),
+    DeprecatedTorchAmp("AMP202", "cpu"),
+)
+
+# Codes the engine reports itself rather than through a rule.
+ENGINE_CODES = (SYNTAX_ERROR,)
+
+ALL_CODES: tuple[str, ...] = tuple(sorted([rule.code for rule in RULES] + list(ENGINE_CODES)))

@@ -1,0 +1,1 @@
+"""libcst transformations that carry out fixes; rules decide, these rewrite."""

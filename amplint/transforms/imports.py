@@ -1,0 +1,236 @@
+"""Module passes that keep imports right after fixes rewrote the code using them.
+
+`tidy_deprecated_amp_imports` drops the torch.cuda.amp / torch.cpu.amp names that
+no code refers to any more and binds ``torch`` where a rewrite now needs it;
+`ensure_functools_imported` adds ``import functools`` for ``functools.partial``.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import libcst as cst
+
+from amplint.analysis.deprecated_amp import DEPRECATED_MODULES
+from amplint.analysis.imports import Binding, ImportMap, Scope, dotted_name
+
+
+class _ReferencedNames(cst.CSTVisitor):
+    """Names each scope (and the scopes nested in it) reads or writes."""
+
+    def __init__(self) -> None:
+        self.by_scope: dict[Scope, set[str]] = {}
+        self._scopes: list[Scope] = []
+
+    def _enter(self, scope: Scope) -> None:
+        self._scopes.append(scope)
+        self.by_scope[scope] = set()
+
+    def visit_Module(self, node: cst.Module) -> None:
+        self._enter(node)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self._enter(node)
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        self._scopes.pop()
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self._enter(node)
+
+    def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
+        self._scopes.pop()
+
+    def visit_Import(self, node: cst.Import) -> bool:
+        return False
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+        return False
+
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        node.value.visit(self)  # `x.name` reads x, not name
+        return False
+
+    def visit_Arg(self, node: cst.Arg) -> bool:
+        node.value.visit(self)  # keyword= is not a name read
+        return False
+
+    def visit_Name(self, node: cst.Name) -> None:
+        for scope in self._scopes:
+            self.by_scope[scope].add(node.value)
+
+
+def _is_deprecated_binding(binding: Binding) -> bool:
+    # `import torch.cuda.amp` binds `torch` itself (target "torch") and stays.
+    return any(
+        binding.target == module or binding.target.startswith(module + ".")
+        for module in DEPRECATED_MODULES
+    )
+
+
+def _import_torch_line(leading_lines: Sequence[cst.EmptyLine] = ()) -> cst.SimpleStatementLine:
+    return cst.SimpleStatementLine(
+        body=[cst.Import(names=[cst.ImportAlias(name=cst.Name("torch"))])],
+        leading_lines=leading_lines,
+    )
+
+
+class _DeprecatedImportTidier(cst.CSTTransformer):
+    def __init__(self, unused: dict[int, set[str]], add_torch_before: set[int]) -> None:
+        self.unused = unused  # statement id -> local names no longer referenced
+        self.add_torch_before = add_torch_before  # statement ids
+        self.vanished: dict[int, cst.SimpleStatementLine] = {}
+
+    def _without_unused(self, statement: cst.BaseSmallStatement, unused: set[str]):
+        if not isinstance(statement, (cst.Import, cst.ImportFrom)) or isinstance(
+            statement.names, cst.ImportStar
+        ):
+            return statement
+        kept = [alias for alias in statement.names if _local_name(alias) not in unused]
+        if not kept:
+            return None
+        if len(kept) < len(statement.names):
+            # The new last name takes the old last one's comma: a trailing comma
+            # (and the line break before a closing parenthesis) stays.
+            kept[-1] = kept[-1].with_changes(comma=statement.names[-1].comma)
+            return statement.with_changes(names=kept)
+        return statement
+
+    def leave_SimpleStatementLine(
+        self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
+    ):
+        if not any(id(statement) in self.unused for statement in original_node.body):
+            return updated_node
+        add_torch = any(id(statement) in self.add_torch_before for statement in original_node.body)
+        body = []
+        for original, updated in zip(original_node.body, updated_node.body):
+            kept = self._without_unused(updated, self.unused.get(id(original), set()))
+            if kept is not None:
+                body.append(kept)
+        if body:
+            body[-1] = body[-1].with_changes(semicolon=cst.MaybeSentinel.DEFAULT)
+        if add_torch:
+            torch_line = _import_torch_line(original_node.leading_lines)
+            if not body:
+                return torch_line
+            return cst.FlattenSentinel(
+                [torch_line, updated_node.with_changes(body=body, leading_lines=())]
+            )
+        if body:
+            return updated_node.with_changes(body=body)
+        # Removed: leave a `pass` placeholder that the enclosing block drops,
+        # handing its comment lines to the next statement.
+        placeholder = updated_node.with_changes(body=[cst.Pass()])
+        self.vanished[id(placeholder)] = placeholder
+        return placeholder
+
+    def _drop_placeholders(self, body: Sequence[cst.BaseStatement]) -> list[cst.BaseStatement]:
+        result: list[cst.BaseStatement] = []
+        carried: list[cst.EmptyLine] = []
+        for index, statement in enumerate(body):
+            if id(statement) in self.vanished:
+                is_last = index == len(body) - 1
+                if is_last and not result:
+                    result.append(statement)  # the block needs a statement: keep `pass`
+                else:
+                    carried += [line for line in statement.leading_lines if line.comment]
+                continue
+            if carried:
+                statement = statement.with_changes(
+                    leading_lines=[*carried, *statement.leading_lines]
+                )
+                carried = []
+            result.append(statement)
+        return result
+
+    def leave_IndentedBlock(self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock):
+        return updated_node.with_changes(body=self._drop_placeholders(updated_node.body))
+
+    def leave_Module(self, original_node: cst.Module, updated_node: cst.Module):
+        return updated_node.with_changes(body=self._drop_placeholders(updated_node.body))
+
+
+def _local_name(alias: cst.ImportAlias) -> str | None:
+    if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+        return alias.asname.name.value
+    name = dotted_name(alias.name)
+    return name.split(".", 1)[0] if name else None
+
+
+def tidy_deprecated_amp_imports(module: cst.Module) -> cst.Module:
+    imports = ImportMap.of(module)
+    referenced = _ReferencedNames()
+    module.visit(referenced)
+    unused: dict[int, set[str]] = {}
+    add_torch_before: set[int] = set()
+    scopes_given_torch: set[int] = set()
+    for binding in imports.statements:
+        if not _is_deprecated_binding(binding):
+            continue
+        scope_names = referenced.by_scope.get(binding.scope, set())
+        if binding.name not in scope_names:
+            unused.setdefault(id(binding.statement), set()).add(binding.name)
+            needs_torch = "torch" in scope_names and imports.binding("torch", binding.scope) is None
+            if needs_torch and id(binding.scope) not in scopes_given_torch:
+                scopes_given_torch.add(id(binding.scope))
+                add_torch_before.add(id(binding.statement))
+    if not unused:
+        return module
+    return module.visit(_DeprecatedImportTidier(unused, add_torch_before))
+
+
+def _is_future_import(statement: cst.BaseStatement) -> bool:
+    return isinstance(statement, cst.SimpleStatementLine) and any(
+        isinstance(small, cst.ImportFrom)
+        and isinstance(small.module, cst.Name)
+        and small.module.value == "__future__"
+        for small in statement.body
+    )
+
+
+def _is_docstring(statement: cst.BaseStatement) -> bool:
+    return (
+        isinstance(statement, cst.SimpleStatementLine)
+        and len(statement.body) == 1
+        and isinstance(statement.body[0], cst.Expr)
+        and isinstance(statement.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
+    )
+
+
+def _is_import(statement: cst.BaseStatement) -> bool:
+    return isinstance(statement, cst.SimpleStatementLine) and all(
+        isinstance(small, (cst.Import, cst.ImportFrom)) for small in statement.body
+    )
+
+
+def ensure_module_import(module: cst.Module, name: str) -> cst.Module:
+    """Add ``import name`` at the top of the module's imports if code uses `name`
+    and nothing at module level binds it."""
+    referenced = _ReferencedNames()
+    module.visit(referenced)
+    if name not in referenced.by_scope.get(module, set()):
+        return module
+    if ImportMap.of(module).binding(name, module) is not None:
+        return module
+    body = list(module.body)
+    position = 0
+    while position < len(body) and (
+        (position == 0 and _is_docstring(body[position])) or _is_future_import(body[position])
+    ):
+        position += 1
+    new_line = cst.SimpleStatementLine(
+        body=[cst.Import(names=[cst.ImportAlias(name=cst.Name(name))])]
+    )
+    if position < len(body) and _is_import(body[position]):
+        # Join the import block: take over its leading comments, it keeps none.
+        first = body[position]
+        new_line = new_line.with_changes(leading_lines=first.leading_lines)
+        body[position] = first.with_changes(leading_lines=())
+    elif position > 0:
+        new_line = new_line.with_changes(leading_lines=[cst.EmptyLine()])
+    body.insert(position, new_line)
+    return module.with_changes(body=body)
+
+
+def ensure_functools_imported(module: cst.Module) -> cst.Module:
+    return ensure_module_import(module, "functools")
