@@ -58,7 +58,7 @@ class Settings:
             relative = path.as_posix()
         codes: list[str] = []
         for pattern, ignored in self.per_file_ignores:
-            spec = pathspec.PathSpec.from_lines("gitwildmatch", [pattern])
+            spec = pathspec.GitIgnoreSpec.from_lines([pattern])
             if spec.match_file(relative) or PurePosixPath(relative).match(pattern):
                 codes += ignored
         return codes

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import os
+import stat
 import tempfile
 import tokenize
 from dataclasses import dataclass
@@ -98,8 +99,10 @@ def write_source_atomic(source: SourceFile, new_text: str) -> None:
     path = source.path
     data = encode_source(new_text, source.encoding)
     mode = path.stat().st_mode
-    if not os.access(path, os.W_OK):
-        raise SourceError("file is not writable")
+    # The mode bits, not os.access: root may write anything, but a file its
+    # owner marked read-only is one the user does not want changed.
+    if not mode & stat.S_IWUSR or not os.access(path, os.W_OK):
+        raise SourceError("file is not writable (read-only)")
     descriptor, temporary = tempfile.mkstemp(
         prefix=f".{path.name}.", suffix=".amplint-tmp", dir=path.parent
     )
@@ -148,7 +151,7 @@ def _gitignore_at(directory: Path) -> _IgnoreRules | None:
         lines = gitignore.read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError:
         return None
-    return _IgnoreRules(directory, pathspec.PathSpec.from_lines("gitwildmatch", lines))
+    return _IgnoreRules(directory, pathspec.GitIgnoreSpec.from_lines(lines))
 
 
 def _gitignores_above(directory: Path) -> list[_IgnoreRules]:
@@ -177,9 +180,8 @@ def discover(
     `exclude` holds gitignore-style patterns relative to `root` (a bare name such
     as ``build`` matches that name at any depth).
     """
-    exclude_rules = _IgnoreRules(
-        root.resolve(), pathspec.PathSpec.from_lines("gitwildmatch", exclude)
-    )
+    exclude_spec = pathspec.GitIgnoreSpec.from_lines(exclude)
+    root = root.resolve()
     seen: set[Path] = set()
     for given in paths:
         if not given.exists() and not given.is_symlink():
@@ -193,7 +195,12 @@ def discover(
         if not given.is_dir():
             yield (given, "not a regular file or directory")
             continue
-        gitignores = _gitignores_above(given.resolve())
+        directory = given.resolve()
+        # Patterns are relative to the project root; a directory outside it
+        # anchors them itself.
+        base = root if directory == root or root in directory.parents else directory
+        exclude_rules = _IgnoreRules(base, exclude_spec)
+        gitignores = _gitignores_above(directory)
         yield from _walk(given, exclude_rules, gitignores, suffixes, seen)
 
 

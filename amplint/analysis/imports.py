@@ -14,6 +14,9 @@ from typing import Union
 
 import libcst as cst
 
+# The target of a name that imports bind to different things in one scope.
+AMBIGUOUS = "<ambiguous>"
+
 Scope = Union[cst.Module, cst.FunctionDef, cst.Lambda, cst.ClassDef]
 
 
@@ -87,7 +90,14 @@ class ImportMap(cst.CSTVisitor):
     def _bind(self, name: str, target: str, statement: cst.Import | cst.ImportFrom) -> None:
         scope = self._scopes[-1]
         binding = Binding(name, target, statement, scope)
-        self.bindings.setdefault(scope, {})[name] = binding
+        scope_bindings = self.bindings.setdefault(scope, {})
+        earlier = scope_bindings.get(name)
+        if earlier is not None and earlier.target != target:
+            # `try: from torch.amp import X / except: from torch.cuda.amp import X`:
+            # the name means either, so it resolves to neither.
+            scope_bindings[name] = Binding(name, AMBIGUOUS, statement, scope)
+        else:
+            scope_bindings[name] = binding
         self.statements.append(binding)
 
     def visit_Import(self, node: cst.Import) -> bool:
@@ -145,6 +155,8 @@ class ImportMap(cst.CSTVisitor):
         head, _, rest = dotted.partition(".")
         binding = self.binding(head, scope)
         if binding is not None:
+            if binding.target == AMBIGUOUS:
+                return None
             target = binding.target
         elif head == "torch":
             target = "torch"  # unimported `torch` (notebooks, exec'd snippets): still torch

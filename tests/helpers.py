@@ -1,0 +1,33 @@
+"""Shared helpers: run the engine on text, run the CLI in-process."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+from click.testing import CliRunner, Result
+
+from amplint.cli import main
+from amplint.config import Settings
+from amplint.engine import fix_text, lint_text
+from amplint.rules import ALL_CODES
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = REPO / "fixtures"
+ALL = frozenset(ALL_CODES)
+
+
+def dedent(text: str) -> str:
+    return textwrap.dedent(text).lstrip("\n")
+
+
+def codes_of(text: str, settings: Settings | None = None, codes: frozenset[str] = ALL) -> list[str]:
+    return [d.code for d in lint_text(text, codes, settings or Settings())]
+
+
+def fixed(text: str, settings: Settings | None = None, unsafe: bool = False) -> str:
+    return fix_text(text, ALL, settings or Settings(), unsafe).text
+
+
+def run_cli(*args: str | Path) -> Result:
+    return CliRunner().invoke(main, [str(arg) for arg in args], catch_exceptions=False)
