@@ -1,0 +1,39 @@
+# Two entry points for a fresh clone:
+#   make demo   set up .venv, then check and fix a bundled training script
+#   make test   set up .venv with the test extra, then run the test suite
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+DEMO_SCRIPT := fixtures/deprecated_amp/legacy_train.py
+DEMO_DIR := build/demo
+
+.PHONY: demo test bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+# The test extra pins torch==2.13.0, the CPU build that installs offline here.
+$(VENV)/.installed-test: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e ".[test]"
+	touch $@
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e .
+	touch $@
+
+demo: $(VENV)/.installed
+	@echo "== amplint check $(DEMO_SCRIPT)"
+	-$(BIN)/amplint check $(DEMO_SCRIPT)
+	@echo "== amplint fix $(DEMO_SCRIPT) (a diff; nothing is written)"
+	-$(BIN)/amplint fix $(DEMO_SCRIPT)
+	@echo "== amplint fix --apply on a copy in $(DEMO_DIR)"
+	rm -rf $(DEMO_DIR) && mkdir -p $(DEMO_DIR) && cp $(DEMO_SCRIPT) $(DEMO_DIR)/
+	$(BIN)/amplint fix --apply $(DEMO_DIR)
+	$(BIN)/amplint check $(DEMO_DIR)
+
+test: $(VENV)/.installed-test
+	$(BIN)/python -m pytest
+
+clean:
+	rm -rf $(VENV) build dist .pytest_cache
