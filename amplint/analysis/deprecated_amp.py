@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from amplint.analysis.imports import ImportMap, Scope
+from amplint.analysis.imports import ImportMap
+from amplint.analysis.scopes import Scope, ScopedVisitor
 
 DEPRECATED_MODULES = {"torch.cuda.amp": "cuda", "torch.cpu.amp": "cpu"}
 # What torch.cuda.amp / torch.cpu.amp export and warn about; anything else there
@@ -64,33 +65,18 @@ def deprecated_member(qualified: str | None) -> tuple[str, str] | None:
     return device, member
 
 
-class _UseFinder(cst.CSTVisitor):
+class _UseFinder(ScopedVisitor):
     def __init__(self, module: cst.Module, imports: ImportMap) -> None:
+        super().__init__()
         self.module = module
         self.imports = imports
         self.uses: list[DeprecatedAmpUse] = []
-        self._scopes: list[Scope] = []
         self._type_depth = 0
         self._fallback_depth = 0
         self._guards: list[bool] = []
         self._claimed: set[int] = set()  # ids of spellings already recorded by a parent
 
-    # -- scopes and contexts ------------------------------------------------
-    def visit_Module(self, node: cst.Module) -> None:
-        self._scopes.append(node)
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self._scopes.append(node)
-
-    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
-        self._scopes.pop()
-
-    def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        self._scopes.append(node)
-
-    def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
-        self._scopes.pop()
-
+    # -- contexts -------------------------------------------------------------
     def visit_Import(self, node: cst.Import) -> bool:
         return False  # imports are bindings, not uses; fixes tidy them afterwards
 
@@ -147,7 +133,7 @@ class _UseFinder(cst.CSTVisitor):
     ) -> bool:
         if id(node) in self._claimed:
             return False
-        scope = self._scopes[-1]
+        scope = self.scope
         found = deprecated_member(self.imports.resolve(node, scope))
         if found is None:
             return False

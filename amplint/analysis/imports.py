@@ -10,15 +10,12 @@ inside methods).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Union
-
 import libcst as cst
+
+from amplint.analysis.scopes import Scope, ScopedVisitor
 
 # The target of a name that imports bind to different things in one scope.
 AMBIGUOUS = "<ambiguous>"
-
-Scope = Union[cst.Module, cst.FunctionDef, cst.Lambda, cst.ClassDef]
-
 
 def dotted_name(node: cst.BaseExpression) -> str | None:
     """``a.b.c`` for a chain of Names and Attributes, otherwise None."""
@@ -46,14 +43,14 @@ class Binding:
     scope: Scope
 
 
-class ImportMap(cst.CSTVisitor):
+class ImportMap(ScopedVisitor):
     """Built by visiting a module once; answers `resolve(expr, scope)`."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.bindings: dict[Scope, dict[str, Binding]] = {}
         self.parent: dict[Scope, Scope | None] = {}
         self.statements: list[Binding] = []
-        self._scopes: list[Scope] = []
 
     @classmethod
     def of(cls, module: cst.Module) -> ImportMap:
@@ -61,34 +58,11 @@ class ImportMap(cst.CSTVisitor):
         module.visit(import_map)
         return import_map
 
-    # -- building ---------------------------------------------------------
-    def _enter(self, scope: Scope) -> None:
-        self.parent[scope] = self._scopes[-1] if self._scopes else None
-        self._scopes.append(scope)
-
-    def _leave(self) -> None:
-        self._scopes.pop()
-
-    def visit_Module(self, node: cst.Module) -> None:
-        self._enter(node)
-
-    def leave_Module(self, original_node: cst.Module) -> None:
-        self._leave()
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self._enter(node)
-
-    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
-        self._leave()
-
-    def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        self._enter(node)
-
-    def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
-        self._leave()
+    def enter_scope(self, scope: Scope) -> None:
+        self.parent[scope] = self.scopes[-2] if len(self.scopes) > 1 else None
 
     def _bind(self, name: str, target: str, statement: cst.Import | cst.ImportFrom) -> None:
-        scope = self._scopes[-1]
+        scope = self.scope
         binding = Binding(name, target, statement, scope)
         scope_bindings = self.bindings.setdefault(scope, {})
         earlier = scope_bindings.get(name)

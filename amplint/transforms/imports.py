@@ -12,34 +12,19 @@ from typing import Sequence
 import libcst as cst
 
 from amplint.analysis.deprecated_amp import DEPRECATED_MODULES
-from amplint.analysis.imports import Binding, ImportMap, Scope, dotted_name
+from amplint.analysis.imports import Binding, ImportMap, dotted_name
+from amplint.analysis.scopes import Scope, ScopedVisitor
 
 
-class _ReferencedNames(cst.CSTVisitor):
+class _ReferencedNames(ScopedVisitor):
     """Names each scope (and the scopes nested in it) reads or writes."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.by_scope: dict[Scope, set[str]] = {}
-        self._scopes: list[Scope] = []
 
-    def _enter(self, scope: Scope) -> None:
-        self._scopes.append(scope)
+    def enter_scope(self, scope: Scope) -> None:
         self.by_scope[scope] = set()
-
-    def visit_Module(self, node: cst.Module) -> None:
-        self._enter(node)
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self._enter(node)
-
-    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
-        self._scopes.pop()
-
-    def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        self._enter(node)
-
-    def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
-        self._scopes.pop()
 
     def visit_Import(self, node: cst.Import) -> bool:
         return False
@@ -56,7 +41,7 @@ class _ReferencedNames(cst.CSTVisitor):
         return False
 
     def visit_Name(self, node: cst.Name) -> None:
-        for scope in self._scopes:
+        for scope in self.scopes:
             self.by_scope[scope].add(node.value)
 
 
