@@ -41,9 +41,13 @@ def _settings(config: Path | None, paths: tuple[Path, ...], select, ignore) -> S
         config = find_config(start)
     settings = load_settings(config, ALL_CODES)
     if select is not None:
-        settings = replace(settings, select=parse_selectors(select, "select", "--select", ALL_CODES))
+        settings = replace(
+            settings, select=parse_selectors(select, "select", "--select", ALL_CODES)
+        )
     if ignore is not None:
-        settings = replace(settings, ignore=parse_selectors(ignore, "ignore", "--ignore", ALL_CODES))
+        settings = replace(
+            settings, ignore=parse_selectors(ignore, "ignore", "--ignore", ALL_CODES)
+        )
     return settings
 
 
@@ -53,7 +57,9 @@ def _reports(paths: tuple[Path, ...], settings: Settings, job) -> Iterator[FileR
             try:
                 yield job(found.path)
             except Exception as error:  # a bug must not end the run for the other files
-                yield FileReport(found.path, error=f"internal error: {type(error).__name__}: {error}")
+                yield FileReport(
+                    found.path, error=f"internal error: {type(error).__name__}: {error}"
+                )
         else:
             path, message = found
             yield FileReport(path, error=message)
@@ -155,7 +161,9 @@ def fix(paths, select, ignore, config, apply_, unsafe_fixes) -> None:
         click.echo(text_row(path, diagnostic), err=not apply_)
     files = "file" if changed_files == 1 else "files"
     if apply_:
-        click.echo(f"Fixed {fixed} {_findings(fixed)} in {changed_files} {files}; {len(remaining)} remaining.")
+        click.echo(
+            f"Fixed {fixed} {_findings(fixed)} in {changed_files} {files}; {len(remaining)} remaining."
+        )
     else:
         click.echo(
             f"Would fix {fixed} {_findings(fixed)} in {changed_files} {files}; "

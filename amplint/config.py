@@ -71,7 +71,9 @@ def _matches(code: str, selectors: Iterable[str]) -> bool:
 _SELECTOR = re.compile(r"^[A-Z]+[0-9]*$")
 
 
-def parse_selectors(value: Any, key: str, where: str, known_codes: Iterable[str]) -> tuple[str, ...]:
+def parse_selectors(
+    value: Any, key: str, where: str, known_codes: Iterable[str]
+) -> tuple[str, ...]:
     """Validate a list of codes or prefixes such as ``AMP2``; each must name a rule."""
     if isinstance(value, str):
         items = [item.strip() for item in value.split(",") if item.strip()]
@@ -95,7 +97,7 @@ def parse_torch_version(value: Any, where: str) -> tuple[int, int]:
     match = re.fullmatch(r"(\d+)\.(\d+)(?:\.\d+)?", value) if isinstance(value, str) else None
     if match is None:
         raise ConfigError(
-            f"{where}: `target-torch` must be a version string such as \"2.4\", got {value!r}"
+            f'{where}: `target-torch` must be a version string such as "2.4", got {value!r}'
         )
     return int(match.group(1)), int(match.group(2))
 
@@ -173,9 +175,13 @@ def _settings_from_table(
         )
     settings = Settings(root=root, config_file=config_file)
     if "select" in table:
-        settings = replace(settings, select=parse_selectors(table["select"], "select", where, known))
+        settings = replace(
+            settings, select=parse_selectors(table["select"], "select", where, known)
+        )
     if "ignore" in table:
-        settings = replace(settings, ignore=parse_selectors(table["ignore"], "ignore", where, known))
+        settings = replace(
+            settings, ignore=parse_selectors(table["ignore"], "ignore", where, known)
+        )
     if "exclude" in table:
         settings = replace(settings, exclude=_string_list(table["exclude"], "exclude", where))
     if "extend-exclude" in table:

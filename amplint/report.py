@@ -38,9 +38,11 @@ def json_record(path: Path, diagnostic: Diagnostic) -> dict:
         "column": span.column,
         "end_line": span.end_line,
         "end_column": span.end_column,
-        "fix": None
-        if fix is None
-        else {"applicability": fix.applicability.value, "message": fix.message},
+        "fix": (
+            None
+            if fix is None
+            else {"applicability": fix.applicability.value, "message": fix.message}
+        ),
     }
 
 

@@ -11,8 +11,7 @@ import pytest
 
 from tests.helpers import dedent, run_cli
 
-DEPRECATED = dedent(
-    """
+DEPRECATED = dedent("""
     import torch
 
 
@@ -25,11 +24,10 @@ DEPRECATED = dedent(
             scaler.step(optimizer)
             scaler.update()
             optimizer.zero_grad()
-    """
-)
-MIGRATED = DEPRECATED.replace("torch.cuda.amp.GradScaler(", 'torch.amp.GradScaler("cuda", ').replace(
-    "torch.cuda.amp.autocast(", 'torch.amp.autocast("cuda", '
-)
+    """)
+MIGRATED = DEPRECATED.replace(
+    "torch.cuda.amp.GradScaler(", 'torch.amp.GradScaler("cuda", '
+).replace("torch.cuda.amp.autocast(", 'torch.amp.autocast("cuda", ')
 CLEAN = "import torch\n\nx = torch.ones(3)\n"
 
 
@@ -267,7 +265,9 @@ def test_syntax_error_is_a_finding(tmp_path: Path) -> None:
         (b"# -*- coding: klingon -*-\nimport torch\n", "cannot decode"),
     ],
 )
-def test_unreadable_content_is_a_one_line_error(tmp_path: Path, content: bytes, message: str) -> None:
+def test_unreadable_content_is_a_one_line_error(
+    tmp_path: Path, content: bytes, message: str
+) -> None:
     (tmp_path / "bad.py").write_bytes(content)
     (tmp_path / "train.py").write_text(DEPRECATED)
     result = run_cli("check", tmp_path)
@@ -310,7 +310,7 @@ def test_fix_apply_writes_reports_and_is_idempotent(project: Path) -> None:
     assert (project / "train.py").read_text() == MIGRATED
     assert (project / "clean.py").read_text() == CLEAN
     assert f"{project / 'train.py'}: fixed 2" in result.stdout
-    assert "AMP201 torch.cuda.amp.autocast -> torch.amp.autocast(\"cuda\", ...)" in result.stdout
+    assert 'AMP201 torch.cuda.amp.autocast -> torch.amp.autocast("cuda", ...)' in result.stdout
     again = run_cli("fix", "--apply", project)
     assert again.exit_code == 0
     assert (project / "train.py").read_text() == MIGRATED

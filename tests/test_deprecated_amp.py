@@ -370,14 +370,12 @@ def test_positional_star_args_are_reported_but_not_fixed() -> None:
 def test_target_torch_limits_fixes(target: str, fixed_members: set[str]) -> None:
     from amplint.config import parse_torch_version
 
-    source = dedent(
-        """
+    source = dedent("""
         import torch
         a = torch.cuda.amp.autocast()
         b = torch.cuda.amp.GradScaler()
         c = torch.cuda.amp.custom_fwd(f)
-        """
-    )
+        """)
     settings = Settings(target_torch=parse_torch_version(target, "test"))
     result = fixed(source, settings)
     for member in ("autocast", "GradScaler", "custom_fwd"):
@@ -387,24 +385,20 @@ def test_target_torch_limits_fixes(target: str, fixed_members: set[str]) -> None
 
 
 def test_noqa_keeps_the_import_its_line_still_needs() -> None:
-    source = dedent(
-        """
+    source = dedent("""
         import torch
         from torch.cuda.amp import GradScaler, autocast
         scaler = GradScaler()  # noqa: AMP201
         with autocast():
             pass
-        """
-    )
-    assert fixed(source) == dedent(
-        """
+        """)
+    assert fixed(source) == dedent("""
         import torch
         from torch.cuda.amp import GradScaler
         scaler = GradScaler()  # noqa: AMP201
         with torch.amp.autocast("cuda"):
             pass
-        """
-    )
+        """)
 
 
 def test_cpu_and_cuda_have_their_own_codes() -> None:

@@ -32,12 +32,19 @@ def installed_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return work / "env" / "bin"
 
 
-def test_rule_document_comes_from_the_installed_package(installed_wheel: Path, tmp_path: Path) -> None:
+def test_rule_document_comes_from_the_installed_package(
+    installed_wheel: Path, tmp_path: Path
+) -> None:
     # Run outside the repository so nothing can be read from the checkout.
     result = _run(installed_wheel / "amplint", "rule", "AMP201", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout == (REPO / "rules" / "AMP201.md").read_text(encoding="utf-8")
-    where = _run(installed_wheel / "python", "-c", "import amplint.catalog as c; print(c.catalog_dir())", cwd=tmp_path)
+    where = _run(
+        installed_wheel / "python",
+        "-c",
+        "import amplint.catalog as c; print(c.catalog_dir())",
+        cwd=tmp_path,
+    )
     assert "site-packages/amplint/_catalogue" in where.stdout
 
 
@@ -46,8 +53,15 @@ def test_check_and_fix_run_without_torch_installed(installed_wheel: Path, tmp_pa
     assert probe.returncode != 0, "torch must not be a dependency of the core install"
     (tmp_path / "train.py").write_text(DEPRECATED)
     assert _run(installed_wheel / "amplint", "check", "train.py", cwd=tmp_path).returncode == 1
-    assert _run(installed_wheel / "python", "-m", "amplint", "fix", "--apply", ".", cwd=tmp_path).returncode == 0
-    assert (tmp_path / "train.py").read_text() == 'import torch\nscaler = torch.amp.GradScaler("cuda")\n'
+    assert (
+        _run(
+            installed_wheel / "python", "-m", "amplint", "fix", "--apply", ".", cwd=tmp_path
+        ).returncode
+        == 0
+    )
+    assert (
+        tmp_path / "train.py"
+    ).read_text() == 'import torch\nscaler = torch.amp.GradScaler("cuda")\n'
 
 
 def test_check_and_fix_never_import_torch(tmp_path: Path) -> None:

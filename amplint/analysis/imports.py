@@ -17,6 +17,7 @@ from amplint.analysis.scopes import Scope, ScopedVisitor
 # The target of a name that imports bind to different things in one scope.
 AMBIGUOUS = "<ambiguous>"
 
+
 def dotted_name(node: cst.BaseExpression) -> str | None:
     """``a.b.c`` for a chain of Names and Attributes, otherwise None."""
     parts: list[str] = []

@@ -37,9 +37,13 @@ class DeprecatedTorchAmp(Rule):
                 continue
             yield self._diagnostic(use, facts, settings)
 
-    def _diagnostic(self, use: DeprecatedAmpUse, facts: ModuleFacts, settings: Settings) -> Diagnostic:
+    def _diagnostic(
+        self, use: DeprecatedAmpUse, facts: ModuleFacts, settings: Settings
+    ) -> Diagnostic:
         deprecated = f"torch.{use.device}.amp.{use.member}"
-        spelled = f"`{use.spelled}`" if use.spelled == deprecated else f"`{use.spelled}` ({deprecated})"
+        spelled = (
+            f"`{use.spelled}`" if use.spelled == deprecated else f"`{use.spelled}` ({deprecated})"
+        )
         torch_name = facts.imports.name_for("torch", use.scope) or "torch"
         replacement, edit, blocker = self._replacement(use, torch_name, settings)
         message = f"{spelled} is deprecated; use `{replacement}`"

@@ -128,7 +128,9 @@ class _DeprecatedImportTidier(cst.CSTTransformer):
             result.append(statement)
         return result
 
-    def leave_IndentedBlock(self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock):
+    def leave_IndentedBlock(
+        self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock
+    ):
         return updated_node.with_changes(body=self._drop_placeholders(updated_node.body))
 
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module):

@@ -9,7 +9,12 @@ from typing import Callable
 
 import libcst as cst
 
-from amplint.transforms.arguments import as_keyword, insert_argument, is_positional, keyword_argument
+from amplint.transforms.arguments import (
+    as_keyword,
+    insert_argument,
+    is_positional,
+    keyword_argument,
+)
 
 # torch.cuda.amp.autocast(enabled, dtype, cache_enabled) puts `enabled` first;
 # torch.amp.autocast(device_type, dtype, enabled, ...) does not, so positional
@@ -70,9 +75,7 @@ def rewrite_bare_decorator(torch_name: str, device: str, member: str):
     """``@torch.cuda.amp.custom_fwd`` -> ``@torch.amp.custom_fwd(device_type="cuda")``."""
 
     def rewrite(node: cst.BaseExpression) -> cst.BaseExpression:
-        return _expression(
-            f'{modern_path(torch_name, member)}(device_type="{device}")', node
-        )
+        return _expression(f'{modern_path(torch_name, member)}(device_type="{device}")', node)
 
     return rewrite
 
