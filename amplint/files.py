@@ -196,12 +196,27 @@ def discover(
             yield (given, "not a regular file or directory")
             continue
         directory = given.resolve()
-        # Patterns are relative to the project root; a directory outside it
-        # anchors them itself.
-        base = root if directory == root or root in directory.parents else directory
-        exclude_rules = _IgnoreRules(base, exclude_spec)
+        # Patterns are relative to the project root. A directory outside the root,
+        # or one named explicitly although an exclude covers it (checking
+        # .venv/.../site-packages/torch on purpose), anchors them itself.
+        exclude_rules = _IgnoreRules(root, exclude_spec)
+        if not (directory == root or root in directory.parents) or _covered(
+            exclude_rules, directory
+        ):
+            exclude_rules = _IgnoreRules(directory, exclude_spec)
         gitignores = _gitignores_above(directory)
+        if any(_covered(rules, directory) for rules in gitignores):
+            gitignores = []  # named although ignored: only .gitignore files inside apply
         yield from _walk(given, exclude_rules, gitignores, suffixes, seen)
+
+
+def _covered(rules: _IgnoreRules, directory: Path) -> bool:
+    """Whether `directory` or one of its parents below the rules' base matches."""
+    return any(
+        rules.matches(candidate, is_dir=True)
+        for candidate in [directory, *directory.parents]
+        if rules.base in candidate.parents
+    )
 
 
 def _walk(

@@ -370,3 +370,16 @@ def test_fix_reports_a_read_only_file(tmp_path: Path) -> None:
     assert result.exit_code == 2
     assert "not writable" in result.stderr
     assert target.read_text() == DEPRECATED
+
+
+def test_check_and_fix_never_execute_the_code_they_read(tmp_path: Path) -> None:
+    marker = tmp_path / "executed"
+    (tmp_path / "evil.py").write_text(
+        f"open({str(marker)!r}, 'w').close()\n"
+        "import torch\n"
+        "scaler = torch.cuda.amp.GradScaler()\n"
+    )
+    assert run_cli("check", tmp_path).exit_code == 1
+    assert run_cli("fix", "--apply", tmp_path).exit_code == 0
+    assert "torch.amp.GradScaler" in (tmp_path / "evil.py").read_text()
+    assert not marker.exists()

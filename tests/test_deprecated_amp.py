@@ -337,6 +337,13 @@ UNTOUCHED = {
             pass
         autocast_enabled = config.autocast
         """,
+    "identity tests against the classes (torch._dynamo does this)": """
+        import torch
+        if func not in [torch.amp.autocast_mode.autocast, torch.cuda.amp.autocast]:
+            raise AssertionError(func)
+        device = "cuda" if func is torch.cuda.amp.autocast else "cpu"
+        DEVICE_OF = {torch.cuda.amp.autocast: "cuda", torch.cpu.amp.autocast: "cpu"}
+        """,
     "not deprecated": """
         import torch
         ok = torch.cuda.amp.common.amp_definitely_not_available()

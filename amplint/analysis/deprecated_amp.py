@@ -72,6 +72,7 @@ class _UseFinder(ScopedVisitor):
         self.imports = imports
         self.uses: list[DeprecatedAmpUse] = []
         self._type_depth = 0
+        self._compared_depth = 0
         self._fallback_depth = 0
         self._guards: list[bool] = []
         self._claimed: set[int] = set()  # ids of spellings already recorded by a parent
@@ -88,6 +89,17 @@ class _UseFinder(ScopedVisitor):
 
     def leave_Annotation(self, original_node: cst.Annotation) -> None:
         self._type_depth -= 1
+
+    # `func in (torch.amp.autocast, torch.cuda.amp.autocast)` asks which class it
+    # was given: the class itself is meant, and touching it would break the test.
+    def visit_Comparison(self, node: cst.Comparison) -> None:
+        self._compared_depth += 1
+
+    def leave_Comparison(self, original_node: cst.Comparison) -> None:
+        self._compared_depth -= 1
+
+    def visit_DictElement(self, node: cst.DictElement) -> None:
+        self._claimed.add(id(node.key))  # a key is compared, not called
 
     def visit_ExceptHandler(self, node: cst.ExceptHandler) -> None:
         if node.type is not None:
@@ -174,8 +186,15 @@ class _UseFinder(ScopedVisitor):
             if len(node.args) == 2:
                 self._claim_types(node.args[1].value)
 
+    def _plain_use_kind(self) -> UseKind | None:
+        if self._compared_depth:
+            return None
+        return UseKind.TYPE if self._type_depth else UseKind.REFERENCE
+
     def visit_Attribute(self, node: cst.Attribute) -> bool:
-        kind = UseKind.TYPE if self._type_depth else UseKind.REFERENCE
+        kind = self._plain_use_kind()
+        if kind is None:
+            return True
         # A recorded spelling is rewritten whole: its inner parts are not uses.
         if id(node) in self._claimed or self._record(node, kind):
             return False
@@ -183,7 +202,9 @@ class _UseFinder(ScopedVisitor):
         return True
 
     def visit_Name(self, node: cst.Name) -> None:
-        self._record(node, UseKind.TYPE if self._type_depth else UseKind.REFERENCE)
+        kind = self._plain_use_kind()
+        if kind is not None:
+            self._record(node, kind)
 
     def visit_Arg(self, node: cst.Arg) -> None:
         # keyword names (`enabled=`) are not references
