@@ -106,6 +106,20 @@ MIGRATIONS = {
                 return model(x)
         """,
     ),
+    "a removed first line of a block takes the blank line after it along": (
+        """
+        import torch
+        if scaler is None:
+            from torch.cuda.amp import GradScaler
+
+            scaler = GradScaler()
+        """,
+        """
+        import torch
+        if scaler is None:
+            scaler = torch.amp.GradScaler("cuda")
+        """,
+    ),
     "from torch.cuda import amp": (
         """
         import torch

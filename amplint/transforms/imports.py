@@ -109,21 +109,32 @@ class _DeprecatedImportTidier(cst.CSTTransformer):
         self.vanished[id(placeholder)] = placeholder
         return placeholder
 
-    def _drop_placeholders(self, body: Sequence[cst.BaseStatement]) -> list[cst.BaseStatement]:
+    def _drop_placeholders(
+        self, body: Sequence[cst.BaseStatement], opens_block: bool
+    ) -> list[cst.BaseStatement]:
+        """Drop removed lines, handing their comments to the next statement.
+
+        When a removed line opened an indented block, the blank lines that
+        separated it from the next statement go too: black puts no blank line
+        right after `if ...:` or `def ...:`.
+        """
         result: list[cst.BaseStatement] = []
         carried: list[cst.EmptyLine] = []
+        removed_first = False
         for index, statement in enumerate(body):
             if id(statement) in self.vanished:
-                is_last = index == len(body) - 1
-                if is_last and not result:
+                if index == len(body) - 1 and not result:
                     result.append(statement)  # the block needs a statement: keep `pass`
                 else:
                     carried += [line for line in statement.leading_lines if line.comment]
+                    removed_first = removed_first or not result
                 continue
-            if carried:
-                statement = statement.with_changes(
-                    leading_lines=[*carried, *statement.leading_lines]
-                )
+            if carried or removed_first:
+                leading = list(statement.leading_lines)
+                if opens_block and removed_first and not result:
+                    while leading and leading[0].comment is None:
+                        leading.pop(0)
+                statement = statement.with_changes(leading_lines=[*carried, *leading])
                 carried = []
             result.append(statement)
         return result
@@ -131,10 +142,12 @@ class _DeprecatedImportTidier(cst.CSTTransformer):
     def leave_IndentedBlock(
         self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock
     ):
-        return updated_node.with_changes(body=self._drop_placeholders(updated_node.body))
+        body = self._drop_placeholders(updated_node.body, opens_block=True)
+        return updated_node.with_changes(body=body)
 
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module):
-        return updated_node.with_changes(body=self._drop_placeholders(updated_node.body))
+        body = self._drop_placeholders(updated_node.body, opens_block=False)
+        return updated_node.with_changes(body=body)
 
 
 def _local_name(alias: cst.ImportAlias) -> str | None:
