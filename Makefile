@@ -24,9 +24,9 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 
 demo: $(VENV)/.installed
 	@echo "== amplint check $(DEMO_SCRIPT)"
-	-$(BIN)/amplint check $(DEMO_SCRIPT)
+	$(BIN)/amplint check $(DEMO_SCRIPT) || test $$? -eq 1  # 1 means: findings
 	@echo "== amplint fix $(DEMO_SCRIPT) (a diff; nothing is written)"
-	-$(BIN)/amplint fix $(DEMO_SCRIPT)
+	$(BIN)/amplint fix $(DEMO_SCRIPT) || test $$? -eq 1  # 1 means: fixes to show
 	@echo "== amplint fix --apply on a copy in $(DEMO_DIR)"
 	rm -rf $(DEMO_DIR) && mkdir -p $(DEMO_DIR) && cp $(DEMO_SCRIPT) $(DEMO_DIR)/
 	$(BIN)/amplint fix --apply $(DEMO_DIR)
