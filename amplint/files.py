@@ -250,7 +250,7 @@ def _walk(
             if entry.is_symlink():
                 continue  # never follow directory links: no loops, no escaping the tree
             yield from _walk(path, exclude_rules, gitignores, suffixes, seen)
-        elif entry.name.endswith(suffixes):
+        elif entry.name.endswith(suffixes) and entry.is_file():  # no FIFOs or sockets
             real = path.resolve()
             if real not in seen:
                 seen.add(real)

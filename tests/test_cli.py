@@ -277,14 +277,36 @@ def test_unreadable_content_is_a_one_line_error(
     assert "train.py:5:14: AMP201" in result.stdout  # the other file is still checked
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads any file")
-def test_unreadable_file(tmp_path: Path) -> None:
+def test_unreadable_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     target = tmp_path / "secret.py"
     target.write_text(DEPRECATED)
-    target.chmod(0)
+    (tmp_path / "train.py").write_text(DEPRECATED)
+    if os.geteuid() == 0:  # root reads any file: make the read fail as it would for a user
+        real_read_bytes = Path.read_bytes
+
+        def read_bytes(path: Path) -> bytes:
+            if path.name == "secret.py":
+                raise PermissionError(13, "Permission denied")
+            return real_read_bytes(path)
+
+        monkeypatch.setattr(Path, "read_bytes", read_bytes)
+    else:
+        target.chmod(0)
     result = run_cli("check", tmp_path)
     assert result.exit_code == 2
-    assert "secret.py" in result.stderr
+    assert f"{target}: Permission denied" in result.stderr
+    assert "train.py:5:14: AMP201" in result.stdout
+
+
+def test_special_files_are_skipped(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "pipe.py")  # reading it would block forever
+    (tmp_path / "train.py").write_text(DEPRECATED)
+    result = run_cli("check", tmp_path)
+    assert result.exit_code == 1
+    assert "pipe.py" not in result.output
+    named = run_cli("check", tmp_path / "pipe.py")
+    assert named.exit_code == 2
+    assert "not a regular file" in named.stderr
 
 
 # -- fix ------------------------------------------------------------------------
