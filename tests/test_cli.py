@@ -405,3 +405,12 @@ def test_check_and_fix_never_execute_the_code_they_read(tmp_path: Path) -> None:
     assert run_cli("fix", "--apply", tmp_path).exit_code == 0
     assert "torch.amp.GradScaler" in (tmp_path / "evil.py").read_text()
     assert not marker.exists()
+
+
+def test_config_exclude_replaces_the_defaults(tmp_path: Path) -> None:
+    _pyproject(tmp_path, 'exclude = ["vendored"]\n')
+    for folder in ("build", "vendored"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "a.py").write_text(CPU_AND_CUDA)
+    result = run_cli("check", "--output-format", "json", tmp_path)
+    assert {r["path"] for r in json.loads(result.stdout)} == {str(tmp_path / "build" / "a.py")}

@@ -120,6 +120,22 @@ MIGRATIONS = {
             scaler = torch.amp.GradScaler("cuda")
         """,
     ),
+    "a try block is no fallback just because something is called amp": (
+        """
+        import torch
+        try:
+            scaler = torch.cuda.amp.GradScaler(enabled=args.amp)
+        except RuntimeError:
+            scaler = None
+        """,
+        """
+        import torch
+        try:
+            scaler = torch.amp.GradScaler("cuda", enabled=args.amp)
+        except RuntimeError:
+            scaler = None
+        """,
+    ),
     "from torch.cuda import amp": (
         """
         import torch
@@ -326,6 +342,13 @@ UNTOUCHED = {
             scaler = torch.amp.GradScaler("cuda")
         except (AttributeError, TypeError):
             scaler = torch.cuda.amp.GradScaler()
+        """,
+    "fallback through an alias of torch": """
+        import torch as th
+        try:
+            ctx = th.autocast("cuda")
+        except AttributeError:
+            ctx = th.cuda.amp.autocast()
         """,
     "version check": """
         import torch

@@ -27,11 +27,10 @@ DEPRECATED_MEMBERS = {
 # An `if` whose test reads a version or probes for an attribute guards a
 # fallback; its branches are written for several torch releases on purpose.
 _VERSION_TEST = re.compile(r"version|torch_(greater|less)|hasattr\(|getattr\(", re.I)
-# A `try` that also spells the modern API is a fallback between the two.
-_MODERN_AMP = re.compile(
-    r"\b(?!cuda\b|cpu\b)\w+\.amp\b|\b(?!cuda\b|cpu\b)\w+\.autocast\b"
-    r"|from\s+torch\s+import\s+[^\n]*\bamp\b"
-)
+# A `try` that also spells the modern API (`torch.amp`, `torch.autocast`, through
+# whatever name torch has) is a fallback between the two.
+_MODERN_ATTRIBUTE = re.compile(r"\b(\w+)\s*\.\s*(?:amp|autocast)\b")
+_MODERN_IMPORT = re.compile(r"\bfrom\s+torch(?:\.amp\s+import|\s+import\s+[^\n]*\bamp\b)")
 
 
 class UseKind(enum.Enum):
@@ -129,8 +128,16 @@ class _UseFinder(ScopedVisitor):
     def leave_IfExp(self, original_node: cst.IfExp) -> None:
         self._leave_guard()
 
+    def _spells_modern_amp(self, code: str) -> bool:
+        if _MODERN_IMPORT.search(code):
+            return True
+        return any(
+            self.imports.resolve(cst.Name(head), self.scope) == "torch"
+            for head in set(_MODERN_ATTRIBUTE.findall(code))
+        )
+
     def visit_Try(self, node: cst.Try) -> None:
-        self._enter_guard(bool(_MODERN_AMP.search(self.module.code_for_node(node))))
+        self._enter_guard(self._spells_modern_amp(self.module.code_for_node(node)))
 
     def leave_Try(self, original_node: cst.Try) -> None:
         self._leave_guard()
