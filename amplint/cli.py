@@ -13,7 +13,7 @@ import click
 from amplint import __version__
 from amplint.catalog import load_catalog
 from amplint.config import ConfigError, Settings, find_config, load_settings, parse_selectors
-from amplint.engine import FileReport, check_file, fix_file
+from amplint.engine import FileReport, process_file
 from amplint.files import Discovered, SourceError, discover, write_source_atomic
 from amplint.report import (
     applied_lines,
@@ -36,6 +36,15 @@ def _error(message: str) -> None:
 
 
 def _settings(config: Path | None, paths: tuple[Path, ...], select, ignore) -> Settings:
+    """The run's settings; a configuration error ends the run with exit code 2."""
+    try:
+        return _load_settings(config, paths, select, ignore)
+    except ConfigError as error:
+        _error(str(error))
+        sys.exit(EXIT_ERROR)
+
+
+def _load_settings(config: Path | None, paths: tuple[Path, ...], select, ignore) -> Settings:
     if config is None:
         start = Path(os.path.commonpath([p.resolve() for p in paths])) if paths else Path.cwd()
         config = find_config(start)
@@ -100,13 +109,9 @@ def main() -> None:
 @click.option("--exit-zero", is_flag=True, help="Exit 0 even when there are findings.")
 def check(paths, select, ignore, config, output_format, exit_zero) -> None:
     """Report AMP findings in PATHS (files or directories; default: .)."""
-    try:
-        settings = _settings(config, paths, select, ignore)
-    except ConfigError as error:
-        _error(str(error))
-        sys.exit(EXIT_ERROR)
+    settings = _settings(config, paths, select, ignore)
     findings, errors = [], 0
-    for report in _reports(paths, settings, lambda path: check_file(path, settings, ALL_CODES)):
+    for report in _reports(paths, settings, lambda path: process_file(path, settings)):
         if report.error is not None:
             _error(f"{report.path}: {report.error}")
             errors += 1
@@ -129,14 +134,11 @@ def check(paths, select, ignore, config, output_format, exit_zero) -> None:
 @click.option("--unsafe-fixes", is_flag=True, help="Also apply fixes that may change numerics.")
 def fix(paths, select, ignore, config, apply_, unsafe_fixes) -> None:
     """Show (or with --apply, write) the fixes for PATHS."""
-    try:
-        settings = _settings(config, paths, select, ignore)
-    except ConfigError as error:
-        _error(str(error))
-        sys.exit(EXIT_ERROR)
+    settings = _settings(config, paths, select, ignore)
     errors, changed_files, fixed, remaining = 0, 0, 0, []
-    job = lambda path: fix_file(path, settings, ALL_CODES, unsafe_fixes)  # noqa: E731
-    for report in _reports(paths, settings, job):
+    for report in _reports(
+        paths, settings, lambda path: process_file(path, settings, fixing=True, unsafe=unsafe_fixes)
+    ):
         if report.error is not None:
             _error(f"{report.path}: {report.error}")
             errors += 1

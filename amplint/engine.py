@@ -11,7 +11,7 @@ import ast
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Sequence
 
 import libcst as cst
 
@@ -19,7 +19,7 @@ from amplint.analysis import ModuleFacts
 from amplint.config import Settings
 from amplint.diagnostics import SYNTAX_ERROR, Applicability, Diagnostic, Span
 from amplint.files import SourceError, SourceFile, read_source
-from amplint.rules import RULES
+from amplint.rules import ALL_CODES, RULES
 from amplint.rules.base import Rule
 from amplint.transforms.edits import apply_edits
 
@@ -158,41 +158,30 @@ def fix_text(
     raise FixError(f"fixes did not settle after {MAX_FIX_ROUNDS} rounds")
 
 
-def check_file(path: Path, settings: Settings, known_codes: Iterable[str]) -> FileReport:
-    report = FileReport(path)
-    try:
-        source = read_source(path)
-    except SourceError as error:
-        report.error = str(error)
-        return report
-    codes = settings.enabled_codes(known_codes, path)
-    report.diagnostics = lint_text(source.text, codes, settings)
-    return report
-
-
-def fix_file(
-    path: Path, settings: Settings, known_codes: Iterable[str], unsafe: bool
+def process_file(
+    path: Path, settings: Settings, fixing: bool = False, unsafe: bool = False
 ) -> FileReport:
-    """Compute the fixed text of one file; writing it is the caller's choice."""
+    """Read one file and lint it, or compute its fixed text when `fixing`
+    (writing it is the caller's choice)."""
     report = FileReport(path)
     try:
-        source = read_source(path)
+        report.source = read_source(path)
     except SourceError as error:
         report.error = str(error)
         return report
-    report.source = source
-    codes = settings.enabled_codes(known_codes, path)
+    text = report.source.text
+    codes = settings.enabled_codes(ALL_CODES, path)
+    if not fixing:
+        report.diagnostics = lint_text(text, codes, settings)
+        return report
     try:
-        result = fix_text(source.text, codes, settings, unsafe)
+        result = fix_text(text, codes, settings, unsafe)
     except FixError as error:
         report.error = f"internal error, file left unchanged: {error}"
-        report.diagnostics = lint_text(source.text, codes, settings)
-        return report
-    except RecursionError:
-        report.error = "internal error, file left unchanged: nesting too deep to parse"
+        report.diagnostics = lint_text(text, codes, settings)
         return report
     report.applied = result.applied
     report.diagnostics = result.remaining
-    if result.text != source.text:
+    if result.text != text:
         report.fixed_text = result.text
     return report
