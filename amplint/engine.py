@@ -23,7 +23,9 @@ from amplint.rules import ALL_CODES, RULES
 from amplint.rules.base import Rule
 from amplint.transforms.edits import apply_edits
 
-MAX_FIX_ROUNDS = 8
+# Each round applies every fix that does not overlap another; a fix that rewrites
+# a whole scope makes the fixes inside it wait a round.
+MAX_FIX_ROUNDS = 16
 
 _NOQA = re.compile(
     r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:\s*,?\s*[A-Z]+[0-9]+)*))?", re.IGNORECASE
@@ -88,12 +90,43 @@ def _noqa_filter(text: str, diagnostics: list[Diagnostic]) -> list[Diagnostic]:
 
 
 def _lint_module(
-    module: cst.Module, text: str, rules: Sequence[Rule], settings: Settings
+    facts: ModuleFacts, text: str, rules: Sequence[Rule], settings: Settings
 ) -> list[Diagnostic]:
-    facts = ModuleFacts(module)
     diagnostics = [diagnostic for rule in rules for diagnostic in rule.check(facts, settings)]
     diagnostics.sort(key=lambda d: (d.span.line, d.span.column, d.code))
     return _noqa_filter(text, diagnostics)
+
+
+def _disjoint_fixes(due: list[Diagnostic], facts: ModuleFacts) -> list[Diagnostic]:
+    """The due fixes whose edited regions do not overlap, smallest first.
+
+    A fix may rewrite a whole function or class; fixes inside it wait for the
+    next round, where they are recomputed on the rewritten code.
+    """
+
+    def extents(diagnostic: Diagnostic) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+        spans = [facts.span(edit.target) for edit in diagnostic.fix.edits]
+        return [((s.line, s.column), (s.end_line, s.end_column)) for s in spans]
+
+    def size(diagnostic: Diagnostic) -> tuple[int, int]:
+        regions = extents(diagnostic)
+        start = min(region[0] for region in regions)
+        end = max(region[1] for region in regions)
+        return (end[0] - start[0], end[1] - start[1])
+
+    chosen: list[Diagnostic] = []
+    taken: list[tuple[tuple[int, int], tuple[int, int]]] = []
+    for diagnostic in sorted(due, key=size):
+        mine = extents(diagnostic)
+        if any(
+            start < other_end and other_start < end
+            for start, end in mine
+            for other_start, other_end in taken
+        ):
+            continue
+        chosen.append(diagnostic)
+        taken += mine
+    return chosen
 
 
 def lint_text(text: str, codes: frozenset[str], settings: Settings) -> list[Diagnostic]:
@@ -104,7 +137,7 @@ def lint_text(text: str, codes: frozenset[str], settings: Settings) -> list[Diag
         module = cst.parse_module(text)
     except cst.ParserSyntaxError as error:
         return _noqa_filter(text, [_syntax_error(text, error)]) if SYNTAX_ERROR in codes else []
-    return _lint_module(module, text, rules, settings)
+    return _lint_module(ModuleFacts(module), text, rules, settings)
 
 
 def _is_applicable(diagnostic: Diagnostic, unsafe: bool) -> bool:
@@ -141,10 +174,12 @@ def fix_text(
             raise FixError(f"a fix produced code that does not parse: {error.message}") from None
         if round_number == 0 and module.code != text:
             raise FixError("libcst cannot reproduce this file byte for byte; not fixing it")
-        diagnostics = _lint_module(module, text, rules, settings)
+        facts = ModuleFacts(module)
+        diagnostics = _lint_module(facts, text, rules, settings)
         due = [diagnostic for diagnostic in diagnostics if _is_applicable(diagnostic, unsafe)]
         if not due:
             return FixResult(text, applied, diagnostics)
+        due = _disjoint_fixes(due, facts)
         new_module = apply_edits(module, (edit for d in due for edit in d.fix.edits))
         for module_pass in dict.fromkeys(p for d in due for p in d.fix.module_passes):
             new_module = module_pass(new_module)
