@@ -18,6 +18,8 @@ else:  # pragma: no cover - exercised on old Pythons only
     import tomli as tomllib
 
 DEFAULT_TARGET_TORCH = (2, 4)
+DTYPES = ("float16", "bfloat16", "auto")
+_DEVICE_TYPE = re.compile(r"[a-z][a-z0-9_]*")
 
 
 class ConfigError(Exception):
@@ -36,6 +38,10 @@ class Settings:
     # Oldest torch the user's project must keep running on; fixes that need a
     # newer torch.amp API are not offered below it.
     target_torch: tuple[int, int] = DEFAULT_TARGET_TORCH
+    # What AMP001 inserts: float16 (autocast + GradScaler), bfloat16 (autocast
+    # only) or auto (bf16 where the GPU supports it, else fp16 with a scaler).
+    dtype: str = "float16"
+    device_type: str = "cuda"
 
     @property
     def all_excludes(self) -> tuple[str, ...]:
@@ -102,6 +108,20 @@ def parse_torch_version(value: Any, where: str) -> tuple[int, int]:
     return int(match.group(1)), int(match.group(2))
 
 
+def parse_dtype(value: Any, where: str) -> str:
+    if value not in DTYPES:
+        raise ConfigError(f"{where}: `dtype` must be one of {', '.join(DTYPES)}, got {value!r}")
+    return value
+
+
+def parse_device_type(value: Any, where: str) -> str:
+    if not isinstance(value, str) or not _DEVICE_TYPE.fullmatch(value):
+        raise ConfigError(
+            f'{where}: `device-type` must be a torch device type such as "cuda", got {value!r}'
+        )
+    return value
+
+
 def _string_list(value: Any, key: str, where: str) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
         raise ConfigError(f"{where}: `{key}` must be a list of strings")
@@ -151,6 +171,8 @@ def load_settings(config_file: Path | None, known_codes: Iterable[str]) -> Setti
 
 
 _KEYS = {
+    "dtype",
+    "device-type",
     "select",
     "ignore",
     "exclude",
@@ -200,6 +222,10 @@ def _settings_from_table(
                 for pattern, codes in value.items()
             ),
         )
+    if "dtype" in table:
+        settings = replace(settings, dtype=parse_dtype(table["dtype"], where))
+    if "device-type" in table:
+        settings = replace(settings, device_type=parse_device_type(table["device-type"], where))
     if "target-torch" in table:
         settings = replace(settings, target_torch=parse_torch_version(table["target-torch"], where))
     return settings

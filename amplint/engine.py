@@ -137,7 +137,7 @@ def lint_text(text: str, codes: frozenset[str], settings: Settings) -> list[Diag
         module = cst.parse_module(text)
     except cst.ParserSyntaxError as error:
         return _noqa_filter(text, [_syntax_error(text, error)]) if SYNTAX_ERROR in codes else []
-    return _lint_module(ModuleFacts(module), text, rules, settings)
+    return _lint_module(ModuleFacts(module, text), text, rules, settings)
 
 
 def _is_applicable(diagnostic: Diagnostic, unsafe: bool) -> bool:
@@ -174,7 +174,7 @@ def fix_text(
             raise FixError(f"a fix produced code that does not parse: {error.message}") from None
         if round_number == 0 and module.code != text:
             raise FixError("libcst cannot reproduce this file byte for byte; not fixing it")
-        facts = ModuleFacts(module)
+        facts = ModuleFacts(module, text)
         diagnostics = _lint_module(facts, text, rules, settings)
         due = [diagnostic for diagnostic in diagnostics if _is_applicable(diagnostic, unsafe)]
         if not due:

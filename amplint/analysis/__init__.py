@@ -9,12 +9,14 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 
 from amplint.analysis.deprecated_amp import DeprecatedAmpUse, find_deprecated_amp_uses
 from amplint.analysis.imports import ImportMap
+from amplint.analysis.steps import StepScan, find_training_steps
 from amplint.diagnostics import Span
 
 
 class ModuleFacts:
-    def __init__(self, module: cst.Module) -> None:
+    def __init__(self, module: cst.Module, text: str) -> None:
         self.module = module
+        self.text = text  # the source the module was parsed from
 
     @cached_property
     def imports(self) -> ImportMap:
@@ -23,6 +25,10 @@ class ModuleFacts:
     @cached_property
     def deprecated_amp_uses(self) -> list[DeprecatedAmpUse]:
         return find_deprecated_amp_uses(self.module, self.imports)
+
+    @cached_property
+    def training_steps(self) -> StepScan:
+        return find_training_steps(self.module, self.imports)
 
     @cached_property
     def _positions(self):

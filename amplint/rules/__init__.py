@@ -5,8 +5,10 @@ from __future__ import annotations
 from amplint.diagnostics import SYNTAX_ERROR
 from amplint.rules.base import Rule
 from amplint.rules.deprecated_amp import DeprecatedTorchAmp
+from amplint.rules.fp32_step import FP32TrainingStep
 
 RULES: tuple[Rule, ...] = (
+    FP32TrainingStep(),
     DeprecatedTorchAmp("AMP201", "cuda"),
     DeprecatedTorchAmp("AMP202", "cpu"),
 )

@@ -234,3 +234,7 @@ def ensure_module_import(module: cst.Module, name: str) -> cst.Module:
 
 def ensure_functools_imported(module: cst.Module) -> cst.Module:
     return ensure_module_import(module, "functools")
+
+
+def ensure_torch_imported(module: cst.Module) -> cst.Module:
+    return ensure_module_import(module, "torch")

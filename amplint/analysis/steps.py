@@ -1,0 +1,581 @@
+"""TrainingStep: where a module backpropagates a loss and steps an optimizer.
+
+A training step is a block (a loop body or a function body) in which a loss goes
+through ``.backward()`` and an optimizer goes through ``.step()``.  Statements in
+``if`` / ``with`` / ``try`` inside the block belong to it; nested loops and
+functions are blocks of their own.  Everything the AMP rules need hangs off it:
+the forward region autocast wraps, the backward calls to scale, the optimizer
+steps, gradient clipping, and the scope a GradScaler must live in.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Iterator, Sequence, Union
+
+import libcst as cst
+
+from amplint.analysis.imports import ImportMap, dotted_name
+from amplint.analysis.scopes import Scope
+
+Loop = Union[cst.For, cst.While]
+BlockOwner = Union[cst.For, cst.While, cst.FunctionDef]
+
+CLIP_FUNCTIONS = {
+    "torch.nn.utils.clip_grad_norm_",
+    "torch.nn.utils.clip_grad_value_",
+    "torch.nn.utils.clip_grad_norm",
+    "torch.nn.utils.clip_grad.clip_grad_norm_",
+    "torch.nn.utils.clip_grad.clip_grad_value_",
+}
+# Losses that raise "unsafe to autocast" under CUDA autocast.
+AUTOCAST_UNSAFE_LOSSES = {
+    "torch.nn.BCELoss",
+    "torch.nn.modules.loss.BCELoss",
+    "torch.nn.functional.binary_cross_entropy",
+    "torch.binary_cross_entropy",
+}
+# Receivers of `.backward(loss)` that belong to a framework owning precision.
+FRAMEWORK_BACKWARD = {"accelerator", "booster", "engine", "model_engine", "fabric"}
+# Calls that only move or reshape data: such statements feed the loss, but they
+# are input preparation, not the forward pass.
+DATA_METHODS = {
+    "to",
+    "cuda",
+    "cpu",
+    "float",
+    "double",
+    "long",
+    "int",
+    "bool",
+    "view",
+    "reshape",
+    "squeeze",
+    "unsqueeze",
+    "permute",
+    "contiguous",
+    "flatten",
+    "items",
+    "keys",
+    "values",
+    "get",
+    "pin_memory",
+    "non_blocking",
+    "detach",
+    "clone",
+}
+DATA_FUNCTIONS = {"next", "iter", "len", "zip", "enumerate", "range", "dict", "list", "tuple"}
+_OPTIMIZER_NAME = re.compile(r"optim|^opt($|[_\dA-Z]|[dg]$)", re.I)
+_SCHEDULER_NAME = re.compile(r"sched", re.I)
+_ALREADY_AMP = re.compile(r"autocast|GradScaler|\.scale\(|scale_loss|\.half\(\)|bfloat16|float16")
+_MANUAL_UPDATE = re.compile(r"\.data\.(add_|sub_|copy_)|\.(add_|sub_)\([^)]*\.grad|-=\s*\w*lr")
+
+
+# The skip reason of a step that already uses autocast or a scaler: such steps
+# belong to the misuse rules, not to AMP001.
+ALREADY_AMP = "already mixed precision"
+
+
+@dataclass(frozen=True, eq=False)
+class BackwardCall:
+    call: cst.Call
+    loss: cst.BaseExpression  # what is backpropagated: `loss` in `loss.backward()`
+    top: int  # index of the step block's statement holding the call
+
+
+@dataclass(frozen=True, eq=False)
+class OptimizerStep:
+    call: cst.Call
+    optimizer: cst.BaseExpression  # `optimizer`, `self.optimizer`, ...
+    statement: cst.BaseStatement  # the line holding the call
+    order: int  # position among the step block's statements, in program order
+    has_closure: bool
+
+
+@dataclass(frozen=True, eq=False)
+class GradEdit:
+    statement: cst.BaseStatement  # a clip call's line, or a loop editing `.grad`
+    order: int
+
+
+@dataclass(frozen=True, eq=False)
+class ForwardRegion:
+    first: cst.BaseStatement
+    last: cst.BaseStatement
+    statements: tuple[cst.BaseStatement, ...]
+
+
+@dataclass(eq=False)
+class TrainingStep:
+    block: cst.IndentedBlock
+    owner: BlockOwner
+    function: cst.FunctionDef | None  # the function the block is in (or is the body of)
+    class_def: cst.ClassDef | None  # set when `function` is a method
+    outermost_loop: cst.BaseStatement | None  # where a local scaler goes before
+    enclosing_scope: Scope  # the scope whose code holds the step
+    backwards: list[BackwardCall] = field(default_factory=list)
+    steps: list[OptimizerStep] = field(default_factory=list)
+    grad_edits: list[GradEdit] = field(default_factory=list)
+    regions: list[ForwardRegion] = field(default_factory=list)
+    # Why amplint does not rewrite this step, in the user's terms; None if it can.
+    skip: str | None = None
+
+
+@dataclass(eq=False)
+class StepScan:
+    """What `find_training_steps` saw: steps, and backward calls with no optimizer."""
+
+    steps: list[TrainingStep]
+    manual_updates: list[BackwardCall]  # backward whose block updates parameters by hand
+
+
+def _flat(body: Sequence[cst.BaseStatement]) -> Iterator[tuple[int, cst.BaseStatement]]:
+    """(top-level index, statement) for every statement of the block in program
+    order, through if/with/try but not into loops, functions or classes."""
+    for index, statement in enumerate(body):
+        yield from _flat_statement(index, statement)
+
+
+def _flat_statement(index: int, statement: cst.BaseStatement):
+    yield index, statement
+    if isinstance(statement, (cst.If, cst.With, cst.Try)):
+        for block in _child_blocks(statement):
+            for child in block.body:
+                yield from _flat_statement(index, child)
+
+
+def _child_blocks(statement: cst.BaseStatement) -> Iterator[cst.BaseSuite]:
+    if isinstance(statement, cst.If):
+        yield statement.body
+        if statement.orelse is not None:
+            if isinstance(statement.orelse, cst.If):
+                yield from _child_blocks(statement.orelse)
+            else:
+                yield statement.orelse.body
+    elif isinstance(statement, cst.With):
+        yield statement.body
+    elif isinstance(statement, cst.Try):
+        yield statement.body
+        for handler in statement.handlers:
+            yield handler.body
+        if statement.orelse is not None:
+            yield statement.orelse.body
+        if statement.finalbody is not None:
+            yield statement.finalbody.body
+
+
+def _calls_in_line(statement: cst.BaseStatement) -> Iterator[cst.Call]:
+    """Calls that are whole expression statements of a simple line."""
+    if isinstance(statement, cst.SimpleStatementLine):
+        for small in statement.body:
+            if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
+                yield small.value
+
+
+def _method(call: cst.Call) -> str | None:
+    return call.func.attr.value if isinstance(call.func, cst.Attribute) else None
+
+
+class _NameUse(cst.CSTVisitor):
+    """Names a statement binds and names it reads."""
+
+    def __init__(self) -> None:
+        self.bound: set[str] = set()
+        self.read: set[str] = set()
+        self._target_depth = 0
+
+    def _visit_target(self, target: cst.CSTNode) -> None:
+        self._target_depth += 1
+        target.visit(self)
+        self._target_depth -= 1
+
+    def visit_Assign(self, node: cst.Assign) -> bool:
+        for target in node.targets:
+            self._visit_target(target.target)
+        node.value.visit(self)
+        return False
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> bool:
+        self._visit_target(node.target)
+        if node.value is not None:
+            node.value.visit(self)
+        return False
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> bool:
+        self._visit_target(node.target)
+        node.target.visit(self)  # `x += 1` reads x too
+        node.value.visit(self)
+        return False
+
+    def visit_For(self, node: cst.For) -> bool:
+        self._visit_target(node.target)
+        node.iter.visit(self)
+        node.body.visit(self)
+        return False
+
+    def visit_AsName(self, node: cst.AsName) -> bool:
+        self._visit_target(node.name)
+        return False
+
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        node.value.visit(self)
+        return False
+
+    def visit_Subscript(self, node: cst.Subscript) -> bool:
+        # `d[k] = v` reads d (and mutates it) rather than binding a name
+        depth, self._target_depth = self._target_depth, 0
+        node.value.visit(self)
+        for element in node.slice:
+            element.visit(self)
+        self._target_depth = depth
+        return False
+
+    def visit_Arg(self, node: cst.Arg) -> bool:
+        node.value.visit(self)
+        return False
+
+    def visit_Name(self, node: cst.Name) -> None:
+        (self.bound if self._target_depth else self.read).add(node.value)
+
+
+def name_use(node: cst.CSTNode) -> _NameUse:
+    use = _NameUse()
+    node.visit(use)
+    return use
+
+
+def _chain_has_attribute(node: cst.BaseExpression, attribute: str) -> bool:
+    while isinstance(node, (cst.Attribute, cst.Call, cst.Subscript)):
+        if isinstance(node, cst.Attribute):
+            if node.attr.value == attribute:
+                return True
+            node = node.value
+        elif isinstance(node, cst.Call):
+            node = node.func
+        else:
+            node = node.value
+    return False
+
+
+class _GradEditFinder(cst.CSTVisitor):
+    """Does a statement change gradients in place (`p.grad.mul_`, `p.grad = ...`)?"""
+
+    def __init__(self) -> None:
+        self.found = False
+
+    def visit_Call(self, node: cst.Call) -> None:
+        method = _method(node)
+        if (
+            method is not None
+            and method.endswith("_")
+            and method not in ("zero_", "requires_grad_")
+            and _chain_has_attribute(node.func.value, "grad")
+        ):
+            self.found = True
+
+    def _target(self, target: cst.BaseExpression) -> None:
+        if isinstance(target, cst.Attribute) and target.attr.value == "grad":
+            self.found = True
+        elif _chain_has_attribute(target, "grad"):
+            self.found = True
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if not (isinstance(node.value, cst.Name) and node.value.value == "None"):
+            for target in node.targets:
+                self._target(target.target)
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        self._target(node.target)
+
+
+class _StepFinder(cst.CSTVisitor):
+    """Visits every loop and function body once, with the enclosing context."""
+
+    def __init__(self, module: cst.Module, imports: ImportMap) -> None:
+        self.module = module
+        self.imports = imports
+        self.optimizers = _optimizer_names(module, imports)
+        self.steps: list[TrainingStep] = []
+        self.manual_updates: list[BackwardCall] = []
+        self._scopes: list[Scope] = [module]
+        self._functions: list[cst.FunctionDef | None] = [None]
+        self._classes: list[cst.ClassDef | None] = [None]
+        # statements of the current function (or module) that are loops
+        # enclosing the visit position, outermost first
+        self._loops: list[list[cst.BaseStatement]] = [[]]
+
+    # -- context ------------------------------------------------------------
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self._scopes.append(node)
+        self._classes.append(node)
+        self._functions.append(None)
+        self._loops.append([])
+
+    def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
+        self._scopes.pop()
+        self._classes.pop()
+        self._functions.pop()
+        self._loops.pop()
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        class_def = self._classes[-1] if self._scopes[-1] is self._classes[-1] else None
+        self._scopes.append(node)
+        self._functions.append(node)
+        self._classes.append(class_def)
+        self._loops.append([])
+        if isinstance(node.body, cst.IndentedBlock):
+            self._examine(node.body, node)
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        self._scopes.pop()
+        self._functions.pop()
+        self._classes.pop()
+        self._loops.pop()
+
+    def _visit_loop(self, node: Loop) -> None:
+        self._loops[-1].append(node)
+        if isinstance(node.body, cst.IndentedBlock):
+            self._examine(node.body, node)
+
+    def visit_For(self, node: cst.For) -> None:
+        self._visit_loop(node)
+
+    def leave_For(self, original_node: cst.For) -> None:
+        self._loops[-1].pop()
+
+    def visit_While(self, node: cst.While) -> None:
+        self._visit_loop(node)
+
+    def leave_While(self, original_node: cst.While) -> None:
+        self._loops[-1].pop()
+
+    # -- one block ----------------------------------------------------------
+    def _resolve(self, node: cst.BaseExpression) -> str | None:
+        return self.imports.resolve(node, self._scopes[-1])
+
+    def _is_optimizer(self, receiver: cst.BaseExpression) -> bool:
+        name = dotted_name(receiver)
+        if name is None:
+            return False
+        last = name.rsplit(".", 1)[-1]
+        if _SCHEDULER_NAME.search(last) or name in self.optimizers.schedulers:
+            return False
+        return name in self.optimizers.names or bool(_OPTIMIZER_NAME.search(last))
+
+    def _examine(self, block: cst.IndentedBlock, owner: BlockOwner) -> None:
+        backwards: list[BackwardCall] = []
+        steps: list[OptimizerStep] = []
+        grad_edits: list[GradEdit] = []
+        framework = False
+        flat = list(_flat(block.body))
+        for order, (top, statement) in enumerate(flat):
+            for call in _calls_in_line(statement):
+                method = _method(call)
+                receiver = call.func.value if method else None
+                if method == "backward":
+                    receiver_name = dotted_name(receiver) or ""
+                    if receiver_name.rsplit(".", 1)[-1] in FRAMEWORK_BACKWARD:
+                        framework = True
+                    else:
+                        backwards.append(BackwardCall(call, receiver, top))
+                elif method == "manual_backward":
+                    framework = True
+                elif method == "step" and self._is_optimizer(receiver):
+                    steps.append(
+                        OptimizerStep(call, receiver, statement, order, has_closure=bool(call.args))
+                    )
+                elif self._resolve(call.func) in CLIP_FUNCTIONS:
+                    grad_edits.append(GradEdit(statement, order))
+            if not isinstance(statement, (cst.If, cst.With, cst.Try)) and not any(
+                edit.statement is statement for edit in grad_edits
+            ):
+                finder = _GradEditFinder()
+                statement.visit(finder)
+                if finder.found:
+                    grad_edits.append(GradEdit(statement, order))
+        if framework or not backwards:
+            return
+        if not steps:
+            if _MANUAL_UPDATE.search(self.module.code_for_node(block)):
+                self.manual_updates.append(backwards[0])
+            return
+        function = self._functions[-1]
+        loops = self._loops[-1]
+        step = TrainingStep(
+            block=block,
+            owner=owner,
+            function=function,
+            class_def=self._classes[-1] if function is not None else None,
+            outermost_loop=loops[0] if loops else None,
+            enclosing_scope=self._scopes[-1],
+            backwards=backwards,
+            steps=steps,
+            grad_edits=[
+                edit for edit in grad_edits if edit.order > _first_order(flat, backwards[0])
+            ],
+        )
+        step.skip = self._skip_reason(step, flat)
+        self.steps.append(step)
+
+    def _skip_reason(self, step: TrainingStep, flat) -> str | None:
+        code = self.module.code_for_node(step.block)
+        enclosing = step.function if step.function is not None else None
+        if _ALREADY_AMP.search(code) or (
+            enclosing is not None and _ALREADY_AMP.search(self.module.code_for_node(enclosing))
+        ):
+            return ALREADY_AMP
+        for optimizer_step in step.steps:
+            if optimizer_step.has_closure:
+                name = self.module.code_for_node(optimizer_step.optimizer)
+                return f"`{name}.step(closure)` cannot go through a GradScaler"
+        lower = 0
+        for backward in step.backwards:
+            region = _forward_region(step.block.body, backward, lower)
+            if isinstance(region, str):
+                return region
+            unsafe = self._autocast_unsafe_loss(region)
+            if unsafe is not None:
+                return (
+                    f"`{unsafe}` raises under CUDA autocast; compute it on logits with "
+                    "nn.BCEWithLogitsLoss / F.binary_cross_entropy_with_logits"
+                )
+            step.regions.append(region)
+            lower = backward.top + 1
+        return None
+
+    def _autocast_unsafe_loss(self, region: ForwardRegion) -> str | None:
+        for statement in region.statements:
+            finder = _UnsafeLossFinder(self, self.optimizers.unsafe_losses)
+            statement.visit(finder)
+            if finder.found is not None:
+                return finder.found
+        return None
+
+
+class _UnsafeLossFinder(cst.CSTVisitor):
+    def __init__(self, step_finder: _StepFinder, unsafe_names: set[str]) -> None:
+        self.step_finder = step_finder
+        self.unsafe_names = unsafe_names
+        self.found: str | None = None
+
+    def visit_Call(self, node: cst.Call) -> None:
+        name = dotted_name(node.func)
+        if (
+            name in self.unsafe_names
+            or self.step_finder._resolve(node.func) in AUTOCAST_UNSAFE_LOSSES
+        ):
+            self.found = self.step_finder.module.code_for_node(node.func)
+        elif isinstance(node.func, cst.Call):  # nn.BCELoss()(probs, targets)
+            if self.step_finder._resolve(node.func.func) in AUTOCAST_UNSAFE_LOSSES:
+                self.found = self.step_finder.module.code_for_node(node.func.func)
+
+
+def _first_order(flat, backward: BackwardCall) -> int:
+    for order, (_, statement) in enumerate(flat):
+        if any(call is backward.call for call in _calls_in_line(statement)):
+            return order
+    return -1
+
+
+def _is_data_preparation(statement: cst.BaseStatement) -> bool:
+    """Unpacking a batch or moving it to the device: no model call in it."""
+    if not isinstance(statement, cst.SimpleStatementLine):
+        return False
+    finder = _NonDataCall()
+    statement.visit(finder)
+    return not finder.found
+
+
+class _NonDataCall(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.found = False
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if isinstance(node.func, cst.Attribute):
+            if node.func.attr.value not in DATA_METHODS:
+                self.found = True
+        elif not (isinstance(node.func, cst.Name) and node.func.value in DATA_FUNCTIONS):
+            self.found = True
+
+
+def _forward_region(
+    body: Sequence[cst.BaseStatement], backward: BackwardCall, lower: int
+) -> ForwardRegion | str:
+    """The statements from the first that computes towards the loss to the one
+    that binds it, all at the top level of the step block."""
+    loss_names = name_use(backward.loss).read
+    last = None
+    for index in range(backward.top - 1, lower - 1, -1):
+        if name_use(body[index]).bound & loss_names:
+            last = index
+            break
+    if last is None:
+        shown = cst.Module([]).code_for_node(backward.loss)
+        return f"cannot find where `{shown}` is computed in the same block as its backward"
+    needed = set(name_use(body[last]).read)
+    first = last
+    for index in range(last - 1, lower - 1, -1):
+        use = name_use(body[index])
+        if use.bound & needed:
+            needed |= use.read
+            if not _is_data_preparation(body[index]):
+                first = index
+    statements = tuple(body[first : last + 1])
+    return ForwardRegion(body[first], body[last], statements)
+
+
+@dataclass
+class _Optimizers:
+    names: set[str]
+    schedulers: set[str]
+    unsafe_losses: set[str]  # names bound to an autocast-unsafe loss module
+
+
+class _OptimizerCollector(cst.CSTVisitor):
+    def __init__(self, imports: ImportMap) -> None:
+        self.imports = imports
+        self.found = _Optimizers(set(), set(), set())
+        self._scopes: list[Scope] = []
+
+    def visit_Module(self, node: cst.Module) -> None:
+        self._scopes.append(node)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self._scopes.append(node)
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        self._scopes.pop()
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if not isinstance(node.value, cst.Call):
+            return
+        called = self.imports.resolve(node.value.func, self._scopes[-1]) or ""
+        for target in node.targets:
+            name = dotted_name(target.target)
+            if name is None:
+                continue
+            if called.startswith("torch.optim.lr_scheduler."):
+                self.found.schedulers.add(name)
+            elif called.startswith("torch.optim."):
+                self.found.names.add(name)
+            elif called in AUTOCAST_UNSAFE_LOSSES:
+                self.found.unsafe_losses.add(name)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if _method(node) == "zero_grad":
+            name = dotted_name(node.func.value)
+            if name is not None:
+                self.found.names.add(name)
+
+
+def _optimizer_names(module: cst.Module, imports: ImportMap) -> _Optimizers:
+    collector = _OptimizerCollector(imports)
+    module.visit(collector)
+    return collector.found
+
+
+def find_training_steps(module: cst.Module, imports: ImportMap) -> StepScan:
+    finder = _StepFinder(module, imports)
+    module.visit(finder)
+    return StepScan(finder.steps, finder.manual_updates)

@@ -1,0 +1,84 @@
+"""AMP001: a training step that runs in full FP32.
+
+The fix inserts autocast around the forward pass and, for float16, a GradScaler
+in a scope that outlives the step.  Steps amplint cannot convert safely are
+reported with the reason and left alone.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterator
+
+from amplint.analysis import ModuleFacts
+from amplint.analysis.steps import ALREADY_AMP, TrainingStep
+from amplint.config import Settings
+from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix
+from amplint.rules.base import Rule
+from amplint.transforms.imports import ensure_torch_imported
+from amplint.transforms.insert_amp import InsertAmp, amp_choice
+
+_FSDP = re.compile(r"FullyShardedDataParallel|\bfully_shard\b|\bFSDP\b")
+SCALER_SINCE = (2, 3)  # torch.amp.GradScaler
+
+
+class FP32TrainingStep(Rule):
+    code = "AMP001"
+    trigger = re.compile(r"\.backward\(")
+
+    def check(self, facts: ModuleFacts, settings: Settings) -> Iterator[Diagnostic]:
+        scan = facts.training_steps
+        for step in scan.steps:
+            if step.skip == ALREADY_AMP:
+                continue  # the misuse rules look at steps that already use AMP
+            yield self._diagnostic(step, facts, settings)
+        for backward in scan.manual_updates:
+            loss = facts.module.code_for_node(backward.loss)
+            yield Diagnostic(
+                self.code,
+                f"`{loss}.backward()` runs in FP32 and the parameters are updated by hand, "
+                "not by an optimizer: not rewritten, a GradScaler can only unscale what an "
+                "optimizer steps",
+                facts.span(backward.call),
+            )
+
+    def _diagnostic(self, step: TrainingStep, facts: ModuleFacts, settings: Settings) -> Diagnostic:
+        first = step.backwards[0]
+        loss = facts.module.code_for_node(first.loss)
+        span = facts.span(first.call)
+        choice = amp_choice(settings)
+        reason = step.skip
+        if reason is None and choice.uses_scaler and _FSDP.search(facts.text):
+            reason = (
+                "FSDP needs torch.distributed.fsdp.sharded_grad_scaler.ShardedGradScaler; "
+                "`--dtype bfloat16` needs no scaler"
+            )
+        if reason is None and choice.uses_scaler and settings.target_torch < SCALER_SINCE:
+            reason = "torch.amp.GradScaler needs torch 2.3, above target-torch"
+        insert = None
+        if reason is None:
+            insert = InsertAmp(step, facts, settings)
+            reason = insert.place_scaler()
+        if reason is not None:
+            return Diagnostic(
+                self.code, f"training step runs in FP32; not rewritten: {reason}", span
+            )
+        insert.plan_step()
+        if choice.uses_scaler:
+            advice = "wrap the forward pass in torch.autocast and scale the loss with a GradScaler"
+            done = f"autocast around the forward pass, GradScaler `{insert.scaler}`"
+        else:
+            advice = f"wrap the forward pass in torch.autocast with {choice.dtype}"
+            done = f"autocast ({choice.dtype}) around the forward pass"
+        fix = Fix(
+            Applicability.SAFE,
+            done,
+            (Edit(insert.target, insert.rewrite),),
+            module_passes=(ensure_torch_imported,),
+        )
+        return Diagnostic(
+            self.code,
+            f"training step runs in FP32: `{loss}` is computed without autocast; {advice}",
+            span,
+            fix,
+        )

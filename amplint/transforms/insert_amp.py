@@ -1,0 +1,207 @@
+"""Turn an FP32 training step into mixed precision (the AMP001 fix).
+
+The plan: a GradScaler created once in a scope that outlives the step,
+``torch.autocast`` around each forward region, ``scaler.scale(loss).backward()``,
+``scaler.step(optimizer)`` with one ``scaler.update()`` after the last step, and
+``scaler.unscale_(optimizer)`` before the first gradient clip or edit.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Sequence
+
+import libcst as cst
+
+from amplint.analysis import ModuleFacts
+from amplint.analysis.steps import TrainingStep
+from amplint.config import Settings
+from amplint.transforms.statements import StatementPlan
+
+SCALER_NAMES = ("scaler", "grad_scaler", "amp_scaler")
+
+
+@dataclass(frozen=True)
+class AmpChoice:
+    """What to insert, from the settings: the autocast dtype and whether to scale."""
+
+    device: str
+    dtype: str  # "float16", "bfloat16" or "auto"
+
+    @property
+    def uses_scaler(self) -> bool:
+        return self.dtype == "float16" or (self.dtype == "auto" and self.device == "cuda")
+
+    @property
+    def picks_dtype_at_run_time(self) -> bool:
+        return self.dtype == "auto" and self.device == "cuda"
+
+
+def amp_choice(settings: Settings) -> AmpChoice:
+    return AmpChoice(settings.device_type, settings.dtype)
+
+
+def _free_name(candidates: Sequence[str], text: str, prefix: str = "") -> str:
+    for name in candidates:
+        if not re.search(rf"(?<![\w.]){re.escape(prefix + name)}\b", text):
+            return name
+    return candidates[-1] + "_"
+
+
+def _statement(code: str) -> cst.BaseStatement:
+    return cst.parse_statement(code + "\n")
+
+
+class InsertAmp:
+    """Builds the plan for one step; `target` is the node the plan rewrites."""
+
+    def __init__(self, step: TrainingStep, facts: ModuleFacts, settings: Settings) -> None:
+        self.step = step
+        self.facts = facts
+        self.choice = amp_choice(settings)
+        self.torch = facts.imports.name_for("torch", step.enclosing_scope) or "torch"
+        self.plan = StatementPlan()
+        self.target: cst.CSTNode | None = None
+        self.scaler: str | None = None  # how the step refers to its scaler
+        self.dtype_expression = {
+            "float16": f"{self.torch}.float16",
+            "bfloat16": f"{self.torch}.bfloat16",
+            "auto": f"{self.torch}.bfloat16",
+        }[self.choice.dtype]
+
+    def code(self, node: cst.CSTNode) -> str:
+        return self.facts.module.code_for_node(node)
+
+    # -- where the scaler lives -------------------------------------------------
+    def _creation(self, owner_prefix: str, dtype_name: str, scaler_name: str) -> list[str]:
+        torch, device = self.torch, self.choice.device
+        lines = []
+        enabled = ""
+        if self.choice.picks_dtype_at_run_time:
+            lines.append(
+                f"{owner_prefix}{dtype_name} = {torch}.bfloat16 if "
+                f"{torch}.cuda.is_bf16_supported() else {torch}.float16"
+            )
+            enabled = f", enabled={owner_prefix}{dtype_name} == {torch}.float16"
+        if self.choice.uses_scaler:
+            lines.append(
+                f'{owner_prefix}{scaler_name} = {torch}.amp.GradScaler("{device}"{enabled})'
+            )
+        return lines
+
+    def place_scaler(self) -> str | None:
+        """Plan the scaler's creation; returns why it cannot be placed, or None."""
+        step = self.step
+        if step.owner is not step.function:  # a loop body: before the outermost loop
+            text = self.code(step.function) if step.function is not None else self.facts.text
+            scaler = _free_name(SCALER_NAMES, text)
+            dtype_name = _free_name(("amp_dtype", "autocast_dtype"), text)
+            self.target = step.function or self.facts.module
+            self._use(scaler, dtype_name)
+            created = self._creation("", dtype_name, scaler)
+            if created:
+                self.plan.before(step.outermost_loop, *map(_statement, created))
+            return None
+        if step.class_def is not None:
+            return self._place_on_instance()
+        # A free function called from elsewhere: the scaler lives in the scope
+        # that defines the function, so every call shares it.
+        defining_scope = self.facts.imports.parent.get(step.function) or self.facts.module
+        scaler = _free_name(SCALER_NAMES, self.facts.text)
+        dtype_name = _free_name(("amp_dtype", "autocast_dtype"), self.facts.text)
+        self.target = defining_scope
+        self._use(scaler, dtype_name)
+        created = self._creation("", dtype_name, scaler)
+        if created:
+            self.plan.before(step.function, *map(_statement, created))
+        return None
+
+    def _place_on_instance(self) -> str | None:
+        step = self.step
+        class_def = step.class_def
+        init = next(
+            (
+                statement
+                for statement in class_def.body.body
+                if isinstance(statement, cst.FunctionDef) and statement.name.value == "__init__"
+            ),
+            None,
+        )
+        if init is None or not init.params.params or not isinstance(init.body, cst.IndentedBlock):
+            return f"`{class_def.name.value}` has no __init__ to create the GradScaler in"
+        if not step.function.params.params:
+            return f"`{step.function.name.value}` has no `self` to reach a GradScaler"
+        init_self = init.params.params[0].name.value
+        method_self = step.function.params.params[0].name.value
+        class_text = self.code(class_def)
+        scaler = _free_name(SCALER_NAMES, class_text, prefix=f"{init_self}.")
+        dtype_name = _free_name(("amp_dtype", "autocast_dtype"), class_text, prefix=f"{init_self}.")
+        self.target = class_def
+        self._use(f"{method_self}.{scaler}", f"{method_self}.{dtype_name}")
+        created = self._creation(f"{init_self}.", dtype_name, scaler)
+        # After the line that creates the optimizer, else at the end of __init__.
+        optimizers = {self.code(s.optimizer).split(".", 1)[-1] for s in step.steps}
+        anchor = init.body.body[-1]
+        for statement in init.body.body:
+            if any(f"{init_self}.{name}" in self.code(statement) for name in optimizers):
+                if isinstance(statement, cst.SimpleStatementLine):
+                    anchor = statement
+        if created:
+            self.plan.after(anchor, *map(_statement, created))
+        return None
+
+    def _use(self, scaler: str, dtype_name: str) -> None:
+        self.scaler = scaler if self.choice.uses_scaler else None
+        if self.choice.picks_dtype_at_run_time:
+            self.dtype_expression = dtype_name
+
+    # -- the step itself --------------------------------------------------------
+    def plan_step(self) -> None:
+        step, plan = self.step, self.plan
+        autocast = f'{self.torch}.autocast("{self.choice.device}", dtype={self.dtype_expression})'
+
+        def wrapper(statements: Sequence[cst.BaseStatement]) -> cst.With:
+            return cst.With(
+                items=[cst.WithItem(cst.parse_expression(autocast))],
+                body=cst.IndentedBlock(body=list(statements)),
+            )
+
+        for region in step.regions:
+            plan.wrap(region.first, region.last, wrapper)
+        if self.scaler is None:
+            return
+        scaler = self.scaler
+        for backward in step.backwards:
+            plan.replace_node(backward.call, self._scaled_backward)
+        for optimizer_step in step.steps:
+            optimizer = self.code(optimizer_step.optimizer)
+            plan.replace_node(
+                optimizer_step.call,
+                lambda call, optimizer=optimizer: call.with_changes(
+                    func=cst.parse_expression(f"{scaler}.step"),
+                    args=[cst.Arg(cst.parse_expression(optimizer))],
+                ),
+            )
+        last_step = max(step.steps, key=lambda s: s.order)
+        plan.after(last_step.statement, _statement(f"{scaler}.update()"))
+        unscaled: set[str] = set()
+        for edit in sorted(step.grad_edits, key=lambda e: e.order):
+            following = [s for s in step.steps if s.order > edit.order]
+            if not following:
+                continue
+            optimizer = self.code(min(following, key=lambda s: s.order).optimizer)
+            if optimizer in unscaled:
+                continue
+            unscaled.add(optimizer)
+            plan.before(edit.statement, _statement(f"{scaler}.unscale_({optimizer})"))
+
+    def _scaled_backward(self, call: cst.Call) -> cst.Call:
+        scale = cst.Call(
+            func=cst.parse_expression(f"{self.scaler}.scale"),
+            args=[cst.Arg(call.func.value)],
+        )
+        return call.with_changes(func=call.func.with_changes(value=scale))
+
+    def rewrite(self, node: cst.CSTNode) -> cst.CSTNode:
+        return self.plan.apply(node)

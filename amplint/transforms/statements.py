@@ -1,0 +1,87 @@
+"""Statement-level rewrites planned by node identity: insert lines before or
+after a statement, wrap a run of statements in a compound statement, replace a
+node.  One plan is carried out in one pass over the subtree it was made for."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import libcst as cst
+
+Wrapper = Callable[[Sequence[cst.BaseStatement]], cst.BaseCompoundStatement]
+
+
+@dataclass
+class StatementPlan:
+    # Keys are ids of nodes in the tree the plan was made from.
+    insert_before: dict[int, list[cst.BaseStatement]] = field(default_factory=dict)
+    insert_after: dict[int, list[cst.BaseStatement]] = field(default_factory=dict)
+    # first statement id -> (last statement id, build the compound statement)
+    wraps: dict[int, tuple[int, Wrapper]] = field(default_factory=dict)
+    replace: dict[int, Callable[[cst.CSTNode], cst.CSTNode]] = field(default_factory=dict)
+
+    def before(self, statement: cst.CSTNode, *new: cst.BaseStatement) -> None:
+        self.insert_before.setdefault(id(statement), []).extend(new)
+
+    def after(self, statement: cst.CSTNode, *new: cst.BaseStatement) -> None:
+        self.insert_after.setdefault(id(statement), []).extend(new)
+
+    def wrap(self, first: cst.CSTNode, last: cst.CSTNode, wrapper: Wrapper) -> None:
+        self.wraps[id(first)] = (id(last), wrapper)
+
+    def replace_node(self, node: cst.CSTNode, rewrite: Callable[[cst.CSTNode], cst.CSTNode]):
+        self.replace[id(node)] = rewrite
+
+    def apply(self, node: cst.CSTNode) -> cst.CSTNode:
+        return node.visit(_PlanApplier(self))
+
+
+def _without_leading_lines(statement: cst.BaseStatement) -> cst.BaseStatement:
+    return statement.with_changes(leading_lines=())
+
+
+class _PlanApplier(cst.CSTTransformer):
+    def __init__(self, plan: StatementPlan) -> None:
+        self.plan = plan
+
+    def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode):
+        rewrite = self.plan.replace.get(id(original_node))
+        if rewrite is not None:
+            updated_node = rewrite(updated_node)
+        if isinstance(updated_node, (cst.IndentedBlock, cst.Module)):
+            body = self._rebuild(original_node.body, updated_node.body)
+            updated_node = updated_node.with_changes(body=body)
+        return updated_node
+
+    def _rebuild(
+        self, originals: Sequence[cst.BaseStatement], updated: Sequence[cst.BaseStatement]
+    ) -> list[cst.BaseStatement]:
+        plan = self.plan
+        result: list[cst.BaseStatement] = []
+        wrapping: tuple[int, Wrapper] | None = None
+        wrapped: list[cst.BaseStatement] = []
+        for original, statement in zip(originals, updated):
+            before = plan.insert_before.get(id(original), [])
+            if before:
+                # Comments and blank lines above the statement now head the inserted lines.
+                before = [
+                    before[0].with_changes(leading_lines=statement.leading_lines),
+                    *before[1:],
+                ]
+                statement = _without_leading_lines(statement)
+            target = wrapped if wrapping is not None else result
+            target.extend(before)
+            if wrapping is None and id(original) in plan.wraps:
+                wrapping = plan.wraps[id(original)]
+                target = wrapped
+            target.append(statement)
+            target.extend(plan.insert_after.get(id(original), []))
+            if wrapping is not None and id(original) == wrapping[0]:
+                head = wrapped[0]
+                compound = wrapping[1]([_without_leading_lines(head), *wrapped[1:]])
+                result.append(compound.with_changes(leading_lines=head.leading_lines))
+                wrapping, wrapped = None, []
+        if wrapping is not None:
+            raise ValueError("a wrapped run of statements does not end in the same block")
+        return result
