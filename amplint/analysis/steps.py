@@ -118,6 +118,12 @@ class TrainingStep:
     steps: list[OptimizerStep] = field(default_factory=list)
     grad_edits: list[GradEdit] = field(default_factory=list)
     regions: list[ForwardRegion] = field(default_factory=list)
+
+    @property
+    def anchor(self) -> cst.Call:
+        """The call a finding about this step points at."""
+        return self.backwards[0].call if self.backwards else self.steps[0].call
+
     # Why amplint does not rewrite this step, in the user's terms; None if it can.
     skip: str | None = None
 
@@ -394,12 +400,20 @@ class _StepFinder(cst.CSTVisitor):
                 statement.visit(finder)
                 if finder.found:
                     grad_edits.append(GradEdit(statement, order))
-        if framework or not backwards:
+        if framework:
+            return
+        if not backwards:
+            closures = [s for s in steps if s.has_closure]
+            if closures:  # the backward lives in the closure the optimizer calls
+                self._add_step(block, owner, [], closures, [], flat)
             return
         if not steps:
             if _MANUAL_UPDATE.search(self.module.code_for_node(block)):
                 self.manual_updates.append(backwards[0])
             return
+        self._add_step(block, owner, backwards, steps, grad_edits, flat)
+
+    def _add_step(self, block, owner, backwards, steps, grad_edits, flat) -> None:
         function = self._functions[-1]
         loops = self._loops[-1]
         step = TrainingStep(
@@ -437,8 +451,8 @@ class _StepFinder(cst.CSTVisitor):
             unsafe = self._autocast_unsafe_loss(region)
             if unsafe is not None:
                 return (
-                    f"`{unsafe}` raises under CUDA autocast; compute it on logits with "
-                    "nn.BCEWithLogitsLoss / F.binary_cross_entropy_with_logits"
+                    f"{unsafe} raises under CUDA autocast; compute the loss on logits "
+                    "with nn.BCEWithLogitsLoss or F.binary_cross_entropy_with_logits"
                 )
             step.regions.append(region)
             lower = backward.top + 1
@@ -454,21 +468,26 @@ class _StepFinder(cst.CSTVisitor):
 
 
 class _UnsafeLossFinder(cst.CSTVisitor):
-    def __init__(self, step_finder: _StepFinder, unsafe_names: set[str]) -> None:
+    """The first call in a statement to a loss that raises under CUDA autocast."""
+
+    def __init__(self, step_finder: _StepFinder, unsafe_names: dict[str, str]) -> None:
         self.step_finder = step_finder
         self.unsafe_names = unsafe_names
         self.found: str | None = None
 
     def visit_Call(self, node: cst.Call) -> None:
-        name = dotted_name(node.func)
-        if (
-            name in self.unsafe_names
-            or self.step_finder._resolve(node.func) in AUTOCAST_UNSAFE_LOSSES
-        ):
-            self.found = self.step_finder.module.code_for_node(node.func)
-        elif isinstance(node.func, cst.Call):  # nn.BCELoss()(probs, targets)
-            if self.step_finder._resolve(node.func.func) in AUTOCAST_UNSAFE_LOSSES:
-                self.found = self.step_finder.module.code_for_node(node.func.func)
+        if self.found is not None:
+            return
+        func = (
+            node.func.func if isinstance(node.func, cst.Call) else node.func
+        )  # nn.BCELoss()(p, t)
+        spelled = self.step_finder.module.code_for_node(func)
+        qualified = self.unsafe_names.get(dotted_name(func) or "")
+        if qualified is None and self.step_finder._resolve(func) in AUTOCAST_UNSAFE_LOSSES:
+            qualified = self.step_finder._resolve(func)
+        if qualified is not None:
+            short = qualified.replace("torch.nn.functional.", "F.").replace("torch.nn.", "nn.")
+            self.found = f"`{spelled}`" if spelled == short else f"`{spelled}` ({short})"
 
 
 def _first_order(flat, backward: BackwardCall) -> int:
@@ -529,13 +548,13 @@ def _forward_region(
 class _Optimizers:
     names: set[str]
     schedulers: set[str]
-    unsafe_losses: set[str]  # names bound to an autocast-unsafe loss module
+    unsafe_losses: dict[str, str]  # name bound to an autocast-unsafe loss -> its class
 
 
 class _OptimizerCollector(cst.CSTVisitor):
     def __init__(self, imports: ImportMap) -> None:
         self.imports = imports
-        self.found = _Optimizers(set(), set(), set())
+        self.found = _Optimizers(set(), set(), {})
         self._scopes: list[Scope] = []
 
     def visit_Module(self, node: cst.Module) -> None:
@@ -560,7 +579,7 @@ class _OptimizerCollector(cst.CSTVisitor):
             elif called.startswith("torch.optim."):
                 self.found.names.add(name)
             elif called in AUTOCAST_UNSAFE_LOSSES:
-                self.found.unsafe_losses.add(name)
+                self.found.unsafe_losses[name] = called
 
     def visit_Call(self, node: cst.Call) -> None:
         if _method(node) == "zero_grad":

@@ -43,9 +43,7 @@ class FP32TrainingStep(Rule):
             )
 
     def _diagnostic(self, step: TrainingStep, facts: ModuleFacts, settings: Settings) -> Diagnostic:
-        first = step.backwards[0]
-        loss = facts.module.code_for_node(first.loss)
-        span = facts.span(first.call)
+        span = facts.span(step.anchor)
         choice = amp_choice(settings)
         reason = step.skip
         if reason is None and choice.uses_scaler and _FSDP.search(facts.text):
@@ -64,6 +62,7 @@ class FP32TrainingStep(Rule):
                 self.code, f"training step runs in FP32; not rewritten: {reason}", span
             )
         insert.plan_step()
+        loss = facts.module.code_for_node(step.backwards[0].loss)
         if choice.uses_scaler:
             advice = "wrap the forward pass in torch.autocast and scale the loss with a GradScaler"
             done = f"autocast around the forward pass, GradScaler `{insert.scaler}`"

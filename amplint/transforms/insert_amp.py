@@ -49,7 +49,16 @@ def _free_name(candidates: Sequence[str], text: str, prefix: str = "") -> str:
     return candidates[-1] + "_"
 
 
-def _statement(code: str) -> cst.BaseStatement:
+LINE_LENGTH = 88  # black's default
+
+
+def _statement(code: str, indent: int = 0) -> cst.BaseStatement:
+    """One inserted line, laid out as black would at that indentation."""
+    if indent + len(code) > LINE_LENGTH:
+        import black  # only fixes that insert long lines pay for importing black
+
+        mode = black.Mode(line_length=max(LINE_LENGTH - indent, 40))
+        code = black.format_str(code, mode=mode).rstrip("\n")
     return cst.parse_statement(code + "\n")
 
 
@@ -100,8 +109,7 @@ class InsertAmp:
             self.target = step.function or self.facts.module
             self._use(scaler, dtype_name)
             created = self._creation("", dtype_name, scaler)
-            if created:
-                self.plan.before(step.outermost_loop, *map(_statement, created))
+            self._insert(self.plan.before, step.outermost_loop, created)
             return None
         if step.class_def is not None:
             return self._place_on_instance()
@@ -113,8 +121,7 @@ class InsertAmp:
         self.target = defining_scope
         self._use(scaler, dtype_name)
         created = self._creation("", dtype_name, scaler)
-        if created:
-            self.plan.before(step.function, *map(_statement, created))
+        self._insert(self.plan.before, step.function, created)
         return None
 
     def _place_on_instance(self) -> str | None:
@@ -147,9 +154,14 @@ class InsertAmp:
             if any(f"{init_self}.{name}" in self.code(statement) for name in optimizers):
                 if isinstance(statement, cst.SimpleStatementLine):
                     anchor = statement
-        if created:
-            self.plan.after(anchor, *map(_statement, created))
+        self._insert(self.plan.after, anchor, created)
         return None
+
+    def _insert(self, where, anchor: cst.BaseStatement, lines: list[str]) -> None:
+        """Plan `lines` before or after `anchor`, at its indentation."""
+        if lines:
+            indent = self.facts.span(anchor).column - 1
+            where(anchor, *(_statement(line, indent) for line in lines))
 
     def _use(self, scaler: str, dtype_name: str) -> None:
         self.scaler = scaler if self.choice.uses_scaler else None
@@ -184,7 +196,7 @@ class InsertAmp:
                 ),
             )
         last_step = max(step.steps, key=lambda s: s.order)
-        plan.after(last_step.statement, _statement(f"{scaler}.update()"))
+        self._insert(plan.after, last_step.statement, [f"{scaler}.update()"])
         unscaled: set[str] = set()
         for edit in sorted(step.grad_edits, key=lambda e: e.order):
             following = [s for s in step.steps if s.order > edit.order]
@@ -194,7 +206,7 @@ class InsertAmp:
             if optimizer in unscaled:
                 continue
             unscaled.add(optimizer)
-            plan.before(edit.statement, _statement(f"{scaler}.unscale_({optimizer})"))
+            self._insert(plan.before, edit.statement, [f"{scaler}.unscale_({optimizer})"])
 
     def _scaled_backward(self, call: cst.Call) -> cst.Call:
         scale = cst.Call(

@@ -37,6 +37,14 @@ class StatementPlan:
         return node.visit(_PlanApplier(self))
 
 
+def _separation(statement: cst.BaseStatement, top_level: bool) -> list[cst.EmptyLine]:
+    """Blank lines black keeps between a new line and the statement after it:
+    two before a top-level def or class, one before a nested one, else none."""
+    if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+        return [cst.EmptyLine()] * (2 if top_level else 1)
+    return []
+
+
 def _without_leading_lines(statement: cst.BaseStatement) -> cst.BaseStatement:
     return statement.with_changes(leading_lines=())
 
@@ -50,12 +58,16 @@ class _PlanApplier(cst.CSTTransformer):
         if rewrite is not None:
             updated_node = rewrite(updated_node)
         if isinstance(updated_node, (cst.IndentedBlock, cst.Module)):
-            body = self._rebuild(original_node.body, updated_node.body)
+            top_level = isinstance(original_node, cst.Module)
+            body = self._rebuild(original_node.body, updated_node.body, top_level)
             updated_node = updated_node.with_changes(body=body)
         return updated_node
 
     def _rebuild(
-        self, originals: Sequence[cst.BaseStatement], updated: Sequence[cst.BaseStatement]
+        self,
+        originals: Sequence[cst.BaseStatement],
+        updated: Sequence[cst.BaseStatement],
+        top_level: bool,
     ) -> list[cst.BaseStatement]:
         plan = self.plan
         result: list[cst.BaseStatement] = []
@@ -69,7 +81,7 @@ class _PlanApplier(cst.CSTTransformer):
                     before[0].with_changes(leading_lines=statement.leading_lines),
                     *before[1:],
                 ]
-                statement = _without_leading_lines(statement)
+                statement = statement.with_changes(leading_lines=_separation(statement, top_level))
             target = wrapped if wrapping is not None else result
             target.extend(before)
             if wrapping is None and id(original) in plan.wraps:
