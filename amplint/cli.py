@@ -12,7 +12,15 @@ import click
 
 from amplint import __version__
 from amplint.catalog import load_catalog
-from amplint.config import ConfigError, Settings, find_config, load_settings, parse_selectors
+from amplint.config import (
+    DTYPES,
+    ConfigError,
+    Settings,
+    find_config,
+    load_settings,
+    parse_device_type,
+    parse_selectors,
+)
 from amplint.engine import FileReport, process_file
 from amplint.files import Discovered, SourceError, discover, write_source_atomic
 from amplint.report import (
@@ -35,16 +43,18 @@ def _error(message: str) -> None:
     click.echo(f"amplint: error: {message}", err=True)
 
 
-def _settings(config: Path | None, paths: tuple[Path, ...], select, ignore) -> Settings:
+def _settings(paths: tuple[Path, ...], options: dict) -> Settings:
     """The run's settings; a configuration error ends the run with exit code 2."""
     try:
-        return _load_settings(config, paths, select, ignore)
+        return _load_settings(paths, **options)
     except ConfigError as error:
         _error(str(error))
         sys.exit(EXIT_ERROR)
 
 
-def _load_settings(config: Path | None, paths: tuple[Path, ...], select, ignore) -> Settings:
+def _load_settings(
+    paths: tuple[Path, ...], config: Path | None, select, ignore, dtype, device_type
+) -> Settings:
     if config is None:
         start = Path(os.path.commonpath([p.resolve() for p in paths])) if paths else Path.cwd()
         config = find_config(start)
@@ -57,6 +67,10 @@ def _load_settings(config: Path | None, paths: tuple[Path, ...], select, ignore)
         settings = replace(
             settings, ignore=parse_selectors(ignore, "ignore", "--ignore", ALL_CODES)
         )
+    if dtype is not None:
+        settings = replace(settings, dtype=dtype)
+    if device_type is not None:
+        settings = replace(settings, device_type=parse_device_type(device_type, "--device-type"))
     return settings
 
 
@@ -81,6 +95,16 @@ _selection_options = [
         "--config",
         type=click.Path(path_type=Path, dir_okay=False),
         help="A pyproject.toml ([tool.amplint]) or amplint.toml to use instead of the nearest one.",
+    ),
+    click.option(
+        "--dtype",
+        type=click.Choice(DTYPES),
+        help="What AMP001 inserts: float16 (autocast + GradScaler), bfloat16 (autocast), "
+        "auto (bf16 where supported, else fp16). Default: float16.",
+    ),
+    click.option(
+        "--device-type",
+        help="The autocast / GradScaler device AMP001 inserts. Default: cuda.",
     ),
 ]
 
@@ -107,9 +131,9 @@ def main() -> None:
     show_default=True,
 )
 @click.option("--exit-zero", is_flag=True, help="Exit 0 even when there are findings.")
-def check(paths, select, ignore, config, output_format, exit_zero) -> None:
+def check(paths, output_format, exit_zero, **options) -> None:
     """Report AMP findings in PATHS (files or directories; default: .)."""
-    settings = _settings(config, paths, select, ignore)
+    settings = _settings(paths, options)
     findings, errors = [], 0
     for report in _reports(paths, settings, lambda path: process_file(path, settings)):
         if report.error is not None:
@@ -132,9 +156,9 @@ def check(paths, select, ignore, config, output_format, exit_zero) -> None:
 @_with_selection
 @click.option("--apply", "apply_", is_flag=True, help="Write the fixes instead of showing a diff.")
 @click.option("--unsafe-fixes", is_flag=True, help="Also apply fixes that may change numerics.")
-def fix(paths, select, ignore, config, apply_, unsafe_fixes) -> None:
+def fix(paths, apply_, unsafe_fixes, **options) -> None:
     """Show (or with --apply, write) the fixes for PATHS."""
-    settings = _settings(config, paths, select, ignore)
+    settings = _settings(paths, options)
     errors, changed_files, fixed, remaining = 0, 0, 0, []
     for report in _reports(
         paths, settings, lambda path: process_file(path, settings, fixing=True, unsafe=unsafe_fixes)
