@@ -126,6 +126,8 @@ class TrainingStep:
 
     # Why amplint does not rewrite this step, in the user's terms; None if it can.
     skip: str | None = None
+    # A loss in a forward region that raises under CUDA autocast, as spelled.
+    unsafe_loss: str | None = None
 
 
 @dataclass(eq=False)
@@ -448,12 +450,7 @@ class _StepFinder(cst.CSTVisitor):
             region = _forward_region(step.block.body, backward, lower)
             if isinstance(region, str):
                 return region
-            unsafe = self._autocast_unsafe_loss(region)
-            if unsafe is not None:
-                return (
-                    f"{unsafe} raises under CUDA autocast; compute the loss on logits "
-                    "with nn.BCEWithLogitsLoss or F.binary_cross_entropy_with_logits"
-                )
+            step.unsafe_loss = step.unsafe_loss or self._autocast_unsafe_loss(region)
             step.regions.append(region)
             lower = backward.top + 1
         return None

@@ -46,6 +46,11 @@ class FP32TrainingStep(Rule):
         span = facts.span(step.anchor)
         choice = amp_choice(settings)
         reason = step.skip
+        if reason is None and step.unsafe_loss is not None and choice.device == "cuda":
+            reason = (
+                f"{step.unsafe_loss} raises under CUDA autocast; compute the loss on logits "
+                "with nn.BCEWithLogitsLoss or F.binary_cross_entropy_with_logits"
+            )
         if reason is None and choice.uses_scaler and _FSDP.search(facts.text):
             reason = (
                 "FSDP needs torch.distributed.fsdp.sharded_grad_scaler.ShardedGradScaler; "

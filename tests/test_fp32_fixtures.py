@@ -1,0 +1,96 @@
+"""AMP001 on realistic training scripts: pinned rewrites that still train.
+
+Each script in fixtures/fp32_steps prints `loss <value>` per step. After the
+rewrite it runs on the CPU twice: with the defaults (cuda autocast and scaler
+disable themselves, so every loss is identical to the original's) and rewritten
+for `--device-type cpu --dtype bfloat16` (AMP active: losses finite, and falling
+where the original's fall). Scripts in fixtures/not_steps must come out of
+`fix` unchanged. AMPLINT_UPDATE_GOLDEN=1 rewrites the pinned outputs.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import subprocess
+import sys
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+
+from amplint.config import Settings
+from tests.helpers import FIXTURES, fixed
+
+STEPS = sorted((FIXTURES / "fp32_steps").glob("*.py"))
+NOT_STEPS = sorted((FIXTURES / "not_steps").glob("*.py"))
+EXPECTED = FIXTURES / "fp32_steps" / "expected"
+UPDATE = os.environ.get("AMPLINT_UPDATE_GOLDEN") == "1"
+BF16_CPU = Settings(dtype="bfloat16", device_type="cpu")
+_LOSS = re.compile(r"^loss (\S+)$", re.M)
+
+
+def _expected(script: Path) -> Path:
+    return EXPECTED / script.name
+
+
+def test_fixture_families_are_there() -> None:
+    assert len(STEPS) >= 10 and len(NOT_STEPS) >= 7
+
+
+@pytest.mark.parametrize("script", STEPS, ids=[s.stem for s in STEPS])
+def test_rewrite_matches_the_pinned_output(script: Path) -> None:
+    result = fixed(script.read_text(encoding="utf-8"))
+    if UPDATE:
+        EXPECTED.mkdir(exist_ok=True)
+        _expected(script).write_text(result, encoding="utf-8")
+    assert result == _expected(script).read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("script", STEPS, ids=[s.stem for s in STEPS])
+def test_rewrite_is_idempotent(script: Path) -> None:
+    expected = _expected(script).read_text(encoding="utf-8")
+    assert fixed(expected) == expected
+    bf16 = fixed(script.read_text(encoding="utf-8"), BF16_CPU)
+    assert fixed(bf16, BF16_CPU) == bf16
+
+
+@pytest.mark.parametrize("script", NOT_STEPS, ids=[s.stem for s in NOT_STEPS])
+def test_not_a_convertible_step_is_left_unchanged(script: Path) -> None:
+    source = script.read_text(encoding="utf-8")
+    assert fixed(source) == source
+    assert fixed(source, BF16_CPU) == source or script.stem == "fsdp_model"
+
+
+@lru_cache(maxsize=None)
+def _losses(path: Path) -> tuple[float, ...]:
+    run = subprocess.run(
+        [sys.executable, path.name], cwd=path.parent, capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode == 0, f"{path} failed:\n{run.stderr[-3000:]}"
+    losses = tuple(float(value) for value in _LOSS.findall(run.stdout))
+    assert losses, f"{path} printed no `loss <value>` lines"
+    return losses
+
+
+@pytest.fixture(scope="module")
+def torch_installed() -> None:
+    pytest.importorskip("torch")
+
+
+@pytest.mark.parametrize("script", STEPS, ids=[s.stem for s in STEPS])
+def test_rewritten_with_defaults_trains_identically_on_cpu(script: Path, torch_installed) -> None:
+    assert _losses(_expected(script)) == _losses(script)
+
+
+@pytest.mark.parametrize("script", STEPS, ids=[s.stem for s in STEPS])
+def test_rewritten_for_cpu_bfloat16_trains(script: Path, tmp_path: Path, torch_installed) -> None:
+    rewritten = tmp_path / script.name
+    rewritten.write_text(fixed(script.read_text(encoding="utf-8"), BF16_CPU), encoding="utf-8")
+    assert 'autocast("cpu", dtype=torch.bfloat16)' in rewritten.read_text()
+    original, amp = _losses(script), _losses(rewritten)
+    assert all(math.isfinite(value) for value in amp)
+    assert len(amp) == len(original)
+    if original[-1] < original[0]:
+        assert amp[-1] < amp[0], f"bf16 loss did not fall: {amp[0]} -> {amp[-1]}"
