@@ -161,7 +161,15 @@ def test_second_run_changes_nothing_and_reports_nothing() -> None:
                 criterion(model(x), y).backward()
                 optimizer.step()
             """,
-            "cannot find where `criterion(model(x), y)` is computed",
+            "the forward pass runs inside `criterion(model(x), y).backward()`",
+        ),
+        (
+            """
+            def backward_step(loss, optimizer):
+                loss.backward()
+                optimizer.step()
+            """,
+            "`loss` comes from the caller",
         ),
     ],
 )
@@ -221,6 +229,14 @@ def test_fsdp_with_bfloat16_is_rewritten() -> None:
             scaler.scale(loss).backward()
             scaler.step(optimizer)
             scaler.update()
+        """,
+        # a toy step on a bare parameter (tests do this): no model runs
+        """
+        import torch
+        p = torch.nn.Parameter(torch.zeros(3))
+        opt = torch.optim.SGD([p], lr=0.1)
+        p.sum().backward()
+        opt.step()
         """,
         # a scheduler is not an optimizer
         """

@@ -68,13 +68,50 @@ DATA_METHODS = {
 DATA_FUNCTIONS = {"next", "iter", "len", "zip", "enumerate", "range", "dict", "list", "tuple"}
 _OPTIMIZER_NAME = re.compile(r"optim|^opt($|[_\dA-Z]|[dg]$)", re.I)
 _SCHEDULER_NAME = re.compile(r"sched", re.I)
-_ALREADY_AMP = re.compile(r"autocast|GradScaler|\.scale\(|scale_loss|\.half\(\)|bfloat16|float16")
+_ALREADY_AMP = re.compile(
+    r"autocast|GradScaler|\.scale\(|scale_loss|\.half\(\)|bfloat16|float16"
+    r"|\b(loss|grad|amp)_scaler\b|\bscaler\.(scale|step|update|unscale_)\("
+)
 _MANUAL_UPDATE = re.compile(r"\.data\.(add_|sub_|copy_)|\.(add_|sub_)\([^)]*\.grad|-=\s*\w*lr")
 
 
-# The skip reason of a step that already uses autocast or a scaler: such steps
-# belong to the misuse rules, not to AMP001.
+# Skip reasons that are not reported. A step that already uses autocast or a
+# scaler belongs to the misuse rules; a "step" whose loss comes from no model
+# call (`p.sum().backward()` on a bare parameter in a test) is not training.
 ALREADY_AMP = "already mixed precision"
+NO_FORWARD = "no forward pass"
+SILENT_SKIPS = (ALREADY_AMP, NO_FORWARD)
+# Tensor methods: calling one is arithmetic on a result, not running a model.
+TENSOR_METHODS = {
+    "sum",
+    "mean",
+    "pow",
+    "exp",
+    "log",
+    "abs",
+    "sqrt",
+    "norm",
+    "clamp",
+    "max",
+    "min",
+    "softmax",
+    "log_softmax",
+    "sigmoid",
+    "tanh",
+    "relu",
+    "matmul",
+    "mm",
+    "bmm",
+    "item",
+    "argmax",
+    "gather",
+    "masked_fill",
+    "transpose",
+    "t",
+    "expand",
+    "repeat",
+    "type_as",
+}
 
 
 @dataclass(frozen=True, eq=False)
@@ -435,25 +472,42 @@ class _StepFinder(cst.CSTVisitor):
         self.steps.append(step)
 
     def _skip_reason(self, step: TrainingStep, flat) -> str | None:
-        code = self.module.code_for_node(step.block)
-        enclosing = step.function if step.function is not None else None
-        if _ALREADY_AMP.search(code) or (
-            enclosing is not None and _ALREADY_AMP.search(self.module.code_for_node(enclosing))
-        ):
+        # The outermost function holding the step: AMP set up around a nested
+        # helper (timm's `_backward` under `loss_scaler`) counts too.
+        outermost = next((f for f in self._functions if f is not None), None)
+        scope = outermost if outermost is not None else step.block
+        if _ALREADY_AMP.search(self.module.code_for_node(scope)):
             return ALREADY_AMP
         for optimizer_step in step.steps:
             if optimizer_step.has_closure:
                 name = self.module.code_for_node(optimizer_step.optimizer)
                 return f"`{name}.step(closure)` cannot go through a GradScaler"
         lower = 0
+        parameters = (
+            {param.name.value for param in step.function.params.params}
+            if step.function is not None
+            else set()
+        )
         for backward in step.backwards:
-            region = _forward_region(step.block.body, backward, lower)
+            if self._runs_model(backward.loss):
+                shown = self.module.code_for_node(backward.loss)
+                return f"the forward pass runs inside `{shown}.backward()`; bind the loss first"
+            region = _forward_region(step.block.body, backward, lower, parameters)
             if isinstance(region, str):
                 return region
+            if not any(self._runs_model(statement) for statement in region.statements):
+                return NO_FORWARD
             step.unsafe_loss = step.unsafe_loss or self._autocast_unsafe_loss(region)
             step.regions.append(region)
             lower = backward.top + 1
         return None
+
+    def _runs_model(self, node: cst.CSTNode) -> bool:
+        """Whether `node` calls something other than torch itself, data moves
+        and tensor arithmetic: a model, a loss module, a helper computing the loss."""
+        finder = _ModelCallFinder(self)
+        node.visit(finder)
+        return finder.found
 
     def _autocast_unsafe_loss(self, region: ForwardRegion) -> str | None:
         for statement in region.statements:
@@ -462,6 +516,26 @@ class _StepFinder(cst.CSTVisitor):
             if finder.found is not None:
                 return finder.found
         return None
+
+
+class _ModelCallFinder(cst.CSTVisitor):
+    def __init__(self, step_finder: _StepFinder) -> None:
+        self.step_finder = step_finder
+        self.found = False
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if isinstance(func, cst.Attribute) and func.attr.value in DATA_METHODS | TENSOR_METHODS:
+            return
+        if isinstance(func, cst.Name) and func.value in DATA_FUNCTIONS:
+            return
+        resolved = self.step_finder._resolve(func)
+        if (
+            resolved is None
+            or not resolved.startswith("torch.")
+            or resolved.startswith("torch.nn.functional.")
+        ):
+            self.found = True
 
 
 class _UnsafeLossFinder(cst.CSTVisitor):
@@ -516,7 +590,7 @@ class _NonDataCall(cst.CSTVisitor):
 
 
 def _forward_region(
-    body: Sequence[cst.BaseStatement], backward: BackwardCall, lower: int
+    body: Sequence[cst.BaseStatement], backward: BackwardCall, lower: int, parameters: set[str]
 ) -> ForwardRegion | str:
     """The statements from the first that computes towards the loss to the one
     that binds it, all at the top level of the step block."""
@@ -528,6 +602,8 @@ def _forward_region(
             break
     if last is None:
         shown = cst.Module([]).code_for_node(backward.loss)
+        if loss_names and loss_names <= parameters:
+            return f"`{shown}` comes from the caller; autocast belongs where the forward pass runs"
         return f"cannot find where `{shown}` is computed in the same block as its backward"
     needed = set(name_use(body[last]).read)
     first = last

@@ -11,7 +11,7 @@ import re
 from typing import Iterator
 
 from amplint.analysis import ModuleFacts
-from amplint.analysis.steps import ALREADY_AMP, TrainingStep
+from amplint.analysis.steps import SILENT_SKIPS, TrainingStep
 from amplint.config import Settings
 from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix
 from amplint.rules.base import Rule
@@ -29,8 +29,8 @@ class FP32TrainingStep(Rule):
     def check(self, facts: ModuleFacts, settings: Settings) -> Iterator[Diagnostic]:
         scan = facts.training_steps
         for step in scan.steps:
-            if step.skip == ALREADY_AMP:
-                continue  # the misuse rules look at steps that already use AMP
+            if step.skip in SILENT_SKIPS:
+                continue  # already AMP (the misuse rules' business), or not training
             yield self._diagnostic(step, facts, settings)
         for backward in scan.manual_updates:
             loss = facts.module.code_for_node(backward.loss)

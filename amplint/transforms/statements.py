@@ -41,7 +41,7 @@ def _separation(statement: cst.BaseStatement, top_level: bool) -> list[cst.Empty
     """Blank lines black keeps between a new line and the statement after it:
     two before a top-level def or class, one before a nested one, else none."""
     if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
-        return [cst.EmptyLine()] * (2 if top_level else 1)
+        return [cst.EmptyLine(indent=False)] * (2 if top_level else 1)
     return []
 
 
