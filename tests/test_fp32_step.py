@@ -100,7 +100,7 @@ def test_second_run_changes_nothing_and_reports_nothing() -> None:
                     return loss
                 optimizer.step(closure)
             """,
-            "`optimizer.step(closure)` cannot go through a GradScaler",
+            "`optimizer.step(closure)` cannot go through a GradScaler (it refuses closures)",
         ),
         (
             """

@@ -127,7 +127,7 @@ class OptimizerStep:
     optimizer: cst.BaseExpression  # `optimizer`, `self.optimizer`, ...
     statement: cst.BaseStatement  # the line holding the call
     order: int  # position among the step block's statements, in program order
-    has_closure: bool
+    has_closure: bool  # called with arguments: a closure, or not torch.optim at all
 
 
 @dataclass(frozen=True, eq=False)
@@ -480,8 +480,10 @@ class _StepFinder(cst.CSTVisitor):
             return ALREADY_AMP
         for optimizer_step in step.steps:
             if optimizer_step.has_closure:
-                name = self.module.code_for_node(optimizer_step.optimizer)
-                return f"`{name}.step(closure)` cannot go through a GradScaler"
+                call = self.module.code_for_node(optimizer_step.call)
+                if "closure" in call or "lambda" in call:
+                    return f"`{call}` cannot go through a GradScaler (it refuses closures)"
+                return f"`{call}` is not a plain optimizer step"
         lower = 0
         parameters = (
             {param.name.value for param in step.function.params.params}
