@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import textwrap
 from pathlib import Path
 
@@ -31,3 +32,12 @@ def fixed(text: str, settings: Settings | None = None, unsafe: bool = False) -> 
 
 def run_cli(*args: str | Path) -> Result:
     return CliRunner().invoke(main, [str(arg) for arg in args], catch_exceptions=False)
+
+
+def assert_matches_golden(result: str, golden: Path) -> None:
+    """`result` equals the pinned file; AMPLINT_UPDATE_GOLDEN=1 rewrites the pin
+    (review the git diff before committing it)."""
+    if os.environ.get("AMPLINT_UPDATE_GOLDEN") == "1":
+        golden.parent.mkdir(exist_ok=True)
+        golden.write_text(result, encoding="utf-8")
+    assert result == golden.read_text(encoding="utf-8")

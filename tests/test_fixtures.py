@@ -6,18 +6,16 @@ Set AMPLINT_UPDATE_GOLDEN=1 to rewrite the pinned outputs after a reviewed chang
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import FIXTURES, codes_of, fixed
+from tests.helpers import FIXTURES, assert_matches_golden, codes_of, fixed
 
 SCRIPTS = sorted((FIXTURES / "deprecated_amp").glob("*.py"))
 EXPECTED = FIXTURES / "deprecated_amp" / "expected"
-UPDATE = os.environ.get("AMPLINT_UPDATE_GOLDEN") == "1"
 ids = [script.stem for script in SCRIPTS]
 
 
@@ -31,11 +29,7 @@ def test_there_are_fixtures() -> None:
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=ids)
 def test_fix_matches_the_pinned_output(script: Path) -> None:
-    result = fixed(script.read_text(encoding="utf-8"))
-    if UPDATE:
-        EXPECTED.mkdir(exist_ok=True)
-        _expected(script).write_text(result, encoding="utf-8")
-    assert result == _expected(script).read_text(encoding="utf-8")
+    assert_matches_golden(fixed(script.read_text(encoding="utf-8")), _expected(script))
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=ids)

@@ -11,7 +11,6 @@ where the original's fall). Scripts in fixtures/not_steps must come out of
 from __future__ import annotations
 
 import math
-import os
 import re
 import subprocess
 import sys
@@ -21,12 +20,11 @@ from pathlib import Path
 import pytest
 
 from amplint.config import Settings
-from tests.helpers import FIXTURES, fixed
+from tests.helpers import FIXTURES, assert_matches_golden, fixed
 
 STEPS = sorted((FIXTURES / "fp32_steps").glob("*.py"))
 NOT_STEPS = sorted((FIXTURES / "not_steps").glob("*.py"))
 EXPECTED = FIXTURES / "fp32_steps" / "expected"
-UPDATE = os.environ.get("AMPLINT_UPDATE_GOLDEN") == "1"
 BF16_CPU = Settings(dtype="bfloat16", device_type="cpu")
 _LOSS = re.compile(r"^loss (\S+)$", re.M)
 
@@ -41,11 +39,7 @@ def test_fixture_families_are_there() -> None:
 
 @pytest.mark.parametrize("script", STEPS, ids=[s.stem for s in STEPS])
 def test_rewrite_matches_the_pinned_output(script: Path) -> None:
-    result = fixed(script.read_text(encoding="utf-8"))
-    if UPDATE:
-        EXPECTED.mkdir(exist_ok=True)
-        _expected(script).write_text(result, encoding="utf-8")
-    assert result == _expected(script).read_text(encoding="utf-8")
+    assert_matches_golden(fixed(script.read_text(encoding="utf-8")), _expected(script))
 
 
 @pytest.mark.parametrize("script", STEPS, ids=[s.stem for s in STEPS])
