@@ -279,3 +279,30 @@ def test_target_torch_below_2_3_keeps_float16_unfixed() -> None:
     (message,) = _messages(LOOP, settings)
     assert "torch.amp.GradScaler needs torch 2.3" in message
     assert fixed(LOOP, settings) == LOOP
+
+
+def test_two_loops_in_one_function_get_a_scaler_each() -> None:
+    source = dedent(
+        """
+        import torch
+
+
+        def main(model, pretrain_loader, finetune_loader, optimizer):
+            for x, y in pretrain_loader:
+                loss = torch.nn.functional.mse_loss(model(x), y)
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+            for x, y in finetune_loader:
+                loss = torch.nn.functional.l1_loss(model(x), y)
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+        """
+    )
+    result = fixed(source)
+    assert result.count("torch.autocast(") == 2
+    assert 'scaler = torch.amp.GradScaler("cuda")' in result
+    assert 'grad_scaler = torch.amp.GradScaler("cuda")' in result
+    assert "grad_scaler.scale(loss).backward()" in result
+    assert fixed(result) == result

@@ -472,10 +472,14 @@ class _StepFinder(cst.CSTVisitor):
         self.steps.append(step)
 
     def _skip_reason(self, step: TrainingStep, flat) -> str | None:
-        # The outermost function holding the step: AMP set up around a nested
-        # helper (timm's `_backward` under `loss_scaler`) counts too.
-        outermost = next((f for f in self._functions if f is not None), None)
-        scope = outermost if outermost is not None else step.block
+        # Where AMP set-up would show: around a loop step, its outermost loop; for
+        # a step that is a function body, the outermost function holding it (timm's
+        # nested `_backward` runs under a `loss_scaler` its parent set up). Another
+        # loop of the same function may be AMP already and this one not.
+        if step.owner is step.function:
+            scope = next(f for f in self._functions if f is not None)
+        else:
+            scope = step.outermost_loop
         if _ALREADY_AMP.search(self.module.code_for_node(scope)):
             return ALREADY_AMP
         for optimizer_step in step.steps:
