@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Iterator, Sequence, Union
+from typing import Callable, Iterator, Sequence, Union
 
 import libcst as cst
 
@@ -498,7 +498,7 @@ class _StepFinder(cst.CSTVisitor):
             if self._runs_model(backward.loss):
                 shown = self.module.code_for_node(backward.loss)
                 return f"the forward pass runs inside `{shown}.backward()`; bind the loss first"
-            region = _forward_region(step.block.body, backward, lower, parameters)
+            region = _forward_region(step.block.body, backward, lower, parameters, self._runs_model)
             if isinstance(region, str):
                 return region
             if not any(self._runs_model(statement) for statement in region.statements):
@@ -574,29 +574,12 @@ def _first_order(flat, backward: BackwardCall) -> int:
     return -1
 
 
-def _is_data_preparation(statement: cst.BaseStatement) -> bool:
-    """Unpacking a batch or moving it to the device: no model call in it."""
-    if not isinstance(statement, cst.SimpleStatementLine):
-        return False
-    finder = _NonDataCall()
-    statement.visit(finder)
-    return not finder.found
-
-
-class _NonDataCall(cst.CSTVisitor):
-    def __init__(self) -> None:
-        self.found = False
-
-    def visit_Call(self, node: cst.Call) -> None:
-        if isinstance(node.func, cst.Attribute):
-            if node.func.attr.value not in DATA_METHODS:
-                self.found = True
-        elif not (isinstance(node.func, cst.Name) and node.func.value in DATA_FUNCTIONS):
-            self.found = True
-
-
 def _forward_region(
-    body: Sequence[cst.BaseStatement], backward: BackwardCall, lower: int, parameters: set[str]
+    body: Sequence[cst.BaseStatement],
+    backward: BackwardCall,
+    lower: int,
+    parameters: set[str],
+    runs_model: Callable[[cst.CSTNode], bool],
 ) -> ForwardRegion | str:
     """The statements from the first that computes towards the loss to the one
     that binds it, all at the top level of the step block."""
@@ -617,7 +600,7 @@ def _forward_region(
         use = name_use(body[index])
         if use.bound & needed:
             needed |= use.read
-            if not _is_data_preparation(body[index]):
+            if runs_model(body[index]):  # not just making or moving a batch
                 first = index
     statements = tuple(body[first : last + 1])
     return ForwardRegion(body[first], body[last], statements)

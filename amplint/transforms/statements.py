@@ -37,6 +37,15 @@ class StatementPlan:
         return node.visit(_PlanApplier(self))
 
 
+def _split_leading_lines(
+    lines: Sequence[cst.EmptyLine],
+) -> tuple[list[cst.EmptyLine], list[cst.EmptyLine]]:
+    """(the blank lines before the first comment, the rest)."""
+    lines = list(lines)
+    first_comment = next((i for i, line in enumerate(lines) if line.comment), len(lines))
+    return lines[:first_comment], lines[first_comment:]
+
+
 def _separation(statement: cst.BaseStatement, top_level: bool) -> list[cst.EmptyLine]:
     """Blank lines black keeps between a new line and the statement after it:
     two before a top-level def or class, one before a nested one, else none."""
@@ -76,12 +85,13 @@ class _PlanApplier(cst.CSTTransformer):
         for original, statement in zip(originals, updated):
             before = plan.insert_before.get(id(original), [])
             if before:
-                # Comments and blank lines above the statement now head the inserted lines.
-                before = [
-                    before[0].with_changes(leading_lines=statement.leading_lines),
-                    *before[1:],
-                ]
-                statement = statement.with_changes(leading_lines=_separation(statement, top_level))
+                # Blank lines above the statement move above the inserted lines;
+                # its comments stay with it.
+                blank, comments = _split_leading_lines(statement.leading_lines)
+                before = [before[0].with_changes(leading_lines=blank), *before[1:]]
+                statement = statement.with_changes(
+                    leading_lines=comments or _separation(statement, top_level)
+                )
             target = wrapped if wrapping is not None else result
             target.extend(before)
             if wrapping is None and id(original) in plan.wraps:
