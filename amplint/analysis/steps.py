@@ -211,11 +211,15 @@ def _child_blocks(statement: cst.BaseStatement) -> Iterator[cst.BaseSuite]:
 
 
 def _calls_in_line(statement: cst.BaseStatement) -> Iterator[cst.Call]:
-    """Calls that are whole expression statements of a simple line."""
+    """Calls that make up a whole statement of a simple line: `f(x)`, or the value
+    of an assignment such as `loss = optimizer.step(closure)`."""
     if isinstance(statement, cst.SimpleStatementLine):
         for small in statement.body:
-            if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
-                yield small.value
+            value = getattr(small, "value", None)
+            if isinstance(small, (cst.Expr, cst.Assign, cst.AnnAssign)) and isinstance(
+                value, cst.Call
+            ):
+                yield value
 
 
 def _method(call: cst.Call) -> str | None:
@@ -574,6 +578,17 @@ def _first_order(flat, backward: BackwardCall) -> int:
     return -1
 
 
+def _ends_forward_search(statement: cst.BaseStatement) -> bool:
+    """Statements the forward region never reaches back over: control flow
+    (fetching a batch in a try, `if ...: continue`) and optimizer bookkeeping
+    (`zero_grad`, a previous `step`), which must stay outside autocast."""
+    if not isinstance(statement, cst.SimpleStatementLine):
+        return True
+    return any(
+        _method(call) in ("zero_grad", "step", "backward") for call in _calls_in_line(statement)
+    )
+
+
 def _forward_region(
     body: Sequence[cst.BaseStatement],
     backward: BackwardCall,
@@ -597,6 +612,8 @@ def _forward_region(
     needed = set(name_use(body[last]).read)
     first = last
     for index in range(last - 1, lower - 1, -1):
+        if _ends_forward_search(body[index]):
+            break
         use = name_use(body[index])
         if use.bound & needed:
             needed |= use.read
