@@ -4,7 +4,8 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-DEMO_SCRIPT := fixtures/deprecated_amp/legacy_train.py
+# An FP32 training loop (AMP001) and a torch-1.x AMP script (AMP201).
+DEMO_SCRIPTS := fixtures/fp32_steps/nested_loops.py fixtures/deprecated_amp/legacy_train.py
 DEMO_DIR := build/demo
 
 .PHONY: demo test bench clean
@@ -23,12 +24,12 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	touch $@
 
 demo: $(VENV)/.installed
-	@echo "== amplint check $(DEMO_SCRIPT)"
-	$(BIN)/amplint check $(DEMO_SCRIPT) || test $$? -eq 1  # 1 means: findings
-	@echo "== amplint fix $(DEMO_SCRIPT) (a diff; nothing is written)"
-	$(BIN)/amplint fix $(DEMO_SCRIPT) || test $$? -eq 1  # 1 means: fixes to show
-	@echo "== amplint fix --apply on a copy in $(DEMO_DIR)"
-	rm -rf $(DEMO_DIR) && mkdir -p $(DEMO_DIR) && cp $(DEMO_SCRIPT) $(DEMO_DIR)/
+	@echo "== amplint check $(DEMO_SCRIPTS)"
+	$(BIN)/amplint check $(DEMO_SCRIPTS) || test $$? -eq 1  # 1 means: findings
+	@echo "== amplint fix $(DEMO_SCRIPTS) (a diff; nothing is written)"
+	$(BIN)/amplint fix $(DEMO_SCRIPTS) || test $$? -eq 1  # 1 means: fixes to show
+	@echo "== amplint fix --apply on copies in $(DEMO_DIR)"
+	rm -rf $(DEMO_DIR) && mkdir -p $(DEMO_DIR) && cp $(DEMO_SCRIPTS) $(DEMO_DIR)/
 	$(BIN)/amplint fix --apply $(DEMO_DIR)
 	$(BIN)/amplint check $(DEMO_DIR)
 
