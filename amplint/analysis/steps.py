@@ -489,7 +489,7 @@ class _StepFinder(cst.CSTVisitor):
         for optimizer_step in step.steps:
             if optimizer_step.has_closure:
                 call = self.module.code_for_node(optimizer_step.call)
-                if "closure" in call or "lambda" in call:
+                if self._passes_closure(optimizer_step.call):
                     return f"`{call}` cannot go through a GradScaler (it refuses closures)"
                 return f"`{call}` is not a plain optimizer step"
         lower = 0
@@ -511,6 +511,15 @@ class _StepFinder(cst.CSTVisitor):
             step.regions.append(region)
             lower = backward.top + 1
         return None
+
+    def _passes_closure(self, call: cst.Call) -> bool:
+        """`step(closure)`, `step(lambda: ...)`, `step(partial(f, ...))`, or a def's
+        name; torch.distributed.optim steps take a context id instead."""
+        argument = call.args[0].value
+        if isinstance(argument, (cst.Lambda, cst.Call)):
+            return True
+        name = dotted_name(argument) or ""
+        return "closure" in name or name in self.optimizers.functions
 
     def _runs_model(self, node: cst.CSTNode) -> bool:
         """Whether `node` calls something other than torch itself, data moves
@@ -628,12 +637,13 @@ class _Optimizers:
     names: set[str]
     schedulers: set[str]
     unsafe_losses: dict[str, str]  # name bound to an autocast-unsafe loss -> its class
+    functions: set[str]  # names of every def in the module: candidates for closures
 
 
 class _OptimizerCollector(cst.CSTVisitor):
     def __init__(self, imports: ImportMap) -> None:
         self.imports = imports
-        self.found = _Optimizers(set(), set(), {})
+        self.found = _Optimizers(set(), set(), {}, set())
         self._scopes: list[Scope] = []
 
     def visit_Module(self, node: cst.Module) -> None:
@@ -641,6 +651,7 @@ class _OptimizerCollector(cst.CSTVisitor):
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         self._scopes.append(node)
+        self.found.functions.add(node.name.value)
 
     def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
         self._scopes.pop()
