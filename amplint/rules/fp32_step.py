@@ -24,7 +24,11 @@ SCALER_SINCE = (2, 3)  # torch.amp.GradScaler
 
 class FP32TrainingStep(Rule):
     code = "AMP001"
-    trigger = re.compile(r"\.backward\(")
+    # A backward and either an optimizer step or a hand-written update; anchored
+    # at the start so each lookahead scans the text once.
+    trigger = re.compile(
+        r"\A(?=.*?\.backward\()(?=.*?(?:\.step\(|\.data\.(?:add_|sub_|copy_)|-=))", re.S
+    )
 
     def check(self, facts: ModuleFacts, settings: Settings) -> Iterator[Diagnostic]:
         scan = facts.training_steps
