@@ -22,6 +22,9 @@ class ScopedVisitor(cst.CSTVisitor):
     def enter_scope(self, scope: Scope) -> None:
         """Called as each scope is entered, after it is pushed."""
 
+    def leave_scope(self, scope: Scope) -> None:
+        """Called as each scope is left, before it is popped."""
+
     def _push(self, scope: Scope) -> None:
         self.scopes.append(scope)
         self.enter_scope(scope)
@@ -29,17 +32,21 @@ class ScopedVisitor(cst.CSTVisitor):
     def visit_Module(self, node: cst.Module) -> None:
         self._push(node)
 
-    def leave_Module(self, original_node: cst.Module) -> None:
+    def _pop(self) -> None:
+        self.leave_scope(self.scopes[-1])
         self.scopes.pop()
+
+    def leave_Module(self, original_node: cst.Module) -> None:
+        self._pop()
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         self._push(node)
 
     def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
-        self.scopes.pop()
+        self._pop()
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         self._push(node)
 
     def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
-        self.scopes.pop()
+        self._pop()

@@ -17,7 +17,7 @@ from typing import Callable, Iterator, Sequence, Union
 import libcst as cst
 
 from amplint.analysis.imports import ImportMap, dotted_name
-from amplint.analysis.scopes import Scope
+from amplint.analysis.scopes import Scope, ScopedVisitor
 
 Loop = Union[cst.For, cst.While]
 BlockOwner = Union[cst.For, cst.While, cst.FunctionDef]
@@ -338,46 +338,37 @@ class _GradEditFinder(cst.CSTVisitor):
         self._target(node.target)
 
 
-class _StepFinder(cst.CSTVisitor):
+class _StepFinder(ScopedVisitor):
     """Visits every loop and function body once, with the enclosing context."""
 
     def __init__(self, module: cst.Module, imports: ImportMap) -> None:
+        super().__init__()
         self.module = module
         self.imports = imports
         self.optimizers = _optimizer_names(module, imports)
         self.steps: list[TrainingStep] = []
         self.manual_updates: list[BackwardCall] = []
-        self._scopes: list[Scope] = [module]
-        self._functions: list[cst.FunctionDef | None] = [None]
-        self._classes: list[cst.ClassDef | None] = [None]
-        # statements of the current function (or module) that are loops
-        # enclosing the visit position, outermost first
-        self._loops: list[list[cst.BaseStatement]] = [[]]
+        # Per scope: the function it is (None for a class or the module), the
+        # class it is a method of, and the loops enclosing the visit position
+        # within it, outermost first.
+        self._functions: list[cst.FunctionDef | None] = []
+        self._classes: list[cst.ClassDef | None] = []
+        self._loops: list[list[cst.BaseStatement]] = []
 
     # -- context ------------------------------------------------------------
-    def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        self._scopes.append(node)
-        self._classes.append(node)
-        self._functions.append(None)
+    def enter_scope(self, scope: Scope) -> None:
+        parent = self.scopes[-2] if len(self.scopes) > 1 else None
+        if isinstance(scope, cst.FunctionDef):
+            self._functions.append(scope)
+            self._classes.append(parent if isinstance(parent, cst.ClassDef) else None)
+        else:
+            self._functions.append(None)
+            self._classes.append(scope if isinstance(scope, cst.ClassDef) else None)
         self._loops.append([])
+        if isinstance(scope, cst.FunctionDef) and isinstance(scope.body, cst.IndentedBlock):
+            self._examine(scope.body, scope)
 
-    def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
-        self._scopes.pop()
-        self._classes.pop()
-        self._functions.pop()
-        self._loops.pop()
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        class_def = self._classes[-1] if self._scopes[-1] is self._classes[-1] else None
-        self._scopes.append(node)
-        self._functions.append(node)
-        self._classes.append(class_def)
-        self._loops.append([])
-        if isinstance(node.body, cst.IndentedBlock):
-            self._examine(node.body, node)
-
-    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
-        self._scopes.pop()
+    def leave_scope(self, scope: Scope) -> None:
         self._functions.pop()
         self._classes.pop()
         self._loops.pop()
@@ -400,8 +391,8 @@ class _StepFinder(cst.CSTVisitor):
         self._loops[-1].pop()
 
     # -- one block ----------------------------------------------------------
-    def _resolve(self, node: cst.BaseExpression) -> str | None:
-        return self.imports.resolve(node, self._scopes[-1])
+    def resolve(self, node: cst.BaseExpression) -> str | None:
+        return self.imports.resolve(node, self.scope)
 
     def _is_optimizer(self, receiver: cst.BaseExpression) -> bool:
         name = dotted_name(receiver)
@@ -434,7 +425,7 @@ class _StepFinder(cst.CSTVisitor):
                     steps.append(
                         OptimizerStep(call, receiver, statement, order, has_closure=bool(call.args))
                     )
-                elif self._resolve(call.func) in CLIP_FUNCTIONS:
+                elif self.resolve(call.func) in CLIP_FUNCTIONS:
                     grad_edits.append(GradEdit(statement, order))
             if not isinstance(statement, (cst.If, cst.With, cst.Try)) and not any(
                 edit.statement is statement for edit in grad_edits
@@ -465,7 +456,7 @@ class _StepFinder(cst.CSTVisitor):
             function=function,
             class_def=self._classes[-1] if function is not None else None,
             outermost_loop=loops[0] if loops else None,
-            enclosing_scope=self._scopes[-1],
+            enclosing_scope=self.scope,
             backwards=backwards,
             steps=steps,
             grad_edits=[
@@ -548,7 +539,7 @@ class _ModelCallFinder(cst.CSTVisitor):
             return
         if isinstance(func, cst.Name) and func.value in DATA_FUNCTIONS:
             return
-        resolved = self.step_finder._resolve(func)
+        resolved = self.step_finder.resolve(func)
         if (
             resolved is None
             or not resolved.startswith("torch.")
@@ -573,8 +564,8 @@ class _UnsafeLossFinder(cst.CSTVisitor):
         )  # nn.BCELoss()(p, t)
         spelled = self.step_finder.module.code_for_node(func)
         qualified = self.unsafe_names.get(dotted_name(func) or "")
-        if qualified is None and self.step_finder._resolve(func) in AUTOCAST_UNSAFE_LOSSES:
-            qualified = self.step_finder._resolve(func)
+        if qualified is None and self.step_finder.resolve(func) in AUTOCAST_UNSAFE_LOSSES:
+            qualified = self.step_finder.resolve(func)
         if qualified is not None:
             short = qualified.replace("torch.nn.functional.", "F.").replace("torch.nn.", "nn.")
             self.found = f"`{spelled}`" if spelled == short else f"`{spelled}` ({short})"
@@ -640,26 +631,20 @@ class _Optimizers:
     functions: set[str]  # names of every def in the module: candidates for closures
 
 
-class _OptimizerCollector(cst.CSTVisitor):
+class _OptimizerCollector(ScopedVisitor):
     def __init__(self, imports: ImportMap) -> None:
+        super().__init__()
         self.imports = imports
         self.found = _Optimizers(set(), set(), {}, set())
-        self._scopes: list[Scope] = []
 
-    def visit_Module(self, node: cst.Module) -> None:
-        self._scopes.append(node)
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self._scopes.append(node)
-        self.found.functions.add(node.name.value)
-
-    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
-        self._scopes.pop()
+    def enter_scope(self, scope: Scope) -> None:
+        if isinstance(scope, cst.FunctionDef):
+            self.found.functions.add(scope.name.value)
 
     def visit_Assign(self, node: cst.Assign) -> None:
         if not isinstance(node.value, cst.Call):
             return
-        called = self.imports.resolve(node.value.func, self._scopes[-1]) or ""
+        called = self.imports.resolve(node.value.func, self.scope) or ""
         for target in node.targets:
             name = dotted_name(target.target)
             if name is None:
