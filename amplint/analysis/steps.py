@@ -12,12 +12,19 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Sequence, Union
+from typing import Callable, Sequence, Union
 
 import libcst as cst
 
 from amplint.analysis.imports import ImportMap, dotted_name
 from amplint.analysis.scopes import Scope, ScopedVisitor
+from amplint.analysis.statements import (
+    GradEditFinder,
+    calls_in_line,
+    statements_in_order,
+    method_name,
+    name_use,
+)
 
 Loop = Union[cst.For, cst.While]
 BlockOwner = Union[cst.For, cst.While, cst.FunctionDef]
@@ -175,169 +182,6 @@ class StepScan:
     manual_updates: list[BackwardCall]  # backward whose block updates parameters by hand
 
 
-def _flat(body: Sequence[cst.BaseStatement]) -> Iterator[tuple[int, cst.BaseStatement]]:
-    """(top-level index, statement) for every statement of the block in program
-    order, through if/with/try but not into loops, functions or classes."""
-    for index, statement in enumerate(body):
-        yield from _flat_statement(index, statement)
-
-
-def _flat_statement(index: int, statement: cst.BaseStatement):
-    yield index, statement
-    if isinstance(statement, (cst.If, cst.With, cst.Try)):
-        for block in _child_blocks(statement):
-            for child in block.body:
-                yield from _flat_statement(index, child)
-
-
-def _child_blocks(statement: cst.BaseStatement) -> Iterator[cst.BaseSuite]:
-    if isinstance(statement, cst.If):
-        yield statement.body
-        if statement.orelse is not None:
-            if isinstance(statement.orelse, cst.If):
-                yield from _child_blocks(statement.orelse)
-            else:
-                yield statement.orelse.body
-    elif isinstance(statement, cst.With):
-        yield statement.body
-    elif isinstance(statement, cst.Try):
-        yield statement.body
-        for handler in statement.handlers:
-            yield handler.body
-        if statement.orelse is not None:
-            yield statement.orelse.body
-        if statement.finalbody is not None:
-            yield statement.finalbody.body
-
-
-def _calls_in_line(statement: cst.BaseStatement) -> Iterator[cst.Call]:
-    """Calls that make up a whole statement of a simple line: `f(x)`, or the value
-    of an assignment such as `loss = optimizer.step(closure)`."""
-    if isinstance(statement, cst.SimpleStatementLine):
-        for small in statement.body:
-            value = getattr(small, "value", None)
-            if isinstance(small, (cst.Expr, cst.Assign, cst.AnnAssign)) and isinstance(
-                value, cst.Call
-            ):
-                yield value
-
-
-def _method(call: cst.Call) -> str | None:
-    return call.func.attr.value if isinstance(call.func, cst.Attribute) else None
-
-
-class _NameUse(cst.CSTVisitor):
-    """Names a statement binds and names it reads."""
-
-    def __init__(self) -> None:
-        self.bound: set[str] = set()
-        self.read: set[str] = set()
-        self._target_depth = 0
-
-    def _visit_target(self, target: cst.CSTNode) -> None:
-        self._target_depth += 1
-        target.visit(self)
-        self._target_depth -= 1
-
-    def visit_Assign(self, node: cst.Assign) -> bool:
-        for target in node.targets:
-            self._visit_target(target.target)
-        node.value.visit(self)
-        return False
-
-    def visit_AnnAssign(self, node: cst.AnnAssign) -> bool:
-        self._visit_target(node.target)
-        if node.value is not None:
-            node.value.visit(self)
-        return False
-
-    def visit_AugAssign(self, node: cst.AugAssign) -> bool:
-        self._visit_target(node.target)
-        node.target.visit(self)  # `x += 1` reads x too
-        node.value.visit(self)
-        return False
-
-    def visit_For(self, node: cst.For) -> bool:
-        self._visit_target(node.target)
-        node.iter.visit(self)
-        node.body.visit(self)
-        return False
-
-    def visit_AsName(self, node: cst.AsName) -> bool:
-        self._visit_target(node.name)
-        return False
-
-    def visit_Attribute(self, node: cst.Attribute) -> bool:
-        node.value.visit(self)
-        return False
-
-    def visit_Subscript(self, node: cst.Subscript) -> bool:
-        # `d[k] = v` reads d (and mutates it) rather than binding a name
-        depth, self._target_depth = self._target_depth, 0
-        node.value.visit(self)
-        for element in node.slice:
-            element.visit(self)
-        self._target_depth = depth
-        return False
-
-    def visit_Arg(self, node: cst.Arg) -> bool:
-        node.value.visit(self)
-        return False
-
-    def visit_Name(self, node: cst.Name) -> None:
-        (self.bound if self._target_depth else self.read).add(node.value)
-
-
-def name_use(node: cst.CSTNode) -> _NameUse:
-    use = _NameUse()
-    node.visit(use)
-    return use
-
-
-def _chain_has_attribute(node: cst.BaseExpression, attribute: str) -> bool:
-    while isinstance(node, (cst.Attribute, cst.Call, cst.Subscript)):
-        if isinstance(node, cst.Attribute):
-            if node.attr.value == attribute:
-                return True
-            node = node.value
-        elif isinstance(node, cst.Call):
-            node = node.func
-        else:
-            node = node.value
-    return False
-
-
-class _GradEditFinder(cst.CSTVisitor):
-    """Does a statement change gradients in place (`p.grad.mul_`, `p.grad = ...`)?"""
-
-    def __init__(self) -> None:
-        self.found = False
-
-    def visit_Call(self, node: cst.Call) -> None:
-        method = _method(node)
-        if (
-            method is not None
-            and method.endswith("_")
-            and method not in ("zero_", "requires_grad_")
-            and _chain_has_attribute(node.func.value, "grad")
-        ):
-            self.found = True
-
-    def _target(self, target: cst.BaseExpression) -> None:
-        if isinstance(target, cst.Attribute) and target.attr.value == "grad":
-            self.found = True
-        elif _chain_has_attribute(target, "grad"):
-            self.found = True
-
-    def visit_Assign(self, node: cst.Assign) -> None:
-        if not (isinstance(node.value, cst.Name) and node.value.value == "None"):
-            for target in node.targets:
-                self._target(target.target)
-
-    def visit_AugAssign(self, node: cst.AugAssign) -> None:
-        self._target(node.target)
-
-
 class _StepFinder(ScopedVisitor):
     """Visits every loop and function body once, with the enclosing context."""
 
@@ -408,10 +252,10 @@ class _StepFinder(ScopedVisitor):
         steps: list[OptimizerStep] = []
         grad_edits: list[GradEdit] = []
         framework = False
-        flat = list(_flat(block.body))
+        flat = list(statements_in_order(block.body))
         for order, (top, statement) in enumerate(flat):
-            for call in _calls_in_line(statement):
-                method = _method(call)
+            for call in calls_in_line(statement):
+                method = method_name(call)
                 receiver = call.func.value if method else None
                 if method == "backward":
                     receiver_name = dotted_name(receiver) or ""
@@ -430,7 +274,7 @@ class _StepFinder(ScopedVisitor):
             if not isinstance(statement, (cst.If, cst.With, cst.Try)) and not any(
                 edit.statement is statement for edit in grad_edits
             ):
-                finder = _GradEditFinder()
+                finder = GradEditFinder()
                 statement.visit(finder)
                 if finder.found:
                     grad_edits.append(GradEdit(statement, order))
@@ -573,7 +417,7 @@ class _UnsafeLossFinder(cst.CSTVisitor):
 
 def _first_order(flat, backward: BackwardCall) -> int:
     for order, (_, statement) in enumerate(flat):
-        if any(call is backward.call for call in _calls_in_line(statement)):
+        if any(call is backward.call for call in calls_in_line(statement)):
             return order
     return -1
 
@@ -585,7 +429,7 @@ def _ends_forward_search(statement: cst.BaseStatement) -> bool:
     if not isinstance(statement, cst.SimpleStatementLine):
         return True
     return any(
-        _method(call) in ("zero_grad", "step", "backward") for call in _calls_in_line(statement)
+        method_name(call) in ("zero_grad", "step", "backward") for call in calls_in_line(statement)
     )
 
 
@@ -657,7 +501,7 @@ class _OptimizerCollector(ScopedVisitor):
                 self.found.unsafe_losses[name] = called
 
     def visit_Call(self, node: cst.Call) -> None:
-        if _method(node) == "zero_grad":
+        if method_name(node) == "zero_grad":
             name = dotted_name(node.func.value)
             if name is not None:
                 self.found.names.add(name)
