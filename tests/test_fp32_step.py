@@ -282,8 +282,7 @@ def test_target_torch_below_2_3_keeps_float16_unfixed() -> None:
 
 
 def test_two_loops_in_one_function_get_a_scaler_each() -> None:
-    source = dedent(
-        """
+    source = dedent("""
         import torch
 
 
@@ -298,8 +297,7 @@ def test_two_loops_in_one_function_get_a_scaler_each() -> None:
                 loss.backward()
                 optimizer.step()
                 optimizer.zero_grad()
-        """
-    )
+        """)
     result = fixed(source)
     assert result.count("torch.autocast(") == 2
     assert 'scaler = torch.amp.GradScaler("cuda")' in result

@@ -5,10 +5,10 @@ from __future__ import annotations
 from functools import cached_property
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
 
 from amplint.analysis.deprecated_amp import DeprecatedAmpUse, find_deprecated_amp_uses
 from amplint.analysis.imports import ImportMap
+from amplint.analysis.positions import NodePositions
 from amplint.analysis.steps import StepScan, find_training_steps
 from amplint.diagnostics import Span
 
@@ -31,16 +31,14 @@ class ModuleFacts:
         return find_training_steps(self.module, self.imports)
 
     @cached_property
-    def _positions(self):
-        # unsafe_skip_copy: positions must be keyed by the very nodes rules hold.
-        wrapper = MetadataWrapper(self.module, unsafe_skip_copy=True)
-        return wrapper.resolve(PositionProvider)
+    def _positions(self) -> NodePositions:
+        return NodePositions(self.module)
 
     def span(self, node: cst.CSTNode) -> Span:
-        code_range = self._positions[node]
+        start, end = self._positions.range(node)
         return Span(
-            line=code_range.start.line,
-            column=code_range.start.column + 1,
-            end_line=code_range.end.line,
-            end_column=code_range.end.column + 1,
+            line=start.line,
+            column=start.column + 1,
+            end_line=end.line,
+            end_column=end.column + 1,
         )

@@ -230,5 +230,5 @@ class _UseFinder(ScopedVisitor):
 
 def find_deprecated_amp_uses(module: cst.Module, imports: ImportMap) -> list[DeprecatedAmpUse]:
     finder = _UseFinder(module, imports)
-    module.visit(finder)
+    finder.walk(module)
     return finder.uses

@@ -56,7 +56,7 @@ class ImportMap(ScopedVisitor):
     @classmethod
     def of(cls, module: cst.Module) -> ImportMap:
         import_map = cls()
-        module.visit(import_map)
+        import_map.walk(module)
         return import_map
 
     def enter_scope(self, scope: Scope) -> None:

@@ -6,10 +6,12 @@ from typing import Union
 
 import libcst as cst
 
+from amplint.analysis.visitor import Visitor
+
 Scope = Union[cst.Module, cst.FunctionDef, cst.ClassDef]
 
 
-class ScopedVisitor(cst.CSTVisitor):
+class ScopedVisitor(Visitor):
     """Keeps `self.scopes`, innermost last; subclasses hook `enter_scope`."""
 
     def __init__(self) -> None:

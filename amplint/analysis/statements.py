@@ -8,6 +8,8 @@ from typing import Iterator, Sequence
 
 import libcst as cst
 
+from amplint.analysis.visitor import Visitor
+
 
 def statements_in_order(
     body: Sequence[cst.BaseStatement],
@@ -62,7 +64,7 @@ def method_name(call: cst.Call) -> str | None:
     return call.func.attr.value if isinstance(call.func, cst.Attribute) else None
 
 
-class _NameUse(cst.CSTVisitor):
+class _NameUse(Visitor):
     """Names a statement binds and names it reads."""
 
     def __init__(self) -> None:
@@ -72,31 +74,31 @@ class _NameUse(cst.CSTVisitor):
 
     def _visit_target(self, target: cst.CSTNode) -> None:
         self._target_depth += 1
-        target.visit(self)
+        self.walk(target)
         self._target_depth -= 1
 
     def visit_Assign(self, node: cst.Assign) -> bool:
         for target in node.targets:
             self._visit_target(target.target)
-        node.value.visit(self)
+        self.walk(node.value)
         return False
 
     def visit_AnnAssign(self, node: cst.AnnAssign) -> bool:
         self._visit_target(node.target)
         if node.value is not None:
-            node.value.visit(self)
+            self.walk(node.value)
         return False
 
     def visit_AugAssign(self, node: cst.AugAssign) -> bool:
         self._visit_target(node.target)
-        node.target.visit(self)  # `x += 1` reads x too
-        node.value.visit(self)
+        self.walk(node.target)  # `x += 1` reads x too
+        self.walk(node.value)
         return False
 
     def visit_For(self, node: cst.For) -> bool:
         self._visit_target(node.target)
-        node.iter.visit(self)
-        node.body.visit(self)
+        self.walk(node.iter)
+        self.walk(node.body)
         return False
 
     def visit_AsName(self, node: cst.AsName) -> bool:
@@ -104,20 +106,20 @@ class _NameUse(cst.CSTVisitor):
         return False
 
     def visit_Attribute(self, node: cst.Attribute) -> bool:
-        node.value.visit(self)
+        self.walk(node.value)
         return False
 
     def visit_Subscript(self, node: cst.Subscript) -> bool:
         # `d[k] = v` reads d (and mutates it) rather than binding a name
         depth, self._target_depth = self._target_depth, 0
-        node.value.visit(self)
+        self.walk(node.value)
         for element in node.slice:
-            element.visit(self)
+            self.walk(element)
         self._target_depth = depth
         return False
 
     def visit_Arg(self, node: cst.Arg) -> bool:
-        node.value.visit(self)
+        self.walk(node.value)
         return False
 
     def visit_Name(self, node: cst.Name) -> None:
@@ -126,7 +128,7 @@ class _NameUse(cst.CSTVisitor):
 
 def name_use(node: cst.CSTNode) -> _NameUse:
     use = _NameUse()
-    node.visit(use)
+    use.walk(node)
     return use
 
 
@@ -143,7 +145,7 @@ def _chain_has_attribute(node: cst.BaseExpression, attribute: str) -> bool:
     return False
 
 
-class GradEditFinder(cst.CSTVisitor):
+class GradEditFinder(Visitor):
     """Does a statement change gradients in place (`p.grad.mul_`, `p.grad = ...`)?"""
 
     def __init__(self) -> None:

@@ -25,6 +25,7 @@ from amplint.analysis.statements import (
     method_name,
     name_use,
 )
+from amplint.analysis.visitor import Visitor
 
 Loop = Union[cst.For, cst.While]
 BlockOwner = Union[cst.For, cst.While, cst.FunctionDef]
@@ -275,7 +276,7 @@ class _StepFinder(ScopedVisitor):
                 edit.statement is statement for edit in grad_edits
             ):
                 finder = GradEditFinder()
-                statement.visit(finder)
+                finder.walk(statement)
                 if finder.found:
                     grad_edits.append(GradEdit(statement, order))
         if framework:
@@ -360,19 +361,19 @@ class _StepFinder(ScopedVisitor):
         """Whether `node` calls something other than torch itself, data moves
         and tensor arithmetic: a model, a loss module, a helper computing the loss."""
         finder = _ModelCallFinder(self)
-        node.visit(finder)
+        finder.walk(node)
         return finder.found
 
     def _autocast_unsafe_loss(self, region: ForwardRegion) -> str | None:
         for statement in region.statements:
             finder = _UnsafeLossFinder(self, self.optimizers.unsafe_losses)
-            statement.visit(finder)
+            finder.walk(statement)
             if finder.found is not None:
                 return finder.found
         return None
 
 
-class _ModelCallFinder(cst.CSTVisitor):
+class _ModelCallFinder(Visitor):
     def __init__(self, step_finder: _StepFinder) -> None:
         self.step_finder = step_finder
         self.found = False
@@ -392,7 +393,7 @@ class _ModelCallFinder(cst.CSTVisitor):
             self.found = True
 
 
-class _UnsafeLossFinder(cst.CSTVisitor):
+class _UnsafeLossFinder(Visitor):
     """The first call in a statement to a loss that raises under CUDA autocast."""
 
     def __init__(self, step_finder: _StepFinder, unsafe_names: dict[str, str]) -> None:
@@ -509,11 +510,11 @@ class _OptimizerCollector(ScopedVisitor):
 
 def _optimizer_names(module: cst.Module, imports: ImportMap) -> _Optimizers:
     collector = _OptimizerCollector(imports)
-    module.visit(collector)
+    collector.walk(module)
     return collector.found
 
 
 def find_training_steps(module: cst.Module, imports: ImportMap) -> StepScan:
     finder = _StepFinder(module, imports)
-    module.visit(finder)
+    finder.walk(module)
     return StepScan(finder.steps, finder.manual_updates)

@@ -33,11 +33,11 @@ class _ReferencedNames(ScopedVisitor):
         return False
 
     def visit_Attribute(self, node: cst.Attribute) -> bool:
-        node.value.visit(self)  # `x.name` reads x, not name
+        self.walk(node.value)  # `x.name` reads x, not name
         return False
 
     def visit_Arg(self, node: cst.Arg) -> bool:
-        node.value.visit(self)  # keyword= is not a name read
+        self.walk(node.value)  # keyword= is not a name read
         return False
 
     def visit_Name(self, node: cst.Name) -> None:
@@ -160,7 +160,7 @@ def _local_name(alias: cst.ImportAlias) -> str | None:
 def tidy_deprecated_amp_imports(module: cst.Module) -> cst.Module:
     imports = ImportMap.of(module)
     referenced = _ReferencedNames()
-    module.visit(referenced)
+    referenced.walk(module)
     unused: dict[int, set[str]] = {}
     add_torch_before: set[int] = set()
     scopes_given_torch: set[int] = set()
@@ -207,7 +207,7 @@ def ensure_module_import(module: cst.Module, name: str) -> cst.Module:
     """Add ``import name`` at the top of the module's imports if code uses `name`
     and nothing at module level binds it."""
     referenced = _ReferencedNames()
-    module.visit(referenced)
+    referenced.walk(module)
     if name not in referenced.by_scope.get(module, set()):
         return module
     if ImportMap.of(module).binding(name, module) is not None:

