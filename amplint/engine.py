@@ -53,7 +53,7 @@ def selected_rules(codes: frozenset[str]) -> list[Rule]:
 
 
 def _may_fire(text: str, rules: Sequence[Rule]) -> bool:
-    return any(rule.trigger.search(text) for rule in rules)
+    return any(rule.may_fire(text) for rule in rules)
 
 
 def _syntax_error(text: str, error: cst.ParserSyntaxError) -> Diagnostic:

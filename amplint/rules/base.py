@@ -1,5 +1,5 @@
-"""What every rule is: a code, the text that must be present for it to fire, and
-a check over the facts of a parsed module."""
+"""What every rule is: a code, a test on the raw text that every file it can fire
+on passes, and a check over the facts of a parsed module."""
 
 from __future__ import annotations
 
@@ -10,12 +10,30 @@ from amplint.analysis import ModuleFacts
 from amplint.config import Settings
 from amplint.diagnostics import Diagnostic
 
+# Between a receiver, the dot, the method name and its parenthesis Python allows
+# spaces, line continuations and, inside brackets, newlines and comments.
+_GAP = r"(?:[\s\\]|#[^\n]*)*"
+
+
+def mentions_method_call(text: str, method: str) -> bool:
+    """Whether `text` may call `.method(...)`, however the call is spaced."""
+    if f".{method}(" in text:
+        return True
+    return method in text and re.search(rf"\.{_GAP}{method}{_GAP}\(", text) is not None
+
 
 class Rule:
     code: ClassVar[str]
-    # A regex over the file's text: a file it does not match cannot fire the
-    # rule, and a file no selected rule's trigger matches is never parsed.
-    trigger: ClassVar[re.Pattern[str]]
+
+    def may_fire(self, text: str) -> bool:
+        """False only when no finding is possible in `text`.
+
+        Called on every file before it is parsed, and a file no selected rule
+        may fire on is never parsed, so this must be cheap (substring tests
+        first) and must never be False for a file with a finding: the suite
+        checks that on every fixture and catalogue example.
+        """
+        raise NotImplementedError
 
     def check(self, facts: ModuleFacts, settings: Settings) -> Iterator[Diagnostic]:
         raise NotImplementedError

@@ -29,7 +29,18 @@ class DeprecatedTorchAmp(Rule):
     def __init__(self, code: str, device: str) -> None:
         self.code = code
         self.device = device
-        self.trigger = re.compile(rf"{device}\.amp|from\s+torch\.{device}\s+import")
+        # `torch.cuda.amp` is reached through its dotted name, through
+        # `from torch.cuda import amp`, or through an alias of torch.cuda
+        # (`import torch.cuda as tc`, `from torch import cuda as c`).
+        self._dotted = f"{device}.amp"
+        self._other_spellings = re.compile(
+            rf"\b{device}[\s\\]+as\b|\btorch\.{device}[\s\\]+import\b"
+        )
+
+    def may_fire(self, text: str) -> bool:
+        return self._dotted in text or (
+            self.device in text and self._other_spellings.search(text) is not None
+        )
 
     def check(self, facts: ModuleFacts, settings: Settings) -> Iterator[Diagnostic]:
         for use in facts.deprecated_amp_uses:

@@ -14,7 +14,7 @@ from amplint.analysis import ModuleFacts
 from amplint.analysis.steps import SILENT_SKIPS, TrainingStep
 from amplint.config import Settings
 from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix
-from amplint.rules.base import Rule
+from amplint.rules.base import Rule, mentions_method_call
 from amplint.transforms.imports import ensure_torch_imported
 from amplint.transforms.insert_amp import InsertAmp, amp_choice
 
@@ -24,11 +24,14 @@ SCALER_SINCE = (2, 3)  # torch.amp.GradScaler
 
 class FP32TrainingStep(Rule):
     code = "AMP001"
-    # A backward and either an optimizer step or a hand-written update; anchored
-    # at the start so each lookahead scans the text once.
-    trigger = re.compile(
-        r"\A(?=.*?\.backward\()(?=.*?(?:\.step\(|\.data\.(?:add_|sub_|copy_)|-=))", re.S
-    )
+
+    def may_fire(self, text: str) -> bool:
+        # A backward, and an optimizer step (also one given a closure, which
+        # holds the backward) or a hand-written parameter update.
+        return mentions_method_call(text, "backward") and (
+            mentions_method_call(text, "step")
+            or any(update in text for update in ("-=", "add_", "sub_", "copy_"))
+        )
 
     def check(self, facts: ModuleFacts, settings: Settings) -> Iterator[Diagnostic]:
         scan = facts.training_steps
