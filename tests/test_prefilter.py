@@ -10,6 +10,7 @@ substring test.
 from __future__ import annotations
 
 import ast
+import signal
 import textwrap
 from pathlib import Path
 
@@ -168,6 +169,7 @@ def test_the_prefilter_skips_files_that_cannot_have_findings() -> None:
         ("loss . backward ( )", True),
         ("loss\\\n    .backward()", True),
         ("(loss  # why\n .backward())", True),
+        ("(loss  # one\r\n  # two\r\n .backward())", True),
         ("backward = 1", False),
         ("loss.backward_hook()", False),
         ("def backward(self):", False),
@@ -175,3 +177,22 @@ def test_the_prefilter_skips_files_that_cannot_have_findings() -> None:
 )
 def test_mentions_method_call(text: str, expected: bool) -> None:
     assert mentions_method_call(text, "backward") is expected
+
+
+def test_mentions_method_call_is_linear_in_comment_characters() -> None:
+    """Separator comments (`# ####...`) once made the search exponential: 2**n
+    ways to split a line of n `#` into comments.  Torch has such lines; with
+    n = 200 the old pattern would not finish in the life of the universe."""
+    text = "x = a." + "#" * 200 + "\n" + "# " * 200 + "\nbackward + 1\n"
+    if hasattr(signal, "SIGALRM"):
+        signal.signal(signal.SIGALRM, _took_too_long)
+        signal.alarm(10)
+    try:
+        assert mentions_method_call(text, "backward") is False
+    finally:
+        if hasattr(signal, "SIGALRM"):
+            signal.alarm(0)
+
+
+def _took_too_long(signum, frame) -> None:
+    raise AssertionError("mentions_method_call backtracks exponentially")

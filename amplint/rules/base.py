@@ -11,8 +11,10 @@ from amplint.config import Settings
 from amplint.diagnostics import Diagnostic
 
 # Between a receiver, the dot, the method name and its parenthesis Python allows
-# spaces, line continuations and, inside brackets, newlines and comments.
-_GAP = r"(?:[\s\\]|#[^\n]*)*"
+# spaces, line continuations and, inside brackets, newlines and comments.  A
+# comment runs to its line break, so each character has one way to match:
+# `#[^\n]*` alone would let a line of `####` split into 2**n comments.
+_GAP = r"(?:[\s\\]|#[^\r\n]*[\r\n])*"
 
 
 def mentions_method_call(text: str, method: str) -> bool:

@@ -32,14 +32,18 @@ class DeprecatedTorchAmp(Rule):
         # `torch.cuda.amp` is reached through its dotted name, through
         # `from torch.cuda import amp`, or through an alias of torch.cuda
         # (`import torch.cuda as tc`, `from torch import cuda as c`).
+        # Each pattern starts with a literal, which lets `re` skip ahead by
+        # substring search: a leading `\b` or an alternation made it 40x slower.
         self._dotted = f"{device}.amp"
-        self._other_spellings = re.compile(
-            rf"\b{device}[\s\\]+as\b|\btorch\.{device}[\s\\]+import\b"
+        self._other_spellings = (
+            re.compile(rf"{device}[\s\\]+as\b"),
+            re.compile(rf"torch\.{device}[\s\\]+import\b"),
         )
 
     def may_fire(self, text: str) -> bool:
         return self._dotted in text or (
-            self.device in text and self._other_spellings.search(text) is not None
+            self.device in text
+            and any(pattern.search(text) is not None for pattern in self._other_spellings)
         )
 
     def check(self, facts: ModuleFacts, settings: Settings) -> Iterator[Diagnostic]:
