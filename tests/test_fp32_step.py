@@ -244,6 +244,35 @@ def test_fsdp_with_bfloat16_is_rewritten() -> None:
             out = model(x)
             scheduler.step()
         """,
+        # optimizer wrappers forward a closure or a context id they are given;
+        # the backward is the caller's (torch.distributed.optim does this). The
+        # gradient helper's backward takes these past the prefilter.
+        """
+        class Wrapped:
+            def step(self, closure=None):
+                return self.optim.step(closure)
+
+        def grad_norm(model, loss):
+            loss.backward()
+            return sum(p.grad.norm() for p in model.parameters())
+        """,
+        """
+        def _local_step(local_optim, autograd_ctx_id):
+            local_optim.step(autograd_ctx_id)
+
+        def grad_norm(model, loss):
+            loss.backward()
+            return sum(p.grad.norm() for p in model.parameters())
+        """,
+        """
+        def save(model, optim):
+            optim.step(closure=None)
+            torch.save(model.state_dict(), "m.pt")
+
+        def grad_norm(model, loss):
+            loss.backward()
+            return sum(p.grad.norm() for p in model.parameters())
+        """,
     ],
 )
 def test_not_a_training_step(source: str) -> None:

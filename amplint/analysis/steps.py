@@ -282,8 +282,11 @@ class _StepFinder(ScopedVisitor):
         if framework:
             return
         if not backwards:
-            closures = [s for s in steps if s.has_closure]
-            if closures:  # the backward lives in the closure the optimizer calls
+            # The backward lives in the closure the optimizer calls.  A step
+            # forwarding a closure it was given (an optimizer wrapper's own
+            # `step(self, closure)`) or a context id is not training.
+            closures = [s for s in steps if s.has_closure and self._backpropagates(s.call)]
+            if closures:
                 self._add_step(block, owner, [], closures, [], flat)
             return
         if not steps:
@@ -357,6 +360,18 @@ class _StepFinder(ScopedVisitor):
         name = dotted_name(argument) or ""
         return "closure" in name or name in self.optimizers.functions
 
+    def _backpropagates(self, call: cst.Call) -> bool:
+        """Whether the closure `call` passes (a lambda, a def's name, or
+        ``partial(f, ...)``) calls ``.backward()``."""
+        argument = call.args[0].value
+        if isinstance(argument, cst.Call) and argument.args:
+            argument = argument.args[0].value  # partial(closure, ...)
+        if isinstance(argument, cst.Lambda):
+            finder = _BackwardFinder()
+            finder.walk(argument)
+            return finder.found
+        return dotted_name(argument) in self.optimizers.backward_functions
+
     def _runs_model(self, node: cst.CSTNode) -> bool:
         """Whether `node` calls something other than torch itself, data moves
         and tensor arithmetic: a model, a loss module, a helper computing the loss."""
@@ -371,6 +386,15 @@ class _StepFinder(ScopedVisitor):
             if finder.found is not None:
                 return finder.found
         return None
+
+
+class _BackwardFinder(Visitor):
+    def __init__(self) -> None:
+        self.found = False
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if method_name(node) == "backward":
+            self.found = True
 
 
 class _ModelCallFinder(Visitor):
@@ -474,13 +498,16 @@ class _Optimizers:
     schedulers: set[str]
     unsafe_losses: dict[str, str]  # name bound to an autocast-unsafe loss -> its class
     functions: set[str]  # names of every def in the module: candidates for closures
+    # Defs that call `.backward()` themselves or in a nested def: closures a
+    # training step can hand to `optimizer.step`.
+    backward_functions: set[str]
 
 
 class _OptimizerCollector(ScopedVisitor):
     def __init__(self, imports: ImportMap) -> None:
         super().__init__()
         self.imports = imports
-        self.found = _Optimizers(set(), set(), {}, set())
+        self.found = _Optimizers(set(), set(), {}, set(), set())
 
     def enter_scope(self, scope: Scope) -> None:
         if isinstance(scope, cst.FunctionDef):
@@ -502,6 +529,10 @@ class _OptimizerCollector(ScopedVisitor):
                 self.found.unsafe_losses[name] = called
 
     def visit_Call(self, node: cst.Call) -> None:
+        if method_name(node) == "backward":
+            self.found.backward_functions.update(
+                scope.name.value for scope in self.scopes if isinstance(scope, cst.FunctionDef)
+            )
         if method_name(node) == "zero_grad":
             name = dotted_name(node.func.value)
             if name is not None:
