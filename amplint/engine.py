@@ -19,6 +19,7 @@ from amplint.analysis import ModuleFacts
 from amplint.config import Settings
 from amplint.diagnostics import SYNTAX_ERROR, Applicability, Diagnostic, Span
 from amplint.files import SourceError, SourceFile, read_source
+from amplint.prefilter import SourceClues
 from amplint.rules import ALL_CODES, RULES
 from amplint.rules.base import Rule
 from amplint.transforms.edits import apply_edits
@@ -53,7 +54,8 @@ def selected_rules(codes: frozenset[str]) -> list[Rule]:
 
 
 def _may_fire(text: str, rules: Sequence[Rule]) -> bool:
-    return any(rule.may_fire(text) for rule in rules)
+    clues = SourceClues(text)
+    return any(rule.may_fire(clues) for rule in rules)
 
 
 def _syntax_error(text: str, error: cst.ParserSyntaxError) -> Diagnostic:

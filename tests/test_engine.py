@@ -22,8 +22,8 @@ class _RewriteFirstStatement(Rule):
 
     code = "AMP201"
 
-    def may_fire(self, text: str) -> bool:
-        return "torch" in text
+    def may_fire(self, clues) -> bool:
+        return "torch" in clues.text
 
     def __init__(self, rewrite) -> None:
         self.rewrite = rewrite

@@ -13,6 +13,7 @@ from amplint.analysis import ModuleFacts
 from amplint.analysis.deprecated_amp import DeprecatedAmpUse, UseKind
 from amplint.config import Settings
 from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix
+from amplint.prefilter import SourceClues
 from amplint.rules.base import Rule
 from amplint.transforms import torch_amp
 from amplint.transforms.imports import ensure_functools_imported, tidy_deprecated_amp_imports
@@ -40,11 +41,13 @@ class DeprecatedTorchAmp(Rule):
             re.compile(rf"torch\.{device}[\s\\]+import\b"),
         )
 
-    def may_fire(self, text: str) -> bool:
-        return self._dotted in text or (
+    def may_fire(self, clues: SourceClues) -> bool:
+        text = clues.text
+        spelled = self._dotted in text or (
             self.device in text
             and any(pattern.search(text) is not None for pattern in self._other_spellings)
         )
+        return spelled and clues.may_reference("amp")
 
     def check(self, facts: ModuleFacts, settings: Settings) -> Iterator[Diagnostic]:
         for use in facts.deprecated_amp_uses:

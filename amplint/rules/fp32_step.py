@@ -14,7 +14,8 @@ from amplint.analysis import ModuleFacts
 from amplint.analysis.steps import SILENT_SKIPS, TrainingStep
 from amplint.config import Settings
 from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix
-from amplint.rules.base import Rule, mentions_method_call
+from amplint.prefilter import SourceClues
+from amplint.rules.base import Rule
 from amplint.transforms.imports import ensure_torch_imported
 from amplint.transforms.insert_amp import InsertAmp, amp_choice
 
@@ -25,12 +26,13 @@ SCALER_SINCE = (2, 3)  # torch.amp.GradScaler
 class FP32TrainingStep(Rule):
     code = "AMP001"
 
-    def may_fire(self, text: str) -> bool:
+    def may_fire(self, clues: SourceClues) -> bool:
         # A backward, and an optimizer step (also one given a closure, which
         # holds the backward) or a hand-written parameter update.
-        return mentions_method_call(text, "backward") and (
-            mentions_method_call(text, "step")
-            or any(update in text for update in ("-=", "add_", "sub_", "copy_"))
+        return clues.may_call("backward") and (
+            clues.may_call("step")
+            or "-=" in clues.text
+            or any(clues.may_call(update) for update in ("add_", "sub_", "copy_"))
         )
 
     def check(self, facts: ModuleFacts, settings: Settings) -> Iterator[Diagnostic]:

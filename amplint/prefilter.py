@@ -1,0 +1,102 @@
+"""What a file reveals before libcst parses it, for rules to rule it out cheaply.
+
+libcst parses at about half a megabyte a second; most files never call
+``.backward()`` or reach ``torch.cuda.amp``.  A rule first asks the text (a
+substring test), then, for the files whose text mentions a name only in a
+docstring or a comment, the names CPython's own compiler records: compiling
+runs in C at more than ten times libcst's speed, and compiling is not running.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+import types
+import warnings
+from functools import cached_property
+
+# Between a receiver, the dot, the method name and its parenthesis Python allows
+# spaces, line continuations and, inside brackets, newlines and comments.  A
+# comment runs to its line break, so each character has one way to match:
+# `#[^\n]*` alone would let a line of `####` split into 2**n comments.
+_GAP = r"(?:[\s\\]|#[^\r\n]*[\r\n])*"
+
+# Before 3.10 the compiler drops the code under `if False:` / `while 0:` before
+# it records names; a step written there would go unseen.  From 3.10 on every
+# name written in code reaches the code objects (tests/test_prefilter.py pins it).
+_COMPILER_KEEPS_DEAD_CODE_NAMES = sys.version_info >= (3, 10)
+
+
+class SourceClues:
+    """One file's text, and the names its code uses, computed on first use."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def may_call(self, method: str) -> bool:
+        """Whether the code may call ``.method(...)``, however it is spaced.
+
+        Calls never live in annotations, the one place a name written in code
+        stays out of the code objects, so the compiled names settle it.
+        """
+        text = self.text
+        spelled = f".{method}(" in text or (
+            method in text and re.search(rf"\.{_GAP}{method}{_GAP}\(", text) is not None
+        )
+        if not spelled:
+            return False
+        names = self._code_names
+        return names is None or method in names
+
+    def may_reference(self, attribute: str) -> bool:
+        """Whether code (not a string or a comment) may name `attribute`: as an
+        attribute (``x.amp``), an imported name or a part of an imported module.
+
+        Annotations do not reach the code objects (a local variable's is never
+        compiled), so when the compiled names lack it, the syntax tree decides.
+        """
+        if attribute not in self.text:
+            return False
+        names = self._code_names
+        if names is None:
+            return True
+        if any(attribute == part for name in names for part in name.split(".")):
+            return True
+        return self._tree_has_attribute(attribute)
+
+    @cached_property
+    def _code_names(self) -> frozenset[str] | None:
+        """Every name the compiled module and its functions, classes, lambdas
+        and comprehensions load, store, import or look up as an attribute.
+
+        None when the names cannot be trusted: a file this Python cannot
+        compile (newer syntax, or a syntax error the parse will report), or a
+        Python whose compiler drops dead code first.
+        """
+        if not _COMPILER_KEEPS_DEAD_CODE_NAMES:
+            return None
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # invalid escapes and the like
+                code = compile(self.text, "<amplint>", "exec", dont_inherit=True, optimize=0)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return None
+        names: set[str] = set()
+        pending = [code]
+        while pending:
+            code = pending.pop()
+            names.update(code.co_names)
+            pending += [const for const in code.co_consts if isinstance(const, types.CodeType)]
+        return frozenset(names)
+
+    def _tree_has_attribute(self, attribute: str) -> bool:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                tree = ast.parse(self.text)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return True
+        return any(
+            isinstance(node, ast.Attribute) and node.attr == attribute for node in ast.walk(tree)
+        )
