@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import stat
 import tempfile
 import tokenize
@@ -128,18 +129,38 @@ class Discovered:
     explicit: bool
 
 
+# A pattern that is one plain name ("build", "node_modules/") matches that name
+# at any depth: while walking, comparing the entry's own name is enough.
+_PLAIN_NAME = re.compile(r"[^/!*?\[\]\\#\s][^/*?\[\]\\]*/?")
+
+
 class _IgnoreRules:
     """Gitignore-style patterns anchored at a directory."""
 
-    def __init__(self, base: Path, spec: pathspec.PathSpec):
+    def __init__(self, base: Path, lines: Sequence[str]):
         self.base = base
-        self.spec = spec
+        self._prefix = str(base).rstrip(os.sep) + os.sep
+        patterns = [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+        self._names: set[str] | None = None
+        self._dir_names: set[str] = set()
+        if all(_PLAIN_NAME.fullmatch(pattern) for pattern in patterns):
+            # The default excludes: a set lookup instead of a regex per pattern.
+            self._names = {p for p in patterns if not p.endswith("/")}
+            self._dir_names = {p.rstrip("/") for p in patterns if p.endswith("/")}
+        self.spec = pathspec.GitIgnoreSpec.from_lines(lines)
 
     def matches(self, path: Path, is_dir: bool) -> bool:
-        try:
-            relative = path.relative_to(self.base).as_posix()
-        except ValueError:
+        """Whether `path` (resolved) or, while walking down, its own name matches."""
+        return self.matches_resolved(str(path), path.name, is_dir)
+
+    def matches_resolved(self, resolved: str, name: str, is_dir: bool) -> bool:
+        if not resolved.startswith(self._prefix):
             return False
+        if self._names is not None:
+            return name in self._names or (is_dir and name in self._dir_names)
+        relative = resolved[len(self._prefix) :]
+        if os.sep != "/":
+            relative = relative.replace(os.sep, "/")
         if is_dir:
             relative += "/"
         return self.spec.match_file(relative)
@@ -151,7 +172,7 @@ def _gitignore_at(directory: Path) -> _IgnoreRules | None:
         lines = gitignore.read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError:
         return None
-    return _IgnoreRules(directory, pathspec.GitIgnoreSpec.from_lines(lines))
+    return _IgnoreRules(directory, lines)
 
 
 def _gitignores_above(directory: Path) -> list[_IgnoreRules]:
@@ -180,7 +201,7 @@ def discover(
     `exclude` holds gitignore-style patterns relative to `root` (a bare name such
     as ``build`` matches that name at any depth).
     """
-    exclude_spec = pathspec.GitIgnoreSpec.from_lines(exclude)
+    exclude_lines = list(exclude)
     root = root.resolve()
     seen: set[Path] = set()
     for given in paths:
@@ -199,15 +220,15 @@ def discover(
         # Patterns are relative to the project root. A directory outside the root,
         # or one named explicitly although an exclude covers it (checking
         # .venv/.../site-packages/torch on purpose), anchors them itself.
-        exclude_rules = _IgnoreRules(root, exclude_spec)
+        exclude_rules = _IgnoreRules(root, exclude_lines)
         if not (directory == root or root in directory.parents) or _covered(
             exclude_rules, directory
         ):
-            exclude_rules = _IgnoreRules(directory, exclude_spec)
+            exclude_rules = _IgnoreRules(directory, exclude_lines)
         gitignores = _gitignores_above(directory)
         if any(_covered(rules, directory) for rules in gitignores):
             gitignores = []  # named although ignored: only .gitignore files inside apply
-        yield from _walk(given, exclude_rules, gitignores, suffixes, seen)
+        yield from _walk(given, directory, exclude_rules, gitignores, suffixes, seen)
 
 
 def _covered(rules: _IgnoreRules, directory: Path) -> bool:
@@ -221,37 +242,44 @@ def _covered(rules: _IgnoreRules, directory: Path) -> bool:
 
 def _walk(
     directory: Path,
+    resolved_dir: Path,
     exclude_rules: _IgnoreRules,
     gitignores: list[_IgnoreRules],
     suffixes: tuple[str, ...],
     seen: set[Path],
 ) -> Iterator[Discovered | tuple[Path, str]]:
+    """`directory` as the user will read it; `resolved_dir`, its real path.
+    Directory links are never followed, so a child's real path is the parent's
+    plus its name: no `resolve()` (a system call per component) per entry."""
     try:
         entries = sorted(os.scandir(directory), key=lambda entry: entry.name)
     except OSError as error:
         yield (directory, f"cannot list directory: {error.strerror}")
         return
-    resolved_dir = directory.resolve()
     local = _gitignore_at(resolved_dir)
     if local is not None and local.base not in {rules.base for rules in gitignores}:
         gitignores = [*gitignores, local]
+    resolved_prefix = os.path.join(str(resolved_dir), "")
     for entry in entries:
-        path = directory / entry.name
-        resolved = resolved_dir / entry.name
+        name = entry.name
+        resolved = resolved_prefix + name
         try:
             is_dir = entry.is_dir()
         except OSError:
             continue
-        if exclude_rules.matches(resolved, is_dir) or any(
-            rules.matches(resolved, is_dir) for rules in gitignores
+        if exclude_rules.matches_resolved(resolved, name, is_dir) or any(
+            rules.matches_resolved(resolved, name, is_dir) for rules in gitignores
         ):
             continue
         if is_dir:
             if entry.is_symlink():
                 continue  # never follow directory links: no loops, no escaping the tree
-            yield from _walk(path, exclude_rules, gitignores, suffixes, seen)
-        elif entry.name.endswith(suffixes) and entry.is_file():  # no FIFOs or sockets
-            real = path.resolve()
+            yield from _walk(
+                directory / name, resolved_dir / name, exclude_rules, gitignores, suffixes, seen
+            )
+        elif name.endswith(suffixes) and entry.is_file():  # no FIFOs or sockets
+            path = directory / name
+            real = path.resolve() if entry.is_symlink() else Path(resolved)
             if real not in seen:
                 seen.add(real)
                 yield Discovered(path, explicit=False)
