@@ -6,8 +6,6 @@ import os
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Iterator
-
 import click
 
 from amplint import __version__
@@ -21,8 +19,9 @@ from amplint.config import (
     parse_device_type,
     parse_selectors,
 )
-from amplint.engine import FileReport, process_file
-from amplint.files import Discovered, SourceError, discover, write_source_atomic
+from amplint.cache import CACHE_DIR_NAME, ResultCache
+from amplint.engine import FileReport
+from amplint.files import SourceError, write_source_atomic
 from amplint.report import (
     applied_lines,
     json_document,
@@ -31,6 +30,7 @@ from amplint.report import (
     unified_diff,
 )
 from amplint.rules import ALL_CODES
+from amplint.runner import default_jobs, run
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
@@ -41,6 +41,11 @@ def _findings(count: int) -> str:
 
 def _error(message: str) -> None:
     click.echo(f"amplint: error: {message}", err=True)
+
+
+def _pop_run_options(options: dict) -> dict:
+    """Split how to run (jobs, cache) from the settings options."""
+    return {name: options.pop(name) for name in ("jobs", "no_cache", "cache_dir")}
 
 
 def _settings(paths: tuple[Path, ...], options: dict) -> Settings:
@@ -74,19 +79,35 @@ def _load_settings(
     return settings
 
 
-def _reports(paths: tuple[Path, ...], settings: Settings, job) -> Iterator[FileReport]:
-    for found in discover(paths or (Path("."),), settings.all_excludes, settings.root):
-        if isinstance(found, Discovered):
-            try:
-                yield job(found.path)
-            except Exception as error:  # a bug must not end the run for the other files
-                yield FileReport(
-                    found.path, error=f"internal error: {type(error).__name__}: {error}"
-                )
-        else:
-            path, message = found
-            yield FileReport(path, error=message)
+def _run(paths: tuple[Path, ...], settings: Settings, options: dict, **mode) -> list[FileReport]:
+    jobs, no_cache, cache_dir = options["jobs"], options["no_cache"], options["cache_dir"]
+    if jobs is not None and jobs < 1:
+        _error(f"--jobs must be at least 1, not {jobs}")
+        sys.exit(EXIT_ERROR)
+    cache = None
+    if not no_cache:
+        cache = ResultCache(cache_dir or settings.root / CACHE_DIR_NAME)
+    reports = run(paths or (Path("."),), settings, jobs=jobs or default_jobs(), cache=cache, **mode)
+    if cache is not None and cache.write_error is not None:
+        click.echo(f"amplint: warning: {cache.write_error}; --no-cache skips it", err=True)
+    return reports
 
+
+_run_options = [
+    click.option(
+        "--jobs",
+        "-j",
+        type=int,
+        help="Worker processes for large runs. Default: one per available CPU.",
+    ),
+    click.option("--no-cache", is_flag=True, help="Neither read nor write the result cache."),
+    click.option(
+        "--cache-dir",
+        type=click.Path(path_type=Path, file_okay=False),
+        envvar="AMPLINT_CACHE_DIR",
+        help=f"Where results are cached. Default: {CACHE_DIR_NAME} in the project root.",
+    ),
+]
 
 _selection_options = [
     click.option("--select", help="Rule codes or prefixes to enable, comma-separated (e.g. AMP2)."),
@@ -110,7 +131,7 @@ _selection_options = [
 
 
 def _with_selection(command):
-    for option in reversed(_selection_options):
+    for option in reversed(_selection_options + _run_options):
         command = option(command)
     return command
 
@@ -133,9 +154,10 @@ def main() -> None:
 @click.option("--exit-zero", is_flag=True, help="Exit 0 even when there are findings.")
 def check(paths, output_format, exit_zero, **options) -> None:
     """Report AMP findings in PATHS (files or directories; default: .)."""
+    run_options = _pop_run_options(options)
     settings = _settings(paths, options)
     findings, errors = [], 0
-    for report in _reports(paths, settings, lambda path: process_file(path, settings)):
+    for report in _run(paths, settings, run_options):
         if report.error is not None:
             _error(f"{report.path}: {report.error}")
             errors += 1
@@ -158,11 +180,10 @@ def check(paths, output_format, exit_zero, **options) -> None:
 @click.option("--unsafe-fixes", is_flag=True, help="Also apply fixes that may change numerics.")
 def fix(paths, apply_, unsafe_fixes, **options) -> None:
     """Show (or with --apply, write) the fixes for PATHS."""
+    run_options = _pop_run_options(options)
     settings = _settings(paths, options)
     errors, changed_files, fixed, remaining = 0, 0, 0, []
-    for report in _reports(
-        paths, settings, lambda path: process_file(path, settings, fixing=True, unsafe=unsafe_fixes)
-    ):
+    for report in _run(paths, settings, run_options, fixing=True, unsafe=unsafe_fixes):
         if report.error is not None:
             _error(f"{report.path}: {report.error}")
             errors += 1

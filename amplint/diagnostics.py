@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import libcst as cst
@@ -57,3 +57,10 @@ class Diagnostic:
     message: str
     span: Span
     fix: Fix | None = field(default=None, compare=False)
+
+    def portable(self) -> Diagnostic:
+        """This finding with its fix described but not carried: no libcst nodes
+        or callables, so worker processes and the cache can hand it on."""
+        if self.fix is None or not (self.fix.edits or self.fix.module_passes):
+            return self
+        return replace(self, fix=Fix(self.fix.applicability, self.fix.message, edits=()))

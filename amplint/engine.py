@@ -18,9 +18,9 @@ import libcst as cst
 from amplint.analysis import ModuleFacts
 from amplint.config import Settings
 from amplint.diagnostics import SYNTAX_ERROR, Applicability, Diagnostic, Span
-from amplint.files import SourceError, SourceFile, read_source
+from amplint.files import SourceFile
 from amplint.prefilter import SourceClues
-from amplint.rules import ALL_CODES, RULES
+from amplint.rules import RULES
 from amplint.rules.base import Rule
 from amplint.transforms.edits import apply_edits
 
@@ -47,15 +47,24 @@ class FileReport:
     source: SourceFile | None = None
     fixed_text: str | None = None  # set only when fixing changed something
     error: str | None = None
+    # What `check` reports on the source as read: the result worth caching.
+    # None when it was not computed (an error, or the prefilter ruled it out).
+    found: list[Diagnostic] | None = None
 
 
 def selected_rules(codes: frozenset[str]) -> list[Rule]:
     return [rule for rule in RULES if rule.code in codes]
 
 
-def _may_fire(text: str, rules: Sequence[Rule]) -> bool:
-    clues = SourceClues(text)
+def _may_fire(text: str, rules: Sequence[Rule], compiled: bool = True) -> bool:
+    clues = SourceClues(text, compiled=compiled)
     return any(rule.may_fire(clues) for rule in rules)
+
+
+def text_may_fire(text: str, codes: frozenset[str]) -> bool:
+    """Whether the text alone leaves a finding possible: the first, cheapest
+    test, which costs about what reading the file does."""
+    return _may_fire(text, selected_rules(codes), compiled=False)
 
 
 def _syntax_error(text: str, error: cst.ParserSyntaxError) -> Diagnostic:
@@ -142,7 +151,7 @@ def lint_text(text: str, codes: frozenset[str], settings: Settings) -> list[Diag
     return _lint_module(ModuleFacts(module, text), text, rules, settings)
 
 
-def _is_applicable(diagnostic: Diagnostic, unsafe: bool) -> bool:
+def is_applicable(diagnostic: Diagnostic, unsafe: bool) -> bool:
     fix = diagnostic.fix
     return fix is not None and (unsafe or fix.applicability is Applicability.SAFE)
 
@@ -152,6 +161,7 @@ class FixResult:
     text: str
     applied: list[Diagnostic]
     remaining: list[Diagnostic]
+    found: list[Diagnostic]  # before any fix: what `check` reports
 
 
 def fix_text(
@@ -164,23 +174,29 @@ def fix_text(
     """
     rules = selected_rules(codes)
     if not _may_fire(text, rules):
-        return FixResult(text, [], [])
+        return FixResult(text, [], [], [])
     applied: list[Diagnostic] = []
+    found: list[Diagnostic] = []
     for round_number in range(MAX_FIX_ROUNDS):
         try:
             module = cst.parse_module(text)
         except cst.ParserSyntaxError as error:
             if round_number == 0:
                 diagnostics = [_syntax_error(text, error)] if SYNTAX_ERROR in codes else []
-                return FixResult(text, [], _noqa_filter(text, diagnostics))
+                diagnostics = _noqa_filter(text, diagnostics)
+                return FixResult(text, [], diagnostics, diagnostics)
             raise FixError(f"a fix produced code that does not parse: {error.message}") from None
-        if round_number == 0 and module.code != text:
-            raise FixError("libcst cannot reproduce this file byte for byte; not fixing it")
         facts = ModuleFacts(module, text)
         diagnostics = _lint_module(facts, text, rules, settings)
-        due = [diagnostic for diagnostic in diagnostics if _is_applicable(diagnostic, unsafe)]
+        due = [diagnostic for diagnostic in diagnostics if is_applicable(diagnostic, unsafe)]
+        if round_number == 0:
+            found = diagnostics
+            # Generating the whole module costs about a third of the parse:
+            # only a file about to change pays for proving the round trip.
+            if due and module.code != text:
+                raise FixError("libcst cannot reproduce this file byte for byte; not fixing it")
         if not due:
-            return FixResult(text, applied, diagnostics)
+            return FixResult(text, applied, diagnostics, found)
         due = _disjoint_fixes(due, facts)
         new_module = apply_edits(module, (edit for d in due for edit in d.fix.edits))
         for module_pass in dict.fromkeys(p for d in due for p in d.fix.module_passes):
@@ -195,30 +211,34 @@ def fix_text(
     raise FixError(f"fixes did not settle after {MAX_FIX_ROUNDS} rounds")
 
 
-def process_file(
-    path: Path, settings: Settings, fixing: bool = False, unsafe: bool = False
+def analyse_source(
+    source: SourceFile,
+    codes: frozenset[str],
+    settings: Settings,
+    fixing: bool = False,
+    unsafe: bool = False,
 ) -> FileReport:
-    """Read one file and lint it, or compute its fixed text when `fixing`
-    (writing it is the caller's choice)."""
-    report = FileReport(path)
-    try:
-        report.source = read_source(path)
-    except SourceError as error:
-        report.error = str(error)
-        return report
-    text = report.source.text
-    codes = settings.enabled_codes(ALL_CODES, path)
+    """Lint one file's text, or compute its fixed text when `fixing` (writing
+    it is the caller's choice).  Diagnostics come back portable: no libcst
+    nodes, so the report can cross process boundaries."""
+    report = FileReport(source.path)
+    text = source.text
     if not fixing:
-        report.diagnostics = lint_text(text, codes, settings)
+        report.found = report.diagnostics = _portable(lint_text(text, codes, settings))
         return report
     try:
         result = fix_text(text, codes, settings, unsafe)
     except FixError as error:
         report.error = f"internal error, file left unchanged: {error}"
-        report.diagnostics = lint_text(text, codes, settings)
+        report.found = report.diagnostics = _portable(lint_text(text, codes, settings))
         return report
-    report.applied = result.applied
-    report.diagnostics = result.remaining
+    report.found = _portable(result.found)
+    report.applied = _portable(result.applied)
+    report.diagnostics = _portable(result.remaining)
     if result.text != text:
         report.fixed_text = result.text
     return report
+
+
+def _portable(diagnostics: list[Diagnostic]) -> list[Diagnostic]:
+    return [diagnostic.portable() for diagnostic in diagnostics]

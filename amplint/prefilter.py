@@ -31,8 +31,10 @@ _COMPILER_KEEPS_DEAD_CODE_NAMES = sys.version_info >= (3, 10)
 class SourceClues:
     """One file's text, and the names its code uses, computed on first use."""
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, compiled: bool = True) -> None:
         self.text = text
+        # Without compiling, the text decides alone: a cheaper, looser first pass.
+        self.compiled = compiled
 
     def may_call(self, method: str) -> bool:
         """Whether the code may call ``.method(...)``, however it is spaced.
@@ -74,7 +76,7 @@ class SourceClues:
         compile (newer syntax, or a syntax error the parse will report), or a
         Python whose compiler drops dead code first.
         """
-        if not _COMPILER_KEEPS_DEAD_CODE_NAMES:
+        if not (self.compiled and _COMPILER_KEEPS_DEAD_CODE_NAMES):
             return None
         try:
             with warnings.catch_warnings():

@@ -1,0 +1,118 @@
+"""Findings per file, kept between runs in ``.amplint_cache/``.
+
+An entry is found by a key that hashes everything a file's findings depend on:
+its text, the codes enabled for it, the settings rules read, and amplint's own
+code (every module of the package, so an edited checkout never serves stale
+results).  Each entry is one small file written through a temporary name and
+``os.replace``: runs sharing a cache see a whole entry or none, and a damaged
+entry is a miss.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from functools import lru_cache
+from pathlib import Path
+from typing import Iterable
+
+import amplint
+from amplint.config import Settings
+from amplint.diagnostics import Applicability, Diagnostic, Fix, Span
+
+CACHE_DIR_NAME = ".amplint_cache"
+# Bumped when the entry format changes.
+_FORMAT = "1"
+
+
+@lru_cache(maxsize=None)
+def _package_fingerprint() -> str:
+    """A hash of amplint's own source: changes whenever its behaviour can."""
+    digest = hashlib.sha256(amplint.__version__.encode())
+    package = Path(amplint.__file__).parent
+    for path in sorted(package.rglob("*.py")):
+        digest.update(path.relative_to(package).as_posix().encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+class ResultCache:
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.write_error: str | None = None  # why entries could not be stored, once
+
+    def key(self, text: str, codes: Iterable[str], settings: Settings) -> str:
+        digest = hashlib.sha256()
+        for part in (
+            _FORMAT,
+            _package_fingerprint(),
+            ",".join(sorted(codes)),
+            ".".join(map(str, settings.target_torch)),
+            settings.dtype,
+            settings.device_type,
+        ):
+            digest.update(part.encode())
+            digest.update(b"\0")
+        digest.update(text.encode("utf-8", "surrogatepass"))
+        return digest.hexdigest()
+
+    def get(self, key: str) -> list[Diagnostic] | None:
+        try:
+            document = json.loads(self._entry(key).read_bytes())
+            return [_diagnostic(record) for record in document["diagnostics"]]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None  # absent, or damaged: compute it again
+
+    def put(self, key: str, diagnostics: Iterable[Diagnostic]) -> None:
+        if self.write_error is not None:
+            return
+        data = json.dumps({"diagnostics": [_record(d) for d in diagnostics]}).encode()
+        try:
+            self._ensure_directory()
+            descriptor, temporary = tempfile.mkstemp(dir=self.directory, suffix=".tmp")
+            try:
+                with os.fdopen(descriptor, "wb") as handle:
+                    handle.write(data)
+                os.replace(temporary, self._entry(key))
+            except BaseException:
+                os.unlink(temporary)
+                raise
+        except OSError as error:
+            self.write_error = f"cannot write the cache in {self.directory}: {error.strerror}"
+
+    def _entry(self, key: str) -> Path:
+        return self.directory / f"{key}.json"
+
+    def _ensure_directory(self) -> None:
+        if self.directory.is_dir():
+            return
+        self.directory.mkdir(parents=True, exist_ok=True)
+        # Like .ruff_cache: invisible to git, skipped by backup tools.
+        (self.directory / ".gitignore").write_text("*\n", encoding="utf-8")
+        (self.directory / "CACHEDIR.TAG").write_text(
+            "Signature: 8a477f597d28d172789f06886806bc55\n"
+            "# This file is a cache directory tag created by amplint.\n",
+            encoding="utf-8",
+        )
+
+
+def _record(diagnostic: Diagnostic) -> list:
+    span, fix = diagnostic.span, diagnostic.fix
+    return [
+        diagnostic.code,
+        diagnostic.message,
+        [span.line, span.column, span.end_line, span.end_column],
+        None if fix is None else [fix.applicability.value, fix.message],
+    ]
+
+
+def _diagnostic(record: list) -> Diagnostic:
+    code, message, span, fix = record
+    return Diagnostic(
+        str(code),
+        str(message),
+        Span(*(int(number) for number in span)),
+        None if fix is None else Fix(Applicability(fix[0]), str(fix[1]), edits=()),
+    )

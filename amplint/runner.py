@@ -1,0 +1,136 @@
+"""Many files: each read once, most ruled out by their text, others answered
+from the cache, and the rest analysed in worker processes when there is enough
+of it to pay for starting them.  Reports come back in discovery order, the
+same whichever way the work was done."""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Iterator, Sequence
+
+from amplint.cache import ResultCache
+from amplint.config import Settings
+from amplint.engine import FileReport, analyse_source, is_applicable, text_may_fire
+from amplint.files import Discovered, SourceError, SourceFile, discover, read_source
+from amplint.rules import ALL_CODES
+
+# Below this much text to analyse, starting processes costs more than it saves:
+# libcst reads about half a megabyte a second, a forked worker starts in ~20 ms.
+PARALLEL_MIN_CHARS = 256 * 1024
+
+
+def default_jobs() -> int:
+    """The processes this one may run on (CPU affinity and quotas aside)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)
+
+
+@dataclass(frozen=True)
+class _Work:
+    """One file that needs analysis, and where its report goes."""
+
+    index: int
+    source: SourceFile
+    codes: frozenset[str]
+    cache_key: str | None
+
+
+def run(
+    paths: Sequence[Path],
+    settings: Settings,
+    *,
+    fixing: bool = False,
+    unsafe: bool = False,
+    jobs: int = 1,
+    cache: ResultCache | None = None,
+) -> list[FileReport]:
+    """A report for every file found under `paths` (or for each path that is
+    not there), in discovery order."""
+    reports: list[FileReport] = []
+    work: list[_Work] = []
+    for found in discover(paths, settings.all_excludes, settings.root):
+        if not isinstance(found, Discovered):
+            path, message = found
+            reports.append(FileReport(path, error=message))
+            continue
+        report = FileReport(found.path)
+        reports.append(report)
+        try:
+            source = read_source(found.path)
+        except SourceError as error:
+            report.error = str(error)
+            continue
+        codes = settings.enabled_codes(ALL_CODES, found.path)
+        if not text_may_fire(source.text, codes):
+            continue
+        report.source = source
+        key = cache.key(source.text, codes, settings) if cache is not None else None
+        cached = cache.get(key) if cache is not None else None
+        if cached is not None and not (fixing and any(is_applicable(d, unsafe) for d in cached)):
+            report.diagnostics = cached
+            continue
+        work.append(_Work(len(reports) - 1, source, codes, key))
+    for item, report in _analyse(work, settings, fixing, unsafe, jobs):
+        report.source = item.source
+        reports[item.index] = report
+        if cache is not None and report.found is not None:
+            cache.put(item.cache_key, report.found)
+    return reports
+
+
+def _analyse(
+    work: list[_Work], settings: Settings, fixing: bool, unsafe: bool, jobs: int
+) -> Iterator[tuple[_Work, FileReport]]:
+    workers = min(jobs, len(work))
+    if workers < 2 or sum(len(item.source.text) for item in work) < PARALLEL_MIN_CHARS:
+        for item in work:
+            yield item, _analyse_one(item.source, item.codes, settings, fixing, unsafe)
+        return
+    # Largest first: the longest parse starts at once instead of last.
+    ordered = sorted(work, key=lambda item: len(item.source.text), reverse=True)
+    unfinished = yield from _in_pool(ordered, workers, settings, fixing, unsafe)
+    # A worker died (a crash in native code, the OOM killer) and took the pool
+    # with it.  Each file left runs alone now, so only the culprit fails.
+    for item in unfinished:
+        alone = yield from _in_pool([item], 1, settings, fixing, unsafe)
+        for lost in alone:
+            yield lost, FileReport(
+                lost.source.path, error="internal error: the process analysing this file died"
+            )
+
+
+def _in_pool(
+    work: Iterable[_Work], workers: int, settings: Settings, fixing: bool, unsafe: bool
+) -> Iterator[tuple[_Work, FileReport]]:
+    """Analyse `work` in a pool; returns the items whose results were lost."""
+    finished: set[int] = set()
+    work = list(work)
+    try:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            futures = {
+                pool.submit(_analyse_one, item.source, item.codes, settings, fixing, unsafe): item
+                for item in work
+            }
+            for future in as_completed(futures):
+                item = futures[future]
+                yield item, future.result()
+                finished.add(item.index)
+    except BrokenProcessPool:
+        pass
+    return [item for item in work if item.index not in finished]
+
+
+def _analyse_one(
+    source: SourceFile, codes: frozenset[str], settings: Settings, fixing: bool, unsafe: bool
+) -> FileReport:
+    try:
+        report = analyse_source(source, codes, settings, fixing, unsafe)
+    except Exception as error:  # a bug must not end the run for the other files
+        return FileReport(source.path, error=f"internal error: {type(error).__name__}: {error}")
+    report.source = None  # the parent has it: do not send the text back
+    return report

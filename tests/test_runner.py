@@ -1,0 +1,249 @@
+"""Many files at once: worker processes and the result cache change how fast a
+run is, never what it reports."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from amplint import engine, runner
+from amplint.cache import ResultCache
+from amplint.config import Settings
+from tests.helpers import FIXTURES, REPO, run_cli
+
+SETTINGS = Settings(root=FIXTURES)
+DEPRECATED = "import torch\n\nscaler = torch.cuda.amp.GradScaler()\n"
+
+
+def _summary(reports) -> list[tuple]:
+    return [
+        (
+            report.path,
+            report.error,
+            report.fixed_text,
+            [(d.code, d.message, d.span, d.fix and d.fix.message) for d in report.diagnostics],
+            [d.code for d in report.applied],
+        )
+        for report in reports
+    ]
+
+
+@pytest.fixture
+def pool_starts(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Worker pools even for a small tree; records each pool's size."""
+    started: list[int] = []
+
+    class CountingPool(runner.ProcessPoolExecutor):
+        def __init__(self, max_workers: int) -> None:
+            started.append(max_workers)
+            super().__init__(max_workers=max_workers)
+
+    monkeypatch.setattr(runner, "PARALLEL_MIN_CHARS", 0)
+    monkeypatch.setattr(runner, "ProcessPoolExecutor", CountingPool)
+    return started
+
+
+@pytest.mark.parametrize("fixing", [False, True])
+def test_workers_report_what_one_process_reports(pool_starts: list[int], fixing: bool) -> None:
+    alone = runner.run([FIXTURES], SETTINGS, fixing=fixing, jobs=1)
+    assert pool_starts == []
+    together = runner.run([FIXTURES], SETTINGS, fixing=fixing, jobs=2)
+    assert pool_starts == [2]
+    assert _summary(together) == _summary(alone)
+    assert any(report.diagnostics for report in alone)
+    assert not fixing or any(report.fixed_text for report in alone)
+
+
+def test_small_runs_start_no_workers(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(runner, "ProcessPoolExecutor", None)  # any use would fail
+    (tmp_path / "a.py").write_text(DEPRECATED)
+    (tmp_path / "b.py").write_text(DEPRECATED)
+    reports = runner.run([tmp_path], Settings(root=tmp_path), jobs=8)
+    assert [len(report.diagnostics) for report in reports] == [1, 1]
+
+
+_ANALYSE_ONE = runner._analyse_one
+
+
+def _dies_on_crash_py(source, *args):
+    """Pickled by name into the workers, hence at module level."""
+    if source.path.name == "crash.py":
+        os._exit(3)  # as a segfault in native code or the OOM killer would
+    return _ANALYSE_ONE(source, *args)
+
+
+@pytest.mark.skipif(
+    multiprocessing.get_start_method() != "fork",
+    reason="the patched worker reaches children by fork",
+)
+def test_a_worker_that_dies_costs_only_its_own_file(
+    pool_starts: list[int], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(runner, "_analyse_one", _dies_on_crash_py)
+    for name in ("a.py", "crash.py", "z.py"):
+        (tmp_path / name).write_text(DEPRECATED)
+    reports = runner.run([tmp_path], Settings(root=tmp_path), jobs=2)
+    assert [report.path.name for report in reports] == ["a.py", "crash.py", "z.py"]
+    assert [report.error for report in reports] == [
+        None,
+        "internal error: the process analysing this file died",
+        None,
+    ]
+    assert len(reports[0].diagnostics) == len(reports[2].diagnostics) == 1
+
+
+# -- the cache ------------------------------------------------------------------
+@pytest.fixture
+def analysed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the files the engine analyses (the cache did not answer)."""
+    names: list[str] = []
+    analyse = runner.analyse_source
+
+    def counting(source, *args):
+        names.append(source.path.name)
+        return analyse(source, *args)
+
+    monkeypatch.setattr(runner, "analyse_source", counting)
+    return names
+
+
+def _copy_fixtures(tmp_path: Path) -> Path:
+    tree = tmp_path / "tree"
+    shutil.copytree(FIXTURES, tree)
+    return tree
+
+
+def test_a_warm_run_analyses_nothing_and_reports_the_same(
+    analysed: list[str], tmp_path: Path
+) -> None:
+    tree = _copy_fixtures(tmp_path)
+    cache = ResultCache(tmp_path / "cache")
+    cold = runner.run([tree], SETTINGS, cache=cache)
+    assert analysed
+    analysed.clear()
+    warm = runner.run([tree], SETTINGS, cache=ResultCache(tmp_path / "cache"))
+    assert analysed == []
+    assert _summary(warm) == _summary(cold)
+    assert (tmp_path / "cache" / ".gitignore").read_text() == "*\n"
+
+
+def test_an_edited_file_or_other_settings_miss_the_cache(
+    analysed: list[str], tmp_path: Path
+) -> None:
+    (tmp_path / "a.py").write_text(DEPRECATED)
+    (tmp_path / "b.py").write_text(DEPRECATED)
+    cache = ResultCache(tmp_path / "cache")
+    runner.run([tmp_path], Settings(root=tmp_path), cache=cache)
+    analysed.clear()
+    (tmp_path / "b.py").write_text(DEPRECATED + "# edited\n")
+    runner.run([tmp_path], Settings(root=tmp_path), cache=cache)
+    assert analysed == ["b.py"]
+    analysed.clear()
+    runner.run([tmp_path], Settings(root=tmp_path, target_torch=(2, 2)), cache=cache)
+    assert analysed == ["a.py", "b.py"]
+    analysed.clear()
+    runner.run([tmp_path], Settings(root=tmp_path, ignore=("AMP001",)), cache=cache)
+    assert analysed == ["a.py", "b.py"]
+
+
+def test_a_damaged_entry_is_a_miss(analysed: list[str], tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text(DEPRECATED)
+    cache_dir = tmp_path / "cache"
+    (first,) = runner.run([tmp_path], Settings(root=tmp_path), cache=ResultCache(cache_dir))
+    for entry in cache_dir.glob("*.json"):
+        entry.write_bytes(b'{"diagnostics": [["AMP201", "x", [1, 2], null]]}')
+    analysed.clear()
+    (again,) = runner.run([tmp_path], Settings(root=tmp_path), cache=ResultCache(cache_dir))
+    assert analysed == ["a.py"]
+    assert _summary([again]) == _summary([first])
+
+
+def test_fix_with_nothing_to_fix_does_what_check_does(
+    analysed: list[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The same parses and no more code generation; and answered from check's
+    cache entries without analysis."""
+    parses: list[str] = []
+    parse_module = engine.cst.parse_module
+    monkeypatch.setattr(
+        engine.cst, "parse_module", lambda text: parses.append("parse") or parse_module(text)
+    )
+    generate = engine.cst.Module.code
+    monkeypatch.setattr(
+        engine.cst.Module,
+        "code",
+        property(lambda module: parses.append("generate") or generate.fget(module)),
+    )
+    tree = FIXTURES / "not_steps"  # findings, but none a safe fix changes
+    runner.run([tree], SETTINGS)
+    checked = list(parses)
+    parses.clear()
+    reports = runner.run([tree], SETTINGS, fixing=True)
+    assert parses == checked and "parse" in checked
+    assert not any(report.fixed_text for report in reports)
+
+    cache = ResultCache(tmp_path / "cache")
+    runner.run([tree], SETTINGS, cache=cache)
+    analysed.clear()
+    from_cache = runner.run([tree], SETTINGS, fixing=True, cache=cache)
+    assert analysed == []
+    assert _summary(from_cache) == _summary(reports)
+
+
+def test_fix_analyses_a_cached_file_that_has_a_fix(analysed: list[str], tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text(DEPRECATED)
+    cache = ResultCache(tmp_path / "cache")
+    runner.run([tmp_path], Settings(root=tmp_path), cache=cache)
+    analysed.clear()
+    (report,) = runner.run([tmp_path], Settings(root=tmp_path), fixing=True, cache=cache)
+    assert analysed == ["a.py"]
+    assert "torch.amp.GradScaler" in report.fixed_text
+
+
+# -- the command line -----------------------------------------------------------
+def test_an_unwritable_cache_warns_once_and_the_run_goes_on(tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text(DEPRECATED)
+    (tmp_path / "b.py").write_text(DEPRECATED)
+    blocker = tmp_path / "not_a_directory"
+    blocker.write_text("")
+    result = run_cli(
+        "check", "--cache-dir", blocker / "cache", tmp_path / "a.py", tmp_path / "b.py"
+    )
+    assert result.exit_code == 1
+    assert result.stdout.count("AMP201") == 2
+    assert result.stderr.count("warning: cannot write the cache") == 1
+
+
+def test_no_cache_writes_nothing(tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text(DEPRECATED)
+    result = run_cli("check", "--no-cache", "--cache-dir", tmp_path / "cache", tmp_path / "a.py")
+    assert result.exit_code == 1
+    assert not (tmp_path / "cache").exists()
+
+
+def test_jobs_must_be_positive(tmp_path: Path) -> None:
+    result = run_cli("check", "--jobs", "0", tmp_path)
+    assert result.exit_code == 2
+    assert "--jobs must be at least 1" in result.stderr
+
+
+def test_concurrent_runs_share_a_cache(tmp_path: Path) -> None:
+    tree = _copy_fixtures(tmp_path)
+    command = [sys.executable, "-m", "amplint", "check", "--cache-dir", str(tmp_path / "cache")]
+    expected = subprocess.run(
+        [*command[:-2], "--no-cache", str(tree)], capture_output=True, text=True, cwd=REPO
+    ).stdout
+    runs = [
+        subprocess.Popen([*command, str(tree)], stdout=subprocess.PIPE, text=True, cwd=REPO)
+        for _ in range(4)
+    ]
+    assert [run.communicate()[0] for run in runs] == [expected] * 4
+    assert not list((tmp_path / "cache").glob("*.tmp"))
+    warm = subprocess.run([*command, str(tree)], capture_output=True, text=True, cwd=REPO)
+    assert warm.stdout == expected
