@@ -1,6 +1,7 @@
 # Two entry points for a fresh clone:
 #   make demo   set up .venv, then check and fix a bundled training script
 #   make test   set up .venv with the test extra, then run the test suite
+#   make bench  time amplint check/fix on the installed torch package, next to ruff
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -35,6 +36,11 @@ demo: $(VENV)/.installed
 
 test: $(VENV)/.installed-test
 	$(BIN)/python -m pytest
+
+# Not a test: prints a table for the README's performance section.
+bench: $(VENV)/.installed-test
+	-$(BIN)/python -m pip install --quiet ruff==0.17.6  # optional: the row to compare with
+	$(BIN)/python tests/bench.py
 
 clean:
 	rm -rf $(VENV) build dist .pytest_cache
