@@ -35,8 +35,17 @@ _CODE = re.compile(r"[A-Z]+[0-9]+", re.IGNORECASE)
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 
 
+# libcst holds about 500 bytes per character of source: a 7 MB generated module
+# took 80 s and 3.8 GB.  Training scripts are a few hundred kilobytes at most.
+MAX_PARSE_CHARS = 2_000_000
+
+
 class FixError(Exception):
     """A fix that would produce broken or unstable code; nothing is written."""
+
+
+class NotAnalysed(Exception):
+    """A file amplint declines to parse; the message says why, for the user."""
 
 
 @dataclass
@@ -56,15 +65,35 @@ def selected_rules(codes: frozenset[str]) -> list[Rule]:
     return [rule for rule in RULES if rule.code in codes]
 
 
-def _may_fire(text: str, rules: Sequence[Rule], compiled: bool = True) -> bool:
-    clues = SourceClues(text, compiled=compiled)
-    return any(rule.may_fire(clues) for rule in rules)
-
-
 def text_may_fire(text: str, codes: frozenset[str]) -> bool:
     """Whether the text alone leaves a finding possible: the first, cheapest
     test, which costs about what reading the file does."""
-    return _may_fire(text, selected_rules(codes), compiled=False)
+    clues = SourceClues(text, compiled=False)
+    return any(rule.may_fire(clues) for rule in selected_rules(codes))
+
+
+def _parse(
+    text: str, rules: Sequence[Rule], codes: frozenset[str]
+) -> cst.Module | list[Diagnostic]:
+    """The module, or what to report instead: nothing when no rule may fire,
+    AMP900 when the file does not parse or is too deep to try."""
+    clues = SourceClues(text)
+    if not any(rule.may_fire(clues) for rule in rules):
+        return []
+    if len(text) > MAX_PARSE_CHARS:
+        raise NotAnalysed(
+            f"{len(text) / 1e6:.1f} MB is more than amplint parses "
+            f"({MAX_PARSE_CHARS / 1e6:.0f} MB); exclude it if it is generated"
+        )
+    reason = clues.too_deep_to_parse
+    try:
+        if reason is not None:
+            diagnostics = [Diagnostic(SYNTAX_ERROR, f"cannot parse: {reason}", Span(1, 1, 1, 1))]
+        else:
+            return cst.parse_module(text)
+    except cst.ParserSyntaxError as error:
+        diagnostics = [_syntax_error(text, error)]
+    return _noqa_filter(text, diagnostics) if SYNTAX_ERROR in codes else []
 
 
 def _syntax_error(text: str, error: cst.ParserSyntaxError) -> Diagnostic:
@@ -142,12 +171,9 @@ def _disjoint_fixes(due: list[Diagnostic], facts: ModuleFacts) -> list[Diagnosti
 
 def lint_text(text: str, codes: frozenset[str], settings: Settings) -> list[Diagnostic]:
     rules = selected_rules(codes)
-    if not _may_fire(text, rules):
-        return []
-    try:
-        module = cst.parse_module(text)
-    except cst.ParserSyntaxError as error:
-        return _noqa_filter(text, [_syntax_error(text, error)]) if SYNTAX_ERROR in codes else []
+    module = _parse(text, rules, codes)
+    if isinstance(module, list):
+        return module
     return _lint_module(ModuleFacts(module, text), text, rules, settings)
 
 
@@ -173,19 +199,18 @@ def fix_text(
     nothing although fixes were due, or the rounds do not converge.
     """
     rules = selected_rules(codes)
-    if not _may_fire(text, rules):
-        return FixResult(text, [], [], [])
+    module = _parse(text, rules, codes)
+    if isinstance(module, list):
+        return FixResult(text, [], module, module)
     applied: list[Diagnostic] = []
     found: list[Diagnostic] = []
     for round_number in range(MAX_FIX_ROUNDS):
-        try:
-            module = cst.parse_module(text)
-        except cst.ParserSyntaxError as error:
-            if round_number == 0:
-                diagnostics = [_syntax_error(text, error)] if SYNTAX_ERROR in codes else []
-                diagnostics = _noqa_filter(text, diagnostics)
-                return FixResult(text, [], diagnostics, diagnostics)
-            raise FixError(f"a fix produced code that does not parse: {error.message}") from None
+        if round_number > 0:
+            try:
+                module = cst.parse_module(text)
+            except cst.ParserSyntaxError as error:
+                message = f"a fix produced code that does not parse: {error.message}"
+                raise FixError(message) from None
         facts = ModuleFacts(module, text)
         diagnostics = _lint_module(facts, text, rules, settings)
         due = [diagnostic for diagnostic in diagnostics if is_applicable(diagnostic, unsafe)]
@@ -222,14 +247,33 @@ def analyse_source(
     it is the caller's choice).  Diagnostics come back portable: no libcst
     nodes, so the report can cross process boundaries."""
     report = FileReport(source.path)
-    text = source.text
+    try:
+        return _analyse(report, source.text, codes, settings, fixing, unsafe)
+    except NotAnalysed as reason:
+        report.error = f"not analysed: {reason}"
+    except RecursionError:
+        # Code Python compiles but nests deeper than a recursive walk of its
+        # syntax tree can follow, such as a sum of a thousand terms.
+        report.error = "not analysed: nested too deeply (Python's recursion limit)"
+    report.diagnostics, report.applied, report.fixed_text = [], [], None
+    return report
+
+
+def _analyse(
+    report: FileReport,
+    text: str,
+    codes: frozenset[str],
+    settings: Settings,
+    fixing: bool,
+    unsafe: bool,
+) -> FileReport:
     if not fixing:
         report.found = report.diagnostics = _portable(lint_text(text, codes, settings))
         return report
     try:
         result = fix_text(text, codes, settings, unsafe)
     except FixError as error:
-        report.error = f"internal error, file left unchanged: {error}"
+        report.error = f"not fixed, file left unchanged: {error}"
         report.found = report.diagnostics = _portable(lint_text(text, codes, settings))
         return report
     report.found = _portable(result.found)

@@ -67,7 +67,7 @@ class SourceClues:
             return True
         return self._tree_has_attribute(attribute)
 
-    @cached_property
+    @property
     def _code_names(self) -> frozenset[str] | None:
         """Every name the compiled module and its functions, classes, lambdas
         and comprehensions load, store, import or look up as an attribute.
@@ -78,19 +78,40 @@ class SourceClues:
         """
         if not (self.compiled and _COMPILER_KEEPS_DEAD_CODE_NAMES):
             return None
+        return self._compiled[0]
+
+    @property
+    def too_deep_to_parse(self) -> str | None:
+        """Why no parser should be given this file, or None.
+
+        CPython's compiler stops with a RecursionError (or its 200-bracket
+        limit) on code nested deeper than it can run, such as a sum of
+        thousands of terms; libcst's native parser overflows its stack on the
+        same code and takes the process down.
+        """
+        error = self._compiled[1]
+        if isinstance(error, (RecursionError, MemoryError)):
+            return f"nested too deeply for Python to compile ({error})"
+        if isinstance(error, SyntaxError) and "too many nested" in str(error.msg):
+            return f"nested too deeply for Python to compile ({error.msg})"
+        return None
+
+    @cached_property
+    def _compiled(self) -> tuple[frozenset[str] | None, BaseException | None]:
+        """The names the code objects use, or the error compiling raised."""
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # invalid escapes and the like
                 code = compile(self.text, "<amplint>", "exec", dont_inherit=True, optimize=0)
-        except (SyntaxError, ValueError, RecursionError, MemoryError):
-            return None
+        except (SyntaxError, ValueError, RecursionError, MemoryError) as error:
+            return None, error
         names: set[str] = set()
         pending = [code]
         while pending:
             code = pending.pop()
             names.update(code.co_names)
             pending += [const for const in code.co_consts if isinstance(const, types.CodeType)]
-        return frozenset(names)
+        return frozenset(names), None
 
     def _tree_has_attribute(self, attribute: str) -> bool:
         try:

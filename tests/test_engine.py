@@ -76,7 +76,7 @@ def test_the_cli_reports_the_file_and_writes_nothing(rule, tmp_path: Path) -> No
     result = run_cli("fix", "--apply", tmp_path)
     assert result.exit_code == 2
     for name in ("a.py", "b.py"):  # every file is reported, and none is written
-        assert f"{tmp_path / name}: internal error, file left unchanged" in result.stderr
+        assert f"{tmp_path / name}: not fixed, file left unchanged" in result.stderr
         assert (tmp_path / name).read_text() == SOURCE
 
 
