@@ -21,7 +21,7 @@ from amplint.config import (
 )
 from amplint.cache import CACHE_DIR_NAME, ResultCache
 from amplint.engine import FileReport
-from amplint.files import SourceError, write_source_atomic
+from amplint.files import SourceError, writable_target, write_source_atomic
 from amplint.report import (
     applied_lines,
     json_document,
@@ -196,7 +196,8 @@ def fix(paths, apply_, unsafe_fixes, **options) -> None:
             click.echo(unified_diff(report.path, report.source.text, report.fixed_text), nl=False)
             continue
         try:
-            write_source_atomic(report.source, report.fixed_text)
+            target = writable_target(report.path, paths or (Path("."),))
+            write_source_atomic(replace(report.source, path=target), report.fixed_text)
         except (SourceError, OSError) as error:
             _error(f"{report.path}: cannot write: {error}")
             errors += 1

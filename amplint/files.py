@@ -99,6 +99,13 @@ def write_source_atomic(source: SourceFile, new_text: str) -> None:
     """
     path = source.path
     data = encode_source(new_text, source.encoding)
+    # Edited (or replaced) since it was read: writing would throw that away.
+    try:
+        unchanged = path.read_bytes() == encode_source(source.text, source.encoding)
+    except OSError:
+        unchanged = False
+    if not unchanged:
+        raise SourceError("changed since amplint read it; not written")
     mode = path.stat().st_mode
     # The mode bits, not os.access: root may write anything, but a file its
     # owner marked read-only is one the user does not want changed.
@@ -120,6 +127,20 @@ def write_source_atomic(source: SourceFile, new_text: str) -> None:
         except FileNotFoundError:
             pass
         raise
+
+
+def writable_target(path: Path, named: Sequence[Path]) -> Path:
+    """Where writing `path` goes: the file itself, or the file a link names.
+
+    A link is written through, so it stays a link, but only to a file inside
+    the paths the user named: a fix never reaches outside them.
+    """
+    if not path.is_symlink():
+        return path
+    real = path.resolve()
+    if not any(real == root or root in real.parents for root in (p.resolve() for p in named)):
+        raise SourceError(f"a link to {real}, outside the paths named; not written")
+    return real
 
 
 @dataclass(frozen=True)
