@@ -1,0 +1,272 @@
+"""Hostile input and interruption: amplint never crashes, never corrupts a file,
+never runs the code it reads and never writes outside the paths it is given.
+
+Each bad input sits beside a good file with a known finding: the run must give
+the bad file findings or a one-line error, and still check and fix the good one.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from amplint import runner
+from amplint.config import Settings
+from tests.helpers import REPO, run_cli
+
+GOOD = "import torch\n\nscaler = torch.cuda.amp.GradScaler()\n"
+GOOD_FIXED = 'import torch\n\nscaler = torch.amp.GradScaler("cuda")\n'
+STEP = (
+    "for x, y in loader:\n    loss = crit(model(x), y)\n    loss.backward()\n    optimizer.step()\n"
+)
+
+# name -> (bytes of the bad file, what the run must say about it)
+#   "error: <text>"   a one-line error naming the file, the file left as it was
+#   "AMP900"          reported as not parsing, left as it was
+#   "fixed"           fixed like any file, bytes outside the fix kept
+#   "clean"           nothing to report, left as it was
+#   "unfixed: <text>" reported; fix refuses it with a one-line error, leaves it as it was
+BAD_INPUTS = {
+    "syntax error": (b"import torch.cuda.amp\ndef f(:\n", "AMP900"),
+    "python 2": (b'import torch.cuda.amp\nprint "loss", loss\n', "AMP900"),
+    "empty": (b"", "clean"),
+    "only a BOM": (b"\xef\xbb\xbf", "clean"),
+    "binary named .py": (b"\x7fELF\x02\x01\x00\x00torch.cuda.amp\x00\xff", "error: binary file"),
+    "undecodable bytes": (b"x = '\xff\xfe'  # torch.cuda.amp\n", "error: cannot decode"),
+    "latin-1 with a coding cookie": (
+        b"# -*- coding: latin-1 -*-\n" + GOOD.encode() + b"name = 'caf\xe9'\n",
+        "fixed",
+    ),
+    "BOM": (b"\xef\xbb\xbf" + GOOD.encode(), "fixed"),
+    "CRLF": (GOOD.replace("\n", "\r\n").encode(), "fixed"),
+    # libcst cannot write lone CR line ends back as they were.
+    "lone CR": (GOOD.replace("\n", "\r").encode(), "unfixed: cannot reproduce this file"),
+    "tabs": (GOOD.encode() + b"if True:\n\tscaler2 = torch.cuda.amp.GradScaler()\n", "fixed"),
+    "form feed between statements": (GOOD.replace("\n\n", "\n\f\n").encode(), "fixed"),
+    # A form feed opening the file is another line end libcst does not keep.
+    "form feed first": (b"\f" + GOOD.encode(), "unfixed: cannot reproduce this file"),
+    "a 2 MB line": (GOOD.encode() + b"blob = '" + b"a" * 2_000_000 + b"'\n", "error: MB is more"),
+    "a 1 MB line": (GOOD.encode() + b"blob = '" + b"a" * 1_000_000 + b"'\n", "fixed"),
+    "a 10 MB file": (
+        GOOD.encode() + b"".join(b"v%d = %d\n" % (i, i) for i in range(1_000_000)),
+        "error: MB is more than amplint parses",
+    ),
+    "2,000 nested parentheses": (
+        ("import torch\nloss = " + "(" * 2000 + "1" + ")" * 2000 + "\n" + STEP).encode(),
+        "AMP900",
+    ),
+    "a sum of 100,000 terms": (
+        ("import torch\nloss = " + "+".join(["1"] * 100_000) + "\n" + STEP).encode(),
+        "AMP900",
+    ),
+    "a sum of 1,000 terms": (
+        ("import torch\nloss = " + "+".join(["1"] * 1000) + "\n" + STEP).encode(),
+        "error: nested too deeply",
+    ),
+    "unknown codec": (b"# coding: klingon\nimport torch.cuda.amp\n", "error: cannot decode"),
+    "null byte in text": (b"import torch.cuda.amp\nx = 1\x00\n", "error: binary file"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_INPUTS))
+def test_bad_input_gets_a_finding_or_an_error_and_the_run_goes_on(
+    tmp_path: Path, name: str
+) -> None:
+    content, expected = BAD_INPUTS[name]
+    bad, good = tmp_path / "bad.py", tmp_path / "good.py"
+    bad.write_bytes(content)
+    good.write_text(GOOD)
+
+    check = run_cli("check", "--no-cache", tmp_path)
+    assert check.exit_code in (1, 2)
+    assert f"{good}:3:10: AMP201" in check.stdout
+    fix = run_cli("fix", "--apply", "--no-cache", tmp_path)
+    assert good.read_text() == GOOD_FIXED
+    after = bad.read_bytes()
+
+    if expected.startswith("error: "):
+        errors = [line for line in check.stderr.splitlines() if str(bad) in line]
+        assert len(errors) == 1 and expected[len("error: ") :] in errors[0], check.stderr
+        assert check.exit_code == fix.exit_code == 2
+        assert after == content
+    elif expected == "AMP900":
+        assert f"{bad}:" in check.stdout and "AMP900" in check.stdout
+        assert after == content
+    elif expected.startswith("unfixed: "):
+        assert check.exit_code == 1 and f"{bad}:3:10: AMP201" in check.stdout
+        errors = [line for line in fix.stderr.splitlines() if "error" in line]
+        assert len(errors) == 1 and str(bad) in errors[0]
+        assert expected[len("unfixed: ") :] in errors[0]
+        assert fix.exit_code == 2 and after == content
+    elif expected == "clean":
+        assert str(bad) not in check.stdout + check.stderr
+        assert after == content
+    else:
+        assert expected == "fixed"
+        assert str(bad) in check.stdout and "AMP201" in check.stdout
+        _assert_fixed_in_place(content, after)
+        assert run_cli("fix", "--apply", "--no-cache", tmp_path).exit_code == 0  # settled
+
+
+def _assert_fixed_in_place(before: bytes, after: bytes) -> None:
+    """Only the deprecated call changed: encoding, BOM and newlines kept."""
+    old, new = b"torch.cuda.amp.GradScaler()", b'torch.amp.GradScaler("cuda")'
+    assert after == before.replace(old, new)
+    text = after.decode("latin-1" if b"latin-1" in after else "utf-8-sig")
+    ast.parse(text)
+
+
+def test_a_file_deleted_after_discovery_is_an_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "gone.py").write_text(GOOD)
+    (tmp_path / "good.py").write_text(GOOD)
+    read_source = runner.read_source
+
+    def deleted_first(path: Path):
+        if path.name == "gone.py":
+            path.unlink()
+        return read_source(path)
+
+    monkeypatch.setattr(runner, "read_source", deleted_first)
+    gone, good = runner.run([tmp_path], Settings(root=tmp_path))
+    assert gone.error == "no such file"
+    assert [d.code for d in good.diagnostics] == ["AMP201"]
+
+
+def test_a_file_edited_while_fix_runs_is_not_overwritten(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = tmp_path / "train.py"
+    target.write_text(GOOD)
+    analyse = runner.analyse_source
+
+    def user_saves_meanwhile(source, *args):
+        report = analyse(source, *args)
+        target.write_text(GOOD + "# the user's new line\n")
+        return report
+
+    monkeypatch.setattr(runner, "analyse_source", user_saves_meanwhile)
+    result = run_cli("fix", "--apply", "--no-cache", target)
+    assert result.exit_code == 2
+    assert "changed since amplint read it; not written" in result.stderr
+    assert target.read_text() == GOOD + "# the user's new line\n"
+
+
+def test_a_read_only_file_is_an_error_and_untouched(tmp_path: Path) -> None:
+    target = tmp_path / "train.py"
+    target.write_text(GOOD)
+    target.chmod(0o444)
+    result = run_cli("fix", "--apply", "--no-cache", tmp_path)
+    assert result.exit_code == 2
+    assert f"{target}: cannot write: file is not writable (read-only)" in result.stderr
+    assert target.read_text() == GOOD
+
+
+def _link(link: Path, target: Path) -> None:
+    try:
+        os.symlink(target, link)
+    except OSError:
+        pytest.skip("this system cannot create symbolic links")
+
+
+def test_links_are_written_through_only_inside_the_named_paths(tmp_path: Path) -> None:
+    tree, outside = tmp_path / "tree", tmp_path / "outside"
+    tree.mkdir()
+    outside.mkdir()
+    (tree / "train.py").write_text(GOOD)
+    (outside / "shared.py").write_text(GOOD)
+    _link(tree / "alias.py", tree / "train.py")  # sorts first: seen before its target
+    _link(tree / "escape.py", outside / "shared.py")
+    result = run_cli("fix", "--apply", "--no-cache", tree)
+    assert result.exit_code == 2
+    assert "escape.py: cannot write: a link to" in result.stderr
+    assert (outside / "shared.py").read_text() == GOOD
+    assert (tree / "escape.py").is_symlink() and (tree / "alias.py").is_symlink()
+    assert (tree / "train.py").read_text() == GOOD_FIXED
+
+
+def test_link_loops_are_skipped(tmp_path: Path) -> None:
+    _link(tmp_path / "a.py", tmp_path / "b.py")
+    _link(tmp_path / "b.py", tmp_path / "a.py")
+    _link(tmp_path / "loop", tmp_path)
+    (tmp_path / "good.py").write_text(GOOD)
+    result = run_cli("check", "--no-cache", tmp_path)
+    assert result.exit_code == 1
+    assert result.stdout.count("AMP201") == 1
+
+
+# -- never execute ----------------------------------------------------------------
+def test_check_and_fix_never_import_or_run_the_code_they_read(tmp_path: Path) -> None:
+    marker = tmp_path / "executed"
+    payload = f"open({str(marker)!r}, 'a').write(__name__ + '\\n')\n"
+    tree = tmp_path / "project"
+    tree.mkdir()
+    # Each file has a finding, so it is compiled, parsed and fixed.
+    for name in ("train.py", "conftest.py", "setup.py", "__init__.py", "sitecustomize.py"):
+        (tree / name).write_text(payload + GOOD)
+    # What `python -m amplint` would import from the working directory.
+    for module in ("click", "libcst", "pathspec", "black", "torch"):
+        (tree / f"{module}.py").write_text(payload)
+    for command in (["check"], ["fix"], ["fix", "--apply"]):
+        subprocess.run(
+            [sys.executable, "-m", "amplint", *command, "--no-cache", "."],
+            cwd=tree,
+            capture_output=True,
+            check=False,
+        )
+    assert not marker.exists(), marker.read_text()
+    assert (tree / "train.py").read_text() == payload + GOOD_FIXED
+
+
+# -- interruption -----------------------------------------------------------------
+def test_a_killed_fix_leaves_every_file_original_or_fully_fixed(tmp_path: Path) -> None:
+    """SIGKILL `fix --apply` while it writes: each file is the old or the new one.
+
+    Analysis comes first and the writes last, so the kill time is searched
+    (bisected between start and a full run's duration) until kills land
+    between writes: the test insists on seeing half-fixed trees.
+    """
+    fixed = GOOD_FIXED
+    command = [sys.executable, "-m", "amplint", "fix", "--apply", "--no-cache"]
+
+    def tree_for(name: str) -> Path:
+        tree = tmp_path / name
+        tree.mkdir()
+        for index in range(300):
+            (tree / f"m{index:03}.py").write_text(GOOD)
+        return tree
+
+    start = time.perf_counter()
+    subprocess.run([*command, str(tree_for("full"))], cwd=REPO, capture_output=True)
+    early, late = 0.0, time.perf_counter() - start
+    interrupted_writes = 0
+    for attempt in range(12):
+        tree = tree_for(f"killed{attempt}")
+        process = subprocess.Popen(
+            [*command, str(tree)], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        delay = (early + late) / 2
+        time.sleep(delay)
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+        contents = [path.read_text() for path in sorted(tree.glob("*.py"))]
+        assert len(contents) == 300
+        assert all(text in (GOOD, fixed) for text in contents)
+        done = contents.count(fixed)
+        if done == 0:
+            early = delay
+        elif done == len(contents):
+            late = delay
+        else:
+            interrupted_writes += 1
+            if interrupted_writes == 3:
+                break
+    assert interrupted_writes, "no kill landed while files were being written"
