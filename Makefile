@@ -2,6 +2,8 @@
 #   make demo   set up .venv, then check and fix a bundled training script
 #   make test   set up .venv with the test extra, then run the test suite
 #   make bench  time amplint check/fix on the installed torch package, next to ruff
+#   make realcode  check and fix a copy of the installed torch package; prove nothing broke
+#   make fuzz   a long run of the generated-program tests (CI runs a few hundred)
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -9,7 +11,7 @@ BIN := $(VENV)/bin
 DEMO_SCRIPTS := fixtures/fp32_steps/nested_loops.py fixtures/deprecated_amp/legacy_train.py
 DEMO_DIR := build/demo
 
-.PHONY: demo test bench clean
+.PHONY: demo test bench realcode fuzz clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -41,6 +43,13 @@ test: $(VENV)/.installed-test
 bench: $(VENV)/.installed-test
 	-$(BIN)/python -m pip install --quiet ruff==0.17.6  # optional: the row to compare with
 	$(BIN)/python tests/bench.py
+
+realcode: $(VENV)/.installed-test
+	$(BIN)/python -m tests.realcode
+
+FUZZ_EXAMPLES ?= 20000
+fuzz: $(VENV)/.installed-test
+	AMPLINT_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest -p no:cacheprovider tests/test_fuzz.py
 
 clean:
 	rm -rf $(VENV) build dist .pytest_cache

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import re
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -99,7 +100,9 @@ def _parse(
 def _syntax_error(text: str, error: cst.ParserSyntaxError) -> Diagnostic:
     """AMP900 with CPython's own message and position where it has one."""
     try:
-        ast.parse(text)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the user reads findings, not our parse's warnings
+            ast.parse(text)
     except SyntaxError as python_error:
         line = python_error.lineno or 1
         column = python_error.offset or 1

@@ -32,7 +32,7 @@ from amplint.runner import default_jobs
 AMPLINT = [sys.executable, "-m", "amplint"]
 
 
-def _installed_torch() -> Path:
+def installed_torch() -> Path:
     spec = importlib.util.find_spec("torch")
     if spec is None or not spec.submodule_search_locations:
         sys.exit("bench: torch is not installed; pass --tree or install the test extra")
@@ -87,7 +87,7 @@ def main() -> None:
     parser.add_argument("--tree", type=Path, help="default: the installed torch package")
     parser.add_argument("--repeat", type=int, default=3)
     options = parser.parse_args()
-    tree = (options.tree or _installed_torch()).resolve()
+    tree = (options.tree or installed_torch()).resolve()
     scratch = Path(tempfile.mkdtemp(prefix="amplint-bench-"))
     try:
         rows = _measure(tree, scratch, options.repeat)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -270,3 +271,20 @@ def test_a_killed_fix_leaves_every_file_original_or_fully_fixed(tmp_path: Path) 
             if interrupted_writes == 3:
                 break
     assert interrupted_writes, "no kill landed while files were being written"
+
+
+# -- real code --------------------------------------------------------------------
+def test_real_code_survives_check_and_fix(tmp_path: Path) -> None:
+    """A slice of the installed torch package, where the AMP code lives; the
+    whole package is `make realcode`."""
+    from tests.bench import installed_torch
+    from tests.realcode import verify_tree
+
+    torch_tree = installed_torch()
+    for part in ("amp", "cuda/amp", "cpu/amp", "optim", "nn/utils", "distributed/optim"):
+        shutil.copytree(torch_tree / part, tmp_path / part)
+    # Training loops in torch's own tests: real fixes to make.
+    shutil.copy(torch_tree / "testing/_internal/common_quantization.py", tmp_path)
+    outcome = verify_tree(tmp_path, jobs=1)
+    assert outcome.failures == []
+    assert outcome.files > 50 and outcome.findings >= 2 and outcome.fixed_files >= 1
