@@ -167,7 +167,11 @@ def check(paths, output_format, exit_zero, **options) -> None:
     else:
         for path, diagnostic in findings:
             click.echo(text_row(path, diagnostic))
-        click.echo(summary(findings))
+        if errors and not findings:  # "All checks passed" would hide the errors
+            files = "file" if errors == 1 else "files"
+            click.echo(f"No findings; {errors} {files} could not be checked (errors above).")
+        else:
+            click.echo(summary(findings))
     if errors:
         sys.exit(EXIT_ERROR)
     sys.exit(EXIT_FINDINGS if findings and not exit_zero else EXIT_CLEAN)

@@ -288,3 +288,20 @@ def test_real_code_survives_check_and_fix(tmp_path: Path) -> None:
     outcome = verify_tree(tmp_path, jobs=1)
     assert outcome.failures == []
     assert outcome.files > 50 and outcome.findings >= 2 and outcome.fixed_files >= 1
+
+
+def test_errors_alone_do_not_read_as_all_checks_passed(tmp_path: Path) -> None:
+    (tmp_path / "bad.py").write_bytes(b"\x7fELF\x00torch.cuda.amp")
+    result = run_cli("check", "--no-cache", tmp_path)
+    assert result.exit_code == 2
+    assert "All checks passed" not in result.stdout
+    assert "No findings; 1 file could not be checked (errors above)." in result.stdout
+
+
+def test_notebooks_are_not_read_yet_so_broken_ones_break_nothing(tmp_path: Path) -> None:
+    """Until notebooks are supported, an .ipynb (even invalid JSON) is skipped."""
+    (tmp_path / "broken.ipynb").write_text('{"cells": [ torch.cuda.amp')
+    (tmp_path / "good.py").write_text(GOOD)
+    result = run_cli("fix", "--apply", "--no-cache", tmp_path)
+    assert result.exit_code == 0
+    assert (tmp_path / "broken.ipynb").read_text() == '{"cells": [ torch.cuda.amp'
