@@ -6,6 +6,7 @@ from functools import cached_property
 
 import libcst as cst
 
+from amplint.analysis.autocast import AutocastDevice, find_autocast_devices
 from amplint.analysis.deprecated_amp import DeprecatedAmpUse, find_deprecated_amp_uses
 from amplint.analysis.imports import ImportMap
 from amplint.analysis.positions import NodePositions
@@ -25,6 +26,10 @@ class ModuleFacts:
     @cached_property
     def deprecated_amp_uses(self) -> list[DeprecatedAmpUse]:
         return find_deprecated_amp_uses(self.module, self.imports)
+
+    @cached_property
+    def autocast_devices(self) -> list[AutocastDevice]:
+        return find_autocast_devices(self.module, self.imports)
 
     @cached_property
     def training_steps(self) -> StepScan:

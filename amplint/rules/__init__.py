@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from amplint.diagnostics import SYNTAX_ERROR
+from amplint.rules.autocast_device import AutocastDeviceType
 from amplint.rules.base import Rule
 from amplint.rules.deprecated_amp import DeprecatedTorchAmp
 from amplint.rules.fp32_step import FP32TrainingStep
@@ -11,6 +12,7 @@ RULES: tuple[Rule, ...] = (
     FP32TrainingStep(),
     DeprecatedTorchAmp("AMP201", "cuda"),
     DeprecatedTorchAmp("AMP202", "cpu"),
+    AutocastDeviceType(),
 )
 
 # Codes the engine reports itself rather than through a rule.

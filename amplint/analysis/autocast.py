@@ -1,0 +1,180 @@
+"""Where a module calls ``torch.autocast`` / ``torch.amp.autocast``, and what
+the device argument is known to hold.
+
+autocast takes a device *type* ("cuda", "cpu"); a ``torch.device`` raises, and
+a device string with an index ("cuda:0") slips past the checks autocast makes
+for "cuda" (is CUDA there, does it do bf16).  Only what the module itself
+proves is recorded: a literal, an inline ``torch.device(...)``, or a name every
+binding of which in its scope is one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Union
+
+import libcst as cst
+
+from amplint.analysis.imports import ImportMap
+from amplint.analysis.scopes import Scope, ScopedVisitor
+
+AUTOCAST = {"torch.autocast", "torch.amp.autocast", "torch.amp.autocast_mode.autocast"}
+TORCH_DEVICE = "torch.device"
+_UNKNOWN = None  # a binding whose value the module does not show
+
+DeviceArgument = Union[cst.SimpleString, cst.Call, cst.Name]
+
+
+@dataclass(frozen=True)
+class AutocastDevice:
+    """An autocast call whose device argument is a torch.device or has an index."""
+
+    call: cst.Call
+    argument: cst.BaseExpression  # as written in the call
+    is_torch_device: bool  # else a string literal with an index, e.g. "cuda:0"
+    literal_type: str | None  # "cuda" when the device is spelled as a literal
+
+
+def _string_value(node: cst.BaseExpression) -> str | None:
+    if isinstance(node, cst.SimpleString) and "f" not in node.prefix.lower():
+        value = node.evaluated_value
+        return value if isinstance(value, str) else None
+    return None
+
+
+class _AutocastFinder(ScopedVisitor):
+    def __init__(self, imports: ImportMap) -> None:
+        super().__init__()
+        self.imports = imports
+        self.calls: list[tuple[cst.Call, cst.BaseExpression, Scope]] = []
+        # scope -> name -> the values bound to it (None: a binding we cannot read)
+        self.bindings: dict[Scope, dict[str, list[cst.BaseExpression | None]]] = {}
+
+    def _bind(self, name: str, value: cst.BaseExpression | None) -> None:
+        self.bindings.setdefault(self.scope, {}).setdefault(name, []).append(value)
+
+    def enter_scope(self, scope: Scope) -> None:
+        if isinstance(scope, cst.FunctionDef):
+            parameters = scope.params
+            for param in (
+                *parameters.posonly_params,
+                *parameters.params,
+                *parameters.kwonly_params,
+                parameters.star_arg,
+                parameters.star_kwarg,
+            ):
+                if isinstance(param, cst.Param):
+                    self._bind(param.name.value, _UNKNOWN)
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        for target in node.targets:
+            if isinstance(target.target, cst.Name):
+                self._bind(target.target.value, node.value)
+            else:
+                self._bind_all(target.target)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        if isinstance(node.target, cst.Name):
+            self._bind(node.target.value, node.value)
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        self._bind_all(node.target)
+
+    def visit_For(self, node: cst.For) -> None:
+        self._bind_all(node.target)
+
+    def visit_WithItem(self, node: cst.WithItem) -> None:
+        if node.asname is not None:
+            self._bind_all(node.asname.name)
+
+    def visit_NamedExpr(self, node: cst.NamedExpr) -> None:
+        self._bind_all(node.target)
+
+    def visit_Import(self, node: cst.Import) -> None:
+        for alias in node.names:
+            local = alias.asname.name if alias.asname is not None else alias.name
+            while isinstance(local, cst.Attribute):  # `import a.b` binds `a`
+                local = local.value
+            self._bind_all(local)
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        if isinstance(node.names, cst.ImportStar):
+            return
+        for alias in node.names:
+            self._bind_all(alias.asname.name if alias.asname is not None else alias.name)
+
+    def visit_Global(self, node: cst.Global) -> None:
+        for item in node.names:
+            self._bind(item.name.value, _UNKNOWN)
+
+    def visit_Nonlocal(self, node: cst.Nonlocal) -> None:
+        for item in node.names:
+            self._bind(item.name.value, _UNKNOWN)
+
+    def _bind_all(self, target: cst.BaseExpression) -> None:
+        if isinstance(target, cst.Name):
+            self._bind(target.value, _UNKNOWN)
+        elif isinstance(target, (cst.Tuple, cst.List)):
+            for element in target.elements:
+                self._bind_all(element.value)
+        elif isinstance(target, cst.StarredElement):
+            self._bind_all(target.value)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if self.imports.resolve(node.func, self.scope) not in AUTOCAST:
+            return
+        device = next((arg.value for arg in node.args if _is_keyword(arg, "device_type")), None)
+        if device is None and node.args and node.args[0].keyword is None and not node.args[0].star:
+            device = node.args[0].value
+        if device is not None:
+            self.calls.append((node, device, self.scope))
+
+
+def _is_keyword(arg: cst.Arg, name: str) -> bool:
+    return arg.keyword is not None and arg.keyword.value == name
+
+
+class _DeviceResolver:
+    def __init__(self, finder: _AutocastFinder) -> None:
+        self.finder = finder
+
+    def is_torch_device(self, node: cst.BaseExpression, scope: Scope) -> bool:
+        if isinstance(node, cst.Call):
+            return self.finder.imports.resolve(node.func, scope) == TORCH_DEVICE
+        if isinstance(node, cst.IfExp):
+            return self.is_torch_device(node.body, scope) and self.is_torch_device(
+                node.orelse, scope
+            )
+        if isinstance(node, cst.Name):
+            values = self._values(node.value, scope)
+            return bool(values) and all(
+                value is not None and self.is_torch_device(value, scope) for value in values
+            )
+        return False
+
+    def _values(self, name: str, scope: Scope) -> list[cst.BaseExpression | None]:
+        """Every value bound to `name` where the call in `scope` looks it up."""
+        for candidate in self.finder.imports.visible_scopes(scope):
+            values = self.finder.bindings.get(candidate, {}).get(name)
+            if values:
+                return values
+        return []
+
+
+def find_autocast_devices(module: cst.Module, imports: ImportMap) -> list[AutocastDevice]:
+    finder = _AutocastFinder(imports)
+    finder.walk(module)
+    resolver = _DeviceResolver(finder)
+    found = []
+    for call, device, scope in finder.calls:
+        text = _string_value(device)
+        if text is not None:
+            if ":" in text:
+                found.append(AutocastDevice(call, device, False, text.split(":", 1)[0]))
+        elif resolver.is_torch_device(device, scope):
+            literal = None
+            if isinstance(device, cst.Call) and device.args:
+                inner = _string_value(device.args[0].value)
+                literal = inner.split(":", 1)[0] if inner is not None else None
+            found.append(AutocastDevice(call, device, True, literal))
+    return found
