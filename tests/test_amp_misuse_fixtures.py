@@ -19,6 +19,9 @@ FOLDER = FIXTURES / "amp_misuse"
 EXPECTED = FOLDER / "expected"
 # fixture -> the codes it must raise (an empty set: a fixture that must stay silent)
 FIXTURES_AND_CODES = {
+    "backward_inside_autocast.py": {"AMP101"},
+    # accumulation, clipping after unscale_, scaler in checkpoints: all correct
+    "correct_torch_amp.py": set(),
     "autocast_device_object.py": {"AMP116"},
     "autocast_device_strings.py": {"AMP116"},
     "autocast_device_ok.py": set(),

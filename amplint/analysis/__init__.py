@@ -6,7 +6,7 @@ from functools import cached_property
 
 import libcst as cst
 
-from amplint.analysis.autocast import AutocastDevice, find_autocast_devices
+from amplint.analysis.autocast import AutocastScan, scan_autocast
 from amplint.analysis.deprecated_amp import DeprecatedAmpUse, find_deprecated_amp_uses
 from amplint.analysis.imports import ImportMap
 from amplint.analysis.positions import NodePositions
@@ -28,8 +28,8 @@ class ModuleFacts:
         return find_deprecated_amp_uses(self.module, self.imports)
 
     @cached_property
-    def autocast_devices(self) -> list[AutocastDevice]:
-        return find_autocast_devices(self.module, self.imports)
+    def autocast(self) -> AutocastScan:
+        return scan_autocast(self.module, self.imports)
 
     @cached_property
     def training_steps(self) -> StepScan:

@@ -1,5 +1,5 @@
-"""Where a module calls ``torch.autocast`` / ``torch.amp.autocast``, and what
-the device argument is known to hold.
+"""Where a module opens autocast regions, what device argument each call is
+known to hold, and which regions run a backward pass.
 
 autocast takes a device *type* ("cuda", "cpu"); a ``torch.device`` raises, and
 a device string with an index ("cuda:0") slips past the checks autocast makes
@@ -17,8 +17,17 @@ import libcst as cst
 
 from amplint.analysis.imports import ImportMap
 from amplint.analysis.scopes import Scope, ScopedVisitor
+from amplint.analysis.statements import method_name
+from amplint.analysis.visitor import Visitor
 
 AUTOCAST = {"torch.autocast", "torch.amp.autocast", "torch.amp.autocast_mode.autocast"}
+# Every spelling of an autocast region, the deprecated ones included.
+ANY_AUTOCAST = AUTOCAST | {
+    "torch.cuda.amp.autocast",
+    "torch.cuda.amp.autocast_mode.autocast",
+    "torch.cpu.amp.autocast",
+    "torch.cpu.amp.autocast_mode.autocast",
+}
 TORCH_DEVICE = "torch.device"
 _UNKNOWN = None  # a binding whose value the module does not show
 
@@ -35,6 +44,18 @@ class AutocastDevice:
     literal_type: str | None  # "cuda" when the device is spelled as a literal
 
 
+@dataclass(frozen=True)
+class BackwardInAutocast:
+    """A ``with autocast(...)`` block whose body runs ``.backward()``."""
+
+    block: cst.With
+    backward: cst.Call  # the first backward call in the body
+    # Index in the block's body of the statement holding it; None when the
+    # block cannot be split there (one-line body, several context managers,
+    # or the backward nested in a compound statement).
+    split_at: int | None
+
+
 def _string_value(node: cst.BaseExpression) -> str | None:
     if isinstance(node, cst.SimpleString) and "f" not in node.prefix.lower():
         value = node.evaluated_value
@@ -47,6 +68,7 @@ class _AutocastFinder(ScopedVisitor):
         super().__init__()
         self.imports = imports
         self.calls: list[tuple[cst.Call, cst.BaseExpression, Scope]] = []
+        self.blocks: list[cst.With] = []  # with-statements that open autocast
         # scope -> name -> the values bound to it (None: a binding we cannot read)
         self.bindings: dict[Scope, dict[str, list[cst.BaseExpression | None]]] = {}
 
@@ -120,6 +142,18 @@ class _AutocastFinder(ScopedVisitor):
         elif isinstance(target, cst.StarredElement):
             self._bind_all(target.value)
 
+    def visit_With(self, node: cst.With) -> None:
+        if any(self._opens_autocast(item.item) for item in node.items):
+            self.blocks.append(node)
+
+    def _opens_autocast(self, expression: cst.BaseExpression) -> bool:
+        if not isinstance(expression, cst.Call):
+            return False
+        if self.imports.resolve(expression.func, self.scope) not in ANY_AUTOCAST:
+            return False
+        enabled = next((a.value for a in expression.args if _is_keyword(a, "enabled")), None)
+        return not (isinstance(enabled, cst.Name) and enabled.value == "False")
+
     def visit_Call(self, node: cst.Call) -> None:
         if self.imports.resolve(node.func, self.scope) not in AUTOCAST:
             return
@@ -161,9 +195,7 @@ class _DeviceResolver:
         return []
 
 
-def find_autocast_devices(module: cst.Module, imports: ImportMap) -> list[AutocastDevice]:
-    finder = _AutocastFinder(imports)
-    finder.walk(module)
+def _wrong_devices(finder: _AutocastFinder) -> list[AutocastDevice]:
     resolver = _DeviceResolver(finder)
     found = []
     for call, device, scope in finder.calls:
@@ -178,3 +210,59 @@ def find_autocast_devices(module: cst.Module, imports: ImportMap) -> list[Autoca
                 literal = inner.split(":", 1)[0] if inner is not None else None
             found.append(AutocastDevice(call, device, True, literal))
     return found
+
+
+class _FirstBackward(Visitor):
+    """The first ``.backward()`` call, not looking into defs and lambdas (their
+    bodies do not run where they are written)."""
+
+    def __init__(self) -> None:
+        self.found: cst.Call | None = None
+
+    def visit_Call(self, node: cst.Call) -> bool:
+        if self.found is None and method_name(node) == "backward":
+            self.found = node
+        return self.found is None
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return False
+
+    def visit_Lambda(self, node: cst.Lambda) -> bool:
+        return False
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        return False
+
+
+def _backward_in_blocks(finder: _AutocastFinder) -> list[BackwardInAutocast]:
+    found = []
+    for block in finder.blocks:
+        body = block.body
+        statements = body.body if isinstance(body, cst.IndentedBlock) else ()
+        for index, statement in enumerate(statements):
+            search = _FirstBackward()
+            search.walk(statement)
+            if search.found is None:
+                continue
+            splittable = len(block.items) == 1 and isinstance(statement, cst.SimpleStatementLine)
+            found.append(BackwardInAutocast(block, search.found, index if splittable else None))
+            break
+        else:
+            if isinstance(body, cst.SimpleStatementSuite):
+                search = _FirstBackward()
+                search.walk(body)
+                if search.found is not None:
+                    found.append(BackwardInAutocast(block, search.found, None))
+    return found
+
+
+@dataclass(frozen=True)
+class AutocastScan:
+    wrong_devices: list[AutocastDevice]
+    backward_inside: list[BackwardInAutocast]
+
+
+def scan_autocast(module: cst.Module, imports: ImportMap) -> AutocastScan:
+    finder = _AutocastFinder(imports)
+    finder.walk(module)
+    return AutocastScan(_wrong_devices(finder), _backward_in_blocks(finder))

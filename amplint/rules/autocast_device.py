@@ -29,7 +29,7 @@ class AutocastDeviceType(Rule):
         return (":" in text or "device" in text) and clues.may_reference("autocast")
 
     def check(self, facts: ModuleFacts, settings: Settings) -> Iterator[Diagnostic]:
-        for use in facts.autocast_devices:
+        for use in facts.autocast.wrong_devices:
             written = facts.module.code_for_node(use.argument)
             replacement = _replacement(use)
             shown = facts.module.code_for_node(replacement)
