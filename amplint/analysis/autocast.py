@@ -11,7 +11,6 @@ binding of which in its scope is one.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Union
 
 import libcst as cst
 
@@ -30,8 +29,6 @@ ANY_AUTOCAST = AUTOCAST | {
 }
 TORCH_DEVICE = "torch.device"
 _UNKNOWN = None  # a binding whose value the module does not show
-
-DeviceArgument = Union[cst.SimpleString, cst.Call, cst.Name]
 
 
 @dataclass(frozen=True)
