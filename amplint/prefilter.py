@@ -51,6 +51,15 @@ class SourceClues:
         names = self._code_names
         return names is None or method in names
 
+    def may_use(self, name: str) -> bool:
+        """Whether code that runs may use `name`: a variable, an attribute
+        (``torch.autocast``), an imported name or a part of an imported module.
+        Annotations do not count (see `may_reference` for them)."""
+        if name not in self.text:
+            return False
+        names = self._code_names
+        return names is None or any(name == part for used in names for part in used.split("."))
+
     def may_reference(self, attribute: str) -> bool:
         """Whether code (not a string or a comment) may name `attribute`: as an
         attribute (``x.amp``), an imported name or a part of an imported module.
@@ -58,14 +67,9 @@ class SourceClues:
         Annotations do not reach the code objects (a local variable's is never
         compiled), so when the compiled names lack it, the syntax tree decides.
         """
-        if attribute not in self.text:
-            return False
-        names = self._code_names
-        if names is None:
-            return True
-        if any(attribute == part for name in names for part in name.split(".")):
-            return True
-        return self._tree_has_attribute(attribute)
+        return self.may_use(attribute) or (
+            attribute in self.text and self._tree_has_attribute(attribute)
+        )
 
     @property
     def _code_names(self) -> frozenset[str] | None:

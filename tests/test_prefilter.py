@@ -89,6 +89,23 @@ TRICKY_SPELLINGS = {
                 loss.backward()
                 optimizer.step()
         """,
+    "autocast under an alias, given a device": """
+        import torch
+        from torch import autocast as mixed
+
+        gpu = torch.device("cuda")
+        with mixed(gpu):
+            pass
+        """,
+    "device_type given after other keywords": """
+        import torch
+
+        dev = torch.device("cuda")
+        with torch.autocast(
+            dtype=torch.bfloat16, device_type=dev
+        ):
+            pass
+        """,
     "torch.cpu under an alias, continued": """
         import torch.cpu \\
             as host

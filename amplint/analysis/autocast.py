@@ -10,6 +10,7 @@ binding of which in its scope is one.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import libcst as cst
@@ -29,6 +30,7 @@ ANY_AUTOCAST = AUTOCAST | {
 }
 TORCH_DEVICE = "torch.device"
 _UNKNOWN = None  # a binding whose value the module does not show
+_INDEXED_DEVICE = re.compile(r"[a-z_]+:\d+")  # "cuda:0", "xpu:1"
 
 
 @dataclass(frozen=True)
@@ -198,7 +200,7 @@ def _wrong_devices(finder: _AutocastFinder) -> list[AutocastDevice]:
     for call, device, scope in finder.calls:
         text = _string_value(device)
         if text is not None:
-            if ":" in text:
+            if _INDEXED_DEVICE.fullmatch(text):
                 found.append(AutocastDevice(call, device, False, text.split(":", 1)[0]))
         elif resolver.is_torch_device(device, scope):
             literal = None

@@ -23,7 +23,7 @@ class BackwardInsideAutocast(Rule):
     code = "AMP101"
 
     def may_fire(self, clues: SourceClues) -> bool:
-        return clues.may_call("backward") and clues.may_reference("autocast")
+        return clues.may_call("backward") and clues.may_use("autocast")
 
     def check(self, facts: ModuleFacts, settings: Settings) -> Iterator[Diagnostic]:
         for found in facts.autocast.backward_inside:
