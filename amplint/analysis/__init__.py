@@ -10,6 +10,7 @@ from amplint.analysis.autocast import AutocastScan, scan_autocast
 from amplint.analysis.deprecated_amp import DeprecatedAmpUse, find_deprecated_amp_uses
 from amplint.analysis.imports import ImportMap
 from amplint.analysis.positions import NodePositions
+from amplint.analysis.scaler import BypassedScaler, find_bypassed_scalers
 from amplint.analysis.steps import StepScan, find_training_steps
 from amplint.diagnostics import Span
 
@@ -34,6 +35,10 @@ class ModuleFacts:
     @cached_property
     def training_steps(self) -> StepScan:
         return find_training_steps(self.module, self.imports)
+
+    @cached_property
+    def bypassed_scalers(self) -> list[BypassedScaler]:
+        return find_bypassed_scalers(self.training_steps)
 
     @cached_property
     def _positions(self) -> NodePositions:

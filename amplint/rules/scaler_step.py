@@ -1,0 +1,68 @@
+"""AMP103: an optimizer stepped directly after a scaled backward.
+
+After ``scaler.scale(loss).backward()`` the gradients are multiplied by the loss
+scale (65536 to start with).  ``optimizer.step()`` applies them as they are and
+steps on inf/NaN gradients too; ``scaler.step(optimizer)`` unscales first and
+skips those steps, and ``scaler.update()`` then adjusts the scale.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import libcst as cst
+
+from amplint.analysis import ModuleFacts
+from amplint.analysis.scaler import BypassedScaler
+from amplint.config import Settings
+from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix
+from amplint.prefilter import SourceClues
+from amplint.rules.base import Rule
+
+
+class StepBypassesScaler(Rule):
+    code = "AMP103"
+
+    def may_fire(self, clues: SourceClues) -> bool:
+        return clues.may_call("scale") and clues.may_call("backward") and clues.may_call("step")
+
+    def check(self, facts: ModuleFacts, settings: Settings) -> Iterator[Diagnostic]:
+        for bypass in facts.bypassed_scalers:
+            yield self._diagnostic(bypass, facts)
+
+    def _diagnostic(self, bypass: BypassedScaler, facts: ModuleFacts) -> Diagnostic:
+        scaler = bypass.scaler
+        optimizer = facts.module.code_for_node(bypass.step.optimizer)
+        call = facts.module.code_for_node(bypass.step.call)
+        span = facts.span(bypass.step.call)
+        if bypass.also_stepped_by_scaler:
+            message = (
+                f"`{call}` steps `{optimizer}` a second time, besides `{scaler}.step({optimizer})`,"
+                " with gradients still multiplied by the loss scale; remove it"
+            )
+            return Diagnostic(self.code, message, span)
+        add_update = bypass.last_in_block and not bypass.block_updates_scaler
+        statement = bypass.step.statement
+        if add_update and not isinstance(statement, cst.SimpleStatementLine):
+            add_update = None  # no line of its own to put the update after
+        advice = f"`{scaler}.step({optimizer})`" + (
+            f" then `{scaler}.update()`" if add_update or add_update is None else ""
+        )
+        message = (
+            f"`{call}` bypasses `{scaler}`: its gradients are still multiplied by the loss "
+            f"scale and inf/NaN steps are not skipped; use {advice}"
+        )
+        if add_update is None:
+            return Diagnostic(self.code, message, span)
+        stepped = cst.parse_expression(f"{scaler}.step({optimizer})")
+        edits = [Edit(bypass.step.call, lambda _node, new=stepped: new)]
+        if add_update:
+            update = cst.parse_statement(f"{scaler}.update()\n")
+            edits.append(Edit(statement, lambda node, new=update: _followed_by(node, new)))
+        done = f"`{scaler}.step({optimizer})`" + (f" and `{scaler}.update()`" if add_update else "")
+        fix = Fix(Applicability.SAFE, done, tuple(edits))
+        return Diagnostic(self.code, message, span, fix)
+
+
+def _followed_by(statement: cst.BaseStatement, new: cst.BaseStatement) -> cst.FlattenSentinel:
+    return cst.FlattenSentinel([statement, new])
