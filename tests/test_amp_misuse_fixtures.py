@@ -20,9 +20,13 @@ EXPECTED = FOLDER / "expected"
 # fixture -> the codes it must raise (an empty set: a fixture that must stay silent)
 FIXTURES_AND_CODES = {
     "backward_inside_autocast.py": {"AMP101"},
+    "clip_before_unscale.py": {"AMP102"},
     "step_bypasses_scaler.py": {"AMP103"},
+    "unscaled_backward.py": {"AMP105"},
     # accumulation, clipping after unscale_, scaler in checkpoints: all correct
     "correct_torch_amp.py": set(),
+    # a scaler that may be None (both paths, early return), a GAN clipping twice
+    "optional_scaler_trainer.py": set(),
     "autocast_device_object.py": {"AMP116"},
     "autocast_device_strings.py": {"AMP116"},
     "autocast_device_ok.py": set(),
@@ -72,3 +76,23 @@ def test_the_torch_device_fixture_fails_before_the_fix() -> None:
     result = _run(FOLDER / "autocast_device_object.py")
     assert result.returncode != 0
     assert "Expected `device_type` of type `str`" in result.stderr
+
+
+def test_the_unscaled_backward_fixture_fails_before_the_fix() -> None:
+    pytest.importorskip("torch")
+    result = _run(FOLDER / "unscaled_backward.py")
+    assert result.returncode != 0
+    assert "Attempted step but _scale is None" in result.stderr
+
+
+def _largest_weight_change(script: Path) -> float:
+    result = _run(script)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return float(result.stdout.rsplit("largest weight change", 1)[1])
+
+
+def test_clipping_scaled_gradients_stalls_training_until_fixed() -> None:
+    pytest.importorskip("torch")
+    stalled = _largest_weight_change(FOLDER / "clip_before_unscale.py")
+    trained = _largest_weight_change(EXPECTED / "clip_before_unscale.py")
+    assert trained > 1000 * stalled

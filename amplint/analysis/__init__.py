@@ -10,7 +10,16 @@ from amplint.analysis.autocast import AutocastScan, scan_autocast
 from amplint.analysis.deprecated_amp import DeprecatedAmpUse, find_deprecated_amp_uses
 from amplint.analysis.imports import ImportMap
 from amplint.analysis.positions import NodePositions
-from amplint.analysis.scaler import BypassedScaler, find_bypassed_scalers
+from amplint.analysis.scaler import (
+    BypassedScaler,
+    ClipBeforeUnscale,
+    ScalerUse,
+    UnscaledBackward,
+    find_bypassed_scalers,
+    find_clips_before_unscale,
+    find_scaler_uses,
+    find_unscaled_backwards,
+)
 from amplint.analysis.steps import StepScan, find_training_steps
 from amplint.diagnostics import Span
 
@@ -37,8 +46,20 @@ class ModuleFacts:
         return find_training_steps(self.module, self.imports)
 
     @cached_property
+    def scaler_uses(self) -> list[ScalerUse]:
+        return find_scaler_uses(self.training_steps)
+
+    @cached_property
     def bypassed_scalers(self) -> list[BypassedScaler]:
-        return find_bypassed_scalers(self.training_steps)
+        return find_bypassed_scalers(self.scaler_uses)
+
+    @cached_property
+    def unscaled_backwards(self) -> list[UnscaledBackward]:
+        return find_unscaled_backwards(self.scaler_uses)
+
+    @cached_property
+    def clips_before_unscale(self) -> list[ClipBeforeUnscale]:
+        return find_clips_before_unscale(self.scaler_uses)
 
     @cached_property
     def _positions(self) -> NodePositions:

@@ -1,9 +1,17 @@
-"""How a training step that scales its loss uses the GradScaler.
+"""How a training step uses its GradScaler.
 
-Built on the training steps: a step whose backward is ``S.scale(loss).backward()``
-scales with S, and then every optimizer it steps must go through ``S.step(opt)``
-(which unscales and skips steps with inf/NaN gradients), followed by
-``S.update()``.
+Built on the training steps.  A step uses the scaler S when its backward is
+``S.scale(loss).backward()`` or it steps an optimizer through ``S.step(opt)``.
+The recipe every rule here checks a part of, per iteration::
+
+    S.scale(loss).backward()        # every backward scaled (AMP105)
+    S.unscale_(opt)                 # once per optimizer, only before a clip (AMP102, AMP108)
+    clip_grad_norm_(params, max_norm)
+    S.step(opt)                     # every optimizer through S (AMP103)
+    S.update()                      # once, after the last S.step (AMP104)
+
+Statements in opposite branches of one test (``if scaler is not None: ...
+else: ...``) never run in the same iteration, so no finding pairs them.
 """
 
 from __future__ import annotations
@@ -13,74 +21,191 @@ from dataclasses import dataclass
 import libcst as cst
 
 from amplint.analysis.imports import dotted_name
-from amplint.analysis.statements import method_name
-from amplint.analysis.steps import OptimizerStep, StepScan
-from amplint.analysis.visitor import Visitor
+from amplint.analysis.statements import Branches, calls_in_line, method_name
+from amplint.analysis.steps import BackwardCall, GradEdit, OptimizerStep, StepScan, TrainingStep
+
+SCALER_METHODS = frozenset({"unscale_", "step", "update"})
+
+
+@dataclass(frozen=True, eq=False)
+class ScalerCall:
+    """``S.unscale_(opt)``, ``S.step(opt)`` or ``S.update()`` as a statement's call."""
+
+    call: cst.Call
+    method: str
+    optimizer: str | None  # dotted name of the optimizer given to unscale_ / step
+    statement: cst.BaseStatement
+    order: int  # program order within the step block, as in TrainingStep
+
+
+@dataclass(eq=False)
+class ScalerUse:
+    """A training step that uses exactly one GradScaler."""
+
+    step: TrainingStep
+    scaler: str  # as written: `scaler`, `self.grad_scaler`
+    calls: list[ScalerCall]  # S.unscale_ / step / update, in program order
+    scaled: list[BackwardCall]  # `S.scale(loss).backward()`
+    unscaled: list[BackwardCall]  # any other backward
+
+    def together(self, first_order: int, second_order: int) -> bool:
+        """Whether one iteration can run both statements."""
+        return not self.step.exclusive(first_order, second_order)
+
+    def guard(self, order: int) -> Branches:
+        """The branch conditions every use of the scaler is under but the
+        statement at `order` is not: a line added there that uses the scaler
+        needs them (`if scaler is not None:`), or it breaks the path without one."""
+        used_under = [self.step.paths[b.order] for b in self.scaled]
+        used_under += [self.step.paths[call.order] for call in self.calls]
+        return frozenset.intersection(*used_under) - self.step.paths[order]
+
+    def calls_of(self, method: str) -> list[ScalerCall]:
+        return [call for call in self.calls if call.method == method]
 
 
 @dataclass(frozen=True, eq=False)
 class BypassedScaler:
-    """``optimizer.step()`` in a step whose backward S scaled."""
+    """``opt.step()`` in a step that scales its loss with `scaler`."""
 
     step: OptimizerStep
-    scaler: str  # how the step spells its scaler: `scaler`, `self.scaler`
-    also_stepped_by_scaler: bool  # `S.step(optimizer)` is there too: stepped twice
-    last_in_block: bool  # the last such plain step of its block
-    block_updates_scaler: bool  # `S.update()` runs somewhere in the block
+    scaler: str
+    also_stepped_by_scaler: bool  # `S.step(opt)` is there as well
+    last_in_block: bool  # no other bypassing step follows it
+    block_updates_scaler: bool  # `S.update()` runs in the same iteration
+    guard: Branches  # see ScalerUse.guard: a rewrite there would need these
 
 
-class _ScalerCalls(Visitor):
-    """`S.<method>(...)` calls in a block, not looking into nested defs."""
+@dataclass(frozen=True, eq=False)
+class UnscaledBackward:
+    """``loss.backward()`` in a step whose optimizers S steps."""
 
-    def __init__(self, scaler: str) -> None:
-        self.scaler = scaler
-        self.stepped: set[str] = set()  # dotted names of optimizers given to S.step
-        self.updates = False
-
-    def visit_Call(self, node: cst.Call) -> None:
-        method = method_name(node)
-        if method is None or dotted_name(node.func.value) != self.scaler:
-            return
-        if method == "step" and node.args:
-            name = dotted_name(node.args[0].value)
-            if name is not None:
-                self.stepped.add(name)
-        elif method == "update":
-            self.updates = True
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-        return False
-
-    def visit_Lambda(self, node: cst.Lambda) -> bool:
-        return False
+    backward: BackwardCall
+    scaler: str
+    guard: Branches  # see ScalerUse.guard: a rewrite there would need these
 
 
-def _scaler_of(scan_loss: cst.BaseExpression) -> str | None:
+@dataclass(frozen=True, eq=False)
+class ClipBeforeUnscale:
+    """A gradient clip between a scaled backward and ``S.step`` with no
+    ``S.unscale_`` before it: it clips gradients multiplied by the loss scale."""
+
+    clip: GradEdit
+    scaler: str
+    optimizers: tuple[str, ...]  # stepped by S after the clip, before the next backward
+    guard: Branches  # what must hold for the scaler to be in use there (see ScalerUse.guard)
+
+
+def _scaler_of(loss: cst.BaseExpression) -> str | None:
     """`scaler` for a backpropagated `scaler.scale(loss)`."""
-    if isinstance(scan_loss, cst.Call) and method_name(scan_loss) == "scale":
-        return dotted_name(scan_loss.func.value)
+    if isinstance(loss, cst.Call) and method_name(loss) == "scale":
+        return dotted_name(loss.func.value)
     return None
 
 
-def find_bypassed_scalers(scan: StepScan) -> list[BypassedScaler]:
-    found = []
+def find_scaler_uses(scan: StepScan) -> list[ScalerUse]:
+    uses = []
     for step in scan.steps:
-        scalers = {_scaler_of(backward.loss) for backward in step.backwards} - {None}
+        scaled_by = {id(backward): _scaler_of(backward.loss) for backward in step.backwards}
+        scalers = set(scaled_by.values()) | {s.scaler for s in step.steps}
+        scalers.discard(None)
         if len(scalers) != 1:
-            continue  # no scaled backward, or two scalers: not for a guess
+            continue  # no scaler here, or two: which one is meant would be a guess
         (scaler,) = scalers
-        calls = _ScalerCalls(scaler)
-        calls.walk(step.block)
-        plain = [s for s in step.steps if not s.has_closure]
+        uses.append(
+            ScalerUse(
+                step,
+                scaler,
+                _scaler_calls(step, scaler),
+                scaled=[b for b in step.backwards if scaled_by[id(b)] == scaler],
+                unscaled=[b for b in step.backwards if scaled_by[id(b)] is None],
+            )
+        )
+    return uses
+
+
+def _scaler_calls(step: TrainingStep, scaler: str) -> list[ScalerCall]:
+    found = []
+    for order, statement in enumerate(step.statements):
+        for call in calls_in_line(statement):
+            method = method_name(call)
+            if method in SCALER_METHODS and dotted_name(call.func.value) == scaler:
+                optimizer = dotted_name(call.args[0].value) if call.args else None
+                found.append(ScalerCall(call, method, optimizer, statement, order))
+    return found
+
+
+def find_bypassed_scalers(uses: list[ScalerUse]) -> list[BypassedScaler]:
+    found = []
+    for use in uses:
+        plain = [
+            s
+            for s in use.step.steps
+            if not s.has_closure
+            and s.scaler is None
+            and any(use.together(backward.order, s.order) for backward in use.scaled)
+        ]
         for index, optimizer_step in enumerate(plain):
             optimizer = dotted_name(optimizer_step.optimizer)
             found.append(
                 BypassedScaler(
                     optimizer_step,
-                    scaler,
-                    also_stepped_by_scaler=optimizer in calls.stepped,
+                    use.scaler,
+                    also_stepped_by_scaler=any(
+                        call.optimizer == optimizer
+                        and use.together(call.order, optimizer_step.order)
+                        for call in use.calls_of("step")
+                    ),
                     last_in_block=index == len(plain) - 1,
-                    block_updates_scaler=calls.updates,
+                    block_updates_scaler=any(
+                        use.together(call.order, optimizer_step.order)
+                        for call in use.calls_of("update")
+                    ),
+                    guard=use.guard(optimizer_step.order),
                 )
             )
+    return found
+
+
+def find_unscaled_backwards(uses: list[ScalerUse]) -> list[UnscaledBackward]:
+    return [
+        UnscaledBackward(backward, use.scaler, use.guard(backward.order))
+        for use in uses
+        for backward in use.unscaled
+        if any(use.together(backward.order, call.order) for call in use.calls_of("step"))
+    ]
+
+
+def find_clips_before_unscale(uses: list[ScalerUse]) -> list[ClipBeforeUnscale]:
+    found = []
+    for use in uses:
+        for edit in use.step.grad_edits:
+            if edit.clip is None:
+                continue  # a hand-written `.grad` edit: scaling may well commute with it
+            scaled_before = [
+                b.order
+                for b in use.scaled
+                if b.order < edit.order and use.together(b.order, edit.order)
+            ]
+            if not scaled_before or any(
+                call.order < edit.order and use.together(call.order, edit.order)
+                for call in use.calls_of("unscale_")
+            ):
+                continue
+            next_backward = min(
+                (b.order for b in use.step.backwards if b.order > edit.order), default=None
+            )
+            stepped = [
+                call.optimizer
+                for call in use.calls_of("step")
+                if call.order > edit.order
+                and (next_backward is None or call.order < next_backward)
+                and use.together(call.order, edit.order)
+            ]
+            if stepped:
+                found.append(
+                    ClipBeforeUnscale(
+                        edit, use.scaler, tuple(dict.fromkeys(stepped)), use.guard(edit.order)
+                    )
+                )
     return found

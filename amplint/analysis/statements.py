@@ -10,42 +10,106 @@ import libcst as cst
 
 from amplint.analysis.visitor import Visitor
 
+# An `if` test as written (negation folded in) and the branch taken: `(test, True)`
+# in its body, `(test, False)` in its else.  `x is None` and `x is not None`, `f`
+# and `not f`, are one test.
+Condition = tuple[str, bool]
+Branches = frozenset[Condition]
+
 
 def statements_in_order(
     body: Sequence[cst.BaseStatement],
-) -> Iterator[tuple[int, cst.BaseStatement]]:
-    """(top-level index, statement) for every statement of the block in program
-    order, through if/with/try but not into loops, functions or classes."""
+) -> Iterator[tuple[int, cst.BaseStatement, Branches]]:
+    """(top-level index, statement, branch conditions) for every statement of the
+    block in program order, through if/with/try but not into loops, functions or
+    classes."""
+    path: Branches = frozenset()
     for index, statement in enumerate(body):
-        yield from _flat_statement(index, statement)
+        yield from _flat_statement(index, statement, path)
+        path |= _exits_unless(statement)
 
 
-def _flat_statement(index: int, statement: cst.BaseStatement):
-    yield index, statement
-    if isinstance(statement, (cst.If, cst.With, cst.Try)):
-        for block in _child_blocks(statement):
-            for child in block.body:
-                yield from _flat_statement(index, child)
+def exclusive(first: Branches, second: Branches) -> bool:
+    """Whether no run of the block reaches both: opposite branches of one test."""
+    return any((test, not taken) in second for test, taken in first)
 
 
-def _child_blocks(statement: cst.BaseStatement) -> Iterator[cst.BaseSuite]:
+def _flat_statement(index: int, statement: cst.BaseStatement, path: Branches):
+    yield index, statement, path
+    for block, conditions in _child_blocks(statement):
+        inner = path | conditions
+        for child in block.body:
+            yield from _flat_statement(index, child, inner)
+            inner |= _exits_unless(child)
+
+
+def _exits_unless(statement: cst.BaseStatement) -> Branches:
+    """After `if scaler is None: ...; return`, the rest of the block runs only
+    when the test is false."""
+    if isinstance(statement, cst.If) and statement.orelse is None:
+        last = statement.body.body[-1] if statement.body.body else None
+        if isinstance(last, cst.SimpleStatementLine):
+            last = last.body[-1]
+        if isinstance(last, (cst.Return, cst.Raise, cst.Continue, cst.Break)):
+            test, taken = _condition(statement.test)
+            return frozenset([(test, not taken)])
+    return frozenset()
+
+
+def _child_blocks(statement: cst.BaseStatement) -> Iterator[tuple[cst.BaseSuite, Branches]]:
     if isinstance(statement, cst.If):
-        yield statement.body
-        if statement.orelse is not None:
-            if isinstance(statement.orelse, cst.If):
-                yield from _child_blocks(statement.orelse)
-            else:
-                yield statement.orelse.body
+        test = _condition(statement.test)
+        yield statement.body, frozenset([test])
+        otherwise = frozenset([(test[0], not test[1])])
+        if isinstance(statement.orelse, cst.If):
+            for block, conditions in _child_blocks(statement.orelse):
+                yield block, otherwise | conditions
+        elif statement.orelse is not None:
+            yield statement.orelse.body, otherwise
     elif isinstance(statement, cst.With):
-        yield statement.body
+        yield statement.body, frozenset()
     elif isinstance(statement, cst.Try):
-        yield statement.body
-        for handler in statement.handlers:
-            yield handler.body
-        if statement.orelse is not None:
-            yield statement.orelse.body
-        if statement.finalbody is not None:
-            yield statement.finalbody.body
+        blocks = [statement.body] + [handler.body for handler in statement.handlers]
+        blocks += [part.body for part in (statement.orelse, statement.finalbody) if part]
+        for block in blocks:
+            yield block, frozenset()
+
+
+def condition_code(conditions: Branches) -> str:
+    """The test that holds exactly on these branches: `scaler is not None and args.amp`."""
+    parts = []
+    for test, taken in sorted(conditions):
+        if test.endswith(" is None"):
+            parts.append(test if taken else test[: -len("None")] + "not None")
+            continue
+        simple = isinstance(
+            cst.parse_expression(test), (cst.Name, cst.Attribute, cst.Call, cst.Subscript)
+        )
+        if not taken:
+            test = f"not {test}" if simple else f"not ({test})"
+        elif not simple and len(conditions) > 1:
+            test = f"({test})"
+        parts.append(test)
+    return " and ".join(parts)
+
+
+_CODE = cst.Module([])
+
+
+def _condition(test: cst.BaseExpression) -> Condition:
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        inner, taken = _condition(test.expression)
+        return inner, not taken
+    if (
+        isinstance(test, cst.Comparison)
+        and len(test.comparisons) == 1
+        and isinstance(test.comparisons[0].operator, (cst.Is, cst.IsNot))
+        and isinstance(test.comparisons[0].comparator, cst.Name)
+        and test.comparisons[0].comparator.value == "None"
+    ):
+        left = _CODE.code_for_node(test.left.with_changes(lpar=[], rpar=[]))
+        return f"{left} is None", isinstance(test.comparisons[0].operator, cst.Is)
+    return _CODE.code_for_node(test.with_changes(lpar=[], rpar=[])), True
 
 
 def calls_in_line(statement: cst.BaseStatement) -> Iterator[cst.Call]:

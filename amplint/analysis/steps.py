@@ -19,8 +19,10 @@ import libcst as cst
 from amplint.analysis.imports import ImportMap, dotted_name
 from amplint.analysis.scopes import Scope, ScopedVisitor
 from amplint.analysis.statements import (
+    Branches,
     GradEditFinder,
     calls_in_line,
+    exclusive,
     statements_in_order,
     method_name,
     name_use,
@@ -76,6 +78,7 @@ DATA_METHODS = {
 DATA_FUNCTIONS = {"next", "iter", "len", "zip", "enumerate", "range", "dict", "list", "tuple"}
 _OPTIMIZER_NAME = re.compile(r"optim|^opt($|[_\dA-Z]|[dg]$)", re.I)
 _SCHEDULER_NAME = re.compile(r"sched", re.I)
+_SCALER_NAME = re.compile(r"scaler", re.I)
 _ALREADY_AMP = re.compile(
     r"autocast|GradScaler|\.scale\(|scale_loss|\.half\(\)|bfloat16|float16"
     r"|\b(loss|grad|amp)_scaler\b|\bscaler\.(scale|step|update|unscale_)\("
@@ -127,6 +130,7 @@ class BackwardCall:
     call: cst.Call
     loss: cst.BaseExpression  # what is backpropagated: `loss` in `loss.backward()`
     top: int  # index of the step block's statement holding the call
+    order: int  # position among the step block's statements, in program order
 
 
 @dataclass(frozen=True, eq=False)
@@ -136,12 +140,15 @@ class OptimizerStep:
     statement: cst.BaseStatement  # the line holding the call
     order: int  # position among the step block's statements, in program order
     has_closure: bool  # called with arguments: a closure, or not torch.optim at all
+    # `scaler` for `scaler.step(optimizer)`: the GradScaler stepping `optimizer`.
+    scaler: str | None = None
 
 
 @dataclass(frozen=True, eq=False)
 class GradEdit:
     statement: cst.BaseStatement  # a clip call's line, or a loop editing `.grad`
     order: int
+    clip: cst.Call | None = None  # the `clip_grad_norm_(...)`-like call, if it is one
 
 
 @dataclass(frozen=True, eq=False)
@@ -163,6 +170,15 @@ class TrainingStep:
     steps: list[OptimizerStep] = field(default_factory=list)
     grad_edits: list[GradEdit] = field(default_factory=list)
     regions: list[ForwardRegion] = field(default_factory=list)
+    # The block's statements in program order, through if/with/try (see `order`),
+    # and the branch conditions each runs under.
+    statements: list[cst.BaseStatement] = field(default_factory=list)
+    paths: list[Branches] = field(default_factory=list)
+
+    def exclusive(self, first_order: int, second_order: int) -> bool:
+        """Whether the statements at these orders sit in opposite branches of one
+        test (`if scaler is not None: ... else: ...`), so no iteration runs both."""
+        return exclusive(self.paths[first_order], self.paths[second_order])
 
     @property
     def anchor(self) -> cst.Call:
@@ -254,7 +270,7 @@ class _StepFinder(ScopedVisitor):
         grad_edits: list[GradEdit] = []
         framework = False
         flat = list(statements_in_order(block.body))
-        for order, (top, statement) in enumerate(flat):
+        for order, (top, statement, _) in enumerate(flat):
             for call in calls_in_line(statement):
                 method = method_name(call)
                 receiver = call.func.value if method else None
@@ -263,15 +279,26 @@ class _StepFinder(ScopedVisitor):
                     if receiver_name.rsplit(".", 1)[-1] in FRAMEWORK_BACKWARD:
                         framework = True
                     else:
-                        backwards.append(BackwardCall(call, receiver, top))
+                        backwards.append(BackwardCall(call, receiver, top, order))
                 elif method == "manual_backward":
                     framework = True
+                elif method == "step" and call.args and _is_scaler(receiver):
+                    steps.append(
+                        OptimizerStep(
+                            call,
+                            call.args[0].value,
+                            statement,
+                            order,
+                            has_closure=len(call.args) > 1,
+                            scaler=dotted_name(receiver),
+                        )
+                    )
                 elif method == "step" and self._is_optimizer(receiver):
                     steps.append(
                         OptimizerStep(call, receiver, statement, order, has_closure=bool(call.args))
                     )
                 elif self.resolve(call.func) in CLIP_FUNCTIONS:
-                    grad_edits.append(GradEdit(statement, order))
+                    grad_edits.append(GradEdit(statement, order, clip=call))
             if not isinstance(statement, (cst.If, cst.With, cst.Try)) and not any(
                 edit.statement is statement for edit in grad_edits
             ):
@@ -308,13 +335,15 @@ class _StepFinder(ScopedVisitor):
             backwards=backwards,
             steps=steps,
             grad_edits=[
-                edit for edit in grad_edits if edit.order > _first_order(flat, backwards[0])
+                edit for edit in grad_edits if backwards and edit.order > backwards[0].order
             ],
+            statements=[statement for _, statement, _ in flat],
+            paths=[path for _, _, path in flat],
         )
-        step.skip = self._skip_reason(step, flat)
+        step.skip = self._skip_reason(step)
         self.steps.append(step)
 
-    def _skip_reason(self, step: TrainingStep, flat) -> str | None:
+    def _skip_reason(self, step: TrainingStep) -> str | None:
         # Where AMP set-up would show: around a loop step, its outermost loop; for
         # a step that is a function body, the outermost function holding it (timm's
         # nested `_backward` runs under a `loss_scaler` its parent set up). Another
@@ -323,7 +352,9 @@ class _StepFinder(ScopedVisitor):
             scope = next(f for f in self._functions if f is not None)
         else:
             scope = step.outermost_loop
-        if _ALREADY_AMP.search(self.module.code_for_node(scope)):
+        if any(s.scaler for s in step.steps) or _ALREADY_AMP.search(
+            self.module.code_for_node(scope)
+        ):
             return ALREADY_AMP
         for optimizer_step in step.steps:
             if optimizer_step.has_closure:
@@ -388,6 +419,12 @@ class _StepFinder(ScopedVisitor):
         return None
 
 
+def _is_scaler(receiver: cst.BaseExpression) -> bool:
+    """`scaler`, `self.grad_scaler`: a GradScaler, by the name every example uses."""
+    name = dotted_name(receiver)
+    return name is not None and _SCALER_NAME.search(name.rsplit(".", 1)[-1]) is not None
+
+
 class _BackwardFinder(Visitor):
     def __init__(self) -> None:
         self.found = False
@@ -438,13 +475,6 @@ class _UnsafeLossFinder(Visitor):
         if qualified is not None:
             short = qualified.replace("torch.nn.functional.", "F.").replace("torch.nn.", "nn.")
             self.found = f"`{spelled}`" if spelled == short else f"`{spelled}` ({short})"
-
-
-def _first_order(flat, backward: BackwardCall) -> int:
-    for order, (_, statement) in enumerate(flat):
-        if any(call is backward.call for call in calls_in_line(statement)):
-            return order
-    return -1
 
 
 def _ends_forward_search(statement: cst.BaseStatement) -> bool:

@@ -6,14 +6,17 @@ from amplint.diagnostics import SYNTAX_ERROR
 from amplint.rules.autocast_device import AutocastDeviceType
 from amplint.rules.backward_in_autocast import BackwardInsideAutocast
 from amplint.rules.base import Rule
-from amplint.rules.scaler_step import StepBypassesScaler
+from amplint.rules.scaler_step import StepBypassesScaler, UnscaledBackwardRule
+from amplint.rules.unscale import ClipBeforeUnscale
 from amplint.rules.deprecated_amp import DeprecatedTorchAmp
 from amplint.rules.fp32_step import FP32TrainingStep
 
 RULES: tuple[Rule, ...] = (
     FP32TrainingStep(),
     BackwardInsideAutocast(),
+    ClipBeforeUnscale(),
     StepBypassesScaler(),
+    UnscaledBackwardRule(),
     DeprecatedTorchAmp("AMP201", "cuda"),
     DeprecatedTorchAmp("AMP202", "cpu"),
     AutocastDeviceType(),

@@ -1,13 +1,16 @@
-"""AMP103: an optimizer stepped directly after a scaled backward.
+"""AMP103 / AMP105: a scaled backward and the optimizer step must agree.
 
 After ``scaler.scale(loss).backward()`` the gradients are multiplied by the loss
 scale (65536 to start with).  ``optimizer.step()`` applies them as they are and
-steps on inf/NaN gradients too; ``scaler.step(optimizer)`` unscales first and
-skips those steps, and ``scaler.update()`` then adjusts the scale.
+steps on inf/NaN gradients too (AMP103); ``scaler.step(optimizer)`` unscales
+first and skips those steps, and ``scaler.update()`` then adjusts the scale.
+The other way round, ``scaler.step`` after an unscaled ``loss.backward()``
+divides gradients that were never multiplied (AMP105).
 """
 
 from __future__ import annotations
 
+import re
 from typing import Iterator
 
 import libcst as cst
@@ -18,6 +21,8 @@ from amplint.config import Settings
 from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix
 from amplint.prefilter import SourceClues
 from amplint.rules.base import Rule
+
+_SCALER = re.compile("scaler", re.IGNORECASE)  # how steps.py recognises a GradScaler
 
 
 class StepBypassesScaler(Rule):
@@ -52,7 +57,7 @@ class StepBypassesScaler(Rule):
             f"`{call}` bypasses `{scaler}`: its gradients are still multiplied by the loss "
             f"scale and inf/NaN steps are not skipped; use {advice}"
         )
-        if add_update is None:
+        if add_update is None or bypass.guard:  # no line of its own, or no scaler there
             return Diagnostic(self.code, message, span)
         stepped = cst.parse_expression(f"{scaler}.step({optimizer})")
         edits = [Edit(bypass.step.call, lambda _node, new=stepped: new)]
@@ -66,3 +71,38 @@ class StepBypassesScaler(Rule):
 
 def _followed_by(statement: cst.BaseStatement, new: cst.BaseStatement) -> cst.FlattenSentinel:
     return cst.FlattenSentinel([statement, new])
+
+
+class UnscaledBackwardRule(Rule):
+    code = "AMP105"
+
+    def may_fire(self, clues: SourceClues) -> bool:
+        return (
+            "caler" in clues.text  # before the case-blind search, which reads every byte
+            and _SCALER.search(clues.text) is not None
+            and clues.may_call("backward")
+            and clues.may_call("step")
+        )
+
+    def check(self, facts: ModuleFacts, settings: Settings) -> Iterator[Diagnostic]:
+        for unscaled in facts.unscaled_backwards:
+            scaler = unscaled.scaler
+            loss = unscaled.backward.loss
+            written = facts.module.code_for_node(loss)
+            scaled = cst.parse_expression(f"{scaler}.scale(_)").with_changes(
+                args=[cst.Arg(loss.with_changes(lpar=[], rpar=[]))]
+            )
+            shown = facts.module.code_for_node(scaled)
+            message = (
+                f"`{written}.backward()` is not scaled, yet `{scaler}.step` divides the "
+                "gradients by the loss scale: updates shrink by that factor and float16 "
+                f"gradients underflow; use `{shown}.backward()`"
+            )
+            fix = None
+            if not unscaled.guard:  # else the backward also runs where there is no scaler
+                fix = Fix(
+                    Applicability.SAFE,
+                    f"`{shown}.backward()`",
+                    (Edit(loss, lambda _node, new=scaled: new),),
+                )
+            yield Diagnostic(self.code, message, facts.span(unscaled.backward.call), fix)

@@ -1,0 +1,68 @@
+"""AMP102: gradients clipped while still multiplied by the loss scale.
+
+After ``scaler.scale(loss).backward()`` every gradient is the true gradient
+times the loss scale (65536 to start with).  ``clip_grad_norm_(params, 1.0)``
+then compares the scaled norm with 1.0 and shrinks every update by about the
+scale: training crawls, silently.  The recipe unscales first:
+``scaler.unscale_(optimizer)`` right before the clip; ``scaler.step`` then
+knows the gradients are unscaled and does not divide them again.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import libcst as cst
+
+from amplint.analysis import ModuleFacts
+from amplint.analysis.statements import condition_code
+from amplint.config import Settings
+from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix
+from amplint.prefilter import SourceClues
+from amplint.rules.base import Rule
+
+_CLIPS = ("clip_grad_norm_", "clip_grad_value_", "clip_grad_norm")
+
+
+class ClipBeforeUnscale(Rule):
+    code = "AMP102"
+
+    def may_fire(self, clues: SourceClues) -> bool:
+        return (
+            "clip_grad" in clues.text
+            and clues.may_call("scale")
+            and clues.may_call("backward")
+            and any(clues.may_use(name) for name in _CLIPS)
+        )
+
+    def check(self, facts: ModuleFacts, settings: Settings) -> Iterator[Diagnostic]:
+        for found in facts.clips_before_unscale:
+            clip = facts.module.code_for_node(found.clip.clip.func)
+            scaler = found.scaler
+            unscales = [f"{scaler}.unscale_({optimizer})" for optimizer in found.optimizers]
+            advice = " and ".join(f"`{call}`" for call in unscales)
+            message = (
+                f"`{clip}` sees gradients still multiplied by `{scaler}`'s loss scale: nearly "
+                f"every step is clipped and the updates shrink by that factor; call {advice} "
+                "before it"
+            )
+            fix = None
+            if all(optimizer is not None for optimizer in found.optimizers):
+                lines = [cst.parse_statement(f"{call}\n") for call in unscales]
+                guard = found.guard
+                if guard:  # the clip also runs where there is no scaler
+                    body = "".join(f"    {call}\n" for call in unscales)
+                    lines = [cst.parse_statement(f"if {condition_code(guard)}:\n{body}")]
+                fix = Fix(
+                    Applicability.SAFE,
+                    f"{advice} before the clip",
+                    (Edit(found.clip.statement, lambda node, new=lines: _preceded_by(new, node)),),
+                )
+            yield Diagnostic(self.code, message, facts.span(found.clip.clip), fix)
+
+
+def _preceded_by(new: list[cst.SimpleStatementLine], statement: cst.BaseStatement):
+    """`new` lines, then `statement`; comments above the statement stay on top."""
+    first = new[0].with_changes(leading_lines=statement.leading_lines)
+    rest = [*new[1:], statement.with_changes(leading_lines=())]
+    return cst.FlattenSentinel([first, *rest])

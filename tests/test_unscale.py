@@ -1,0 +1,225 @@
+"""AMP102: clipping gradients that are still scaled, and the unscale_ put before it."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from tests.helpers import codes_of, dedent, fixed
+
+
+def _step(clip_block: str, head: str = "import torch\n") -> str:
+    return head + dedent("""
+        for x, y in loader:
+            with torch.autocast("cuda"):
+                loss = criterion(model(x), y)
+            scaler.scale(loss).backward()
+        """) + textwrap.indent(dedent(clip_block), "    ")
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        (
+            """
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                scaler.step(optimizer)
+                scaler.update()
+            """,
+            """
+                scaler.unscale_(optimizer)
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                scaler.step(optimizer)
+                scaler.update()
+            """,
+        ),
+        (  # the norm is kept for logging; the comment stays on top
+            """
+                # bound the update
+                grad_norm = nn.utils.clip_grad_value_(model.parameters(), 0.5)
+                scaler.step(optimizer)
+                scaler.update()
+            """,
+            """
+                # bound the update
+                scaler.unscale_(optimizer)
+                grad_norm = nn.utils.clip_grad_value_(model.parameters(), 0.5)
+                scaler.step(optimizer)
+                scaler.update()
+            """,
+        ),
+        (  # accumulation: only at the boundary, where the clip is
+            """
+                if (i + 1) % accumulation == 0:
+                    if max_norm > 0:
+                        clip_grad_norm_(model.parameters(), max_norm)
+                    scaler.step(optimizer)
+                    scaler.update()
+            """,
+            """
+                if (i + 1) % accumulation == 0:
+                    if max_norm > 0:
+                        scaler.unscale_(optimizer)
+                        clip_grad_norm_(model.parameters(), max_norm)
+                    scaler.step(optimizer)
+                    scaler.update()
+            """,
+        ),
+        (  # two optimizers stepped after one clip: both unscaled
+            """
+                clip_grad_norm_(model.parameters(), 1.0)
+                scaler.step(backbone_opt)
+                scaler.step(head_opt)
+                scaler.update()
+            """,
+            """
+                scaler.unscale_(backbone_opt)
+                scaler.unscale_(head_opt)
+                clip_grad_norm_(model.parameters(), 1.0)
+                scaler.step(backbone_opt)
+                scaler.step(head_opt)
+                scaler.update()
+            """,
+        ),
+    ],
+)
+def test_unscale_goes_right_before_the_clip(before: str, after: str) -> None:
+    head = "import torch\nfrom torch import nn\nfrom torch.nn.utils import clip_grad_norm_\n"
+    source = _step(before, head)
+    assert codes_of(source) == ["AMP102"]
+    result = fixed(source)
+    assert result == _step(after, head)
+    assert fixed(result) == result
+
+
+def test_a_gan_unscales_each_optimizer_before_its_own_clip() -> None:
+    source = dedent("""
+        import torch
+        from torch.nn.utils import clip_grad_norm_
+        for real in loader:
+            with torch.autocast("cuda"):
+                d_loss = critic(real, generator(noise()))
+            scaler.scale(d_loss).backward()
+            clip_grad_norm_(critic.parameters(), 1.0)
+            scaler.step(opt_d)
+            with torch.autocast("cuda"):
+                g_loss = -critic(real, generator(noise())).mean()
+            scaler.scale(g_loss).backward()
+            clip_grad_norm_(generator.parameters(), 1.0)
+            scaler.step(opt_g)
+            scaler.update()
+        """)
+    result = fixed(source)
+    assert result.count("scaler.unscale_(opt_d)\n    clip_grad_norm_(critic") == 1
+    assert result.count("scaler.unscale_(opt_g)\n    clip_grad_norm_(generator") == 1
+    assert "unscale_" not in result.replace("scaler.unscale_(opt_d)", "").replace(
+        "scaler.unscale_(opt_g)", ""
+    )
+
+
+@pytest.mark.parametrize(
+    "tail",
+    [
+        # the recipe
+        """
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        scaler.step(optimizer)
+        scaler.update()
+        """,
+        # accelerate and friends unscale inside their own clip
+        """
+        accelerator.clip_grad_norm_(model.parameters(), 1.0)
+        scaler.step(optimizer)
+        scaler.update()
+        """,
+        # a linear edit commutes with the scale
+        """
+        for p in model.parameters():
+            p.grad.div_(world_size)
+        scaler.step(optimizer)
+        scaler.update()
+        """,
+        # the clip is on the path without a scaler
+        """
+        if scaler is not None:
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+        """,
+        # a helper of the user's, which may unscale: not for a guess
+        """
+        clip_gradients(model, scaler, optimizer)
+        scaler.step(optimizer)
+        scaler.update()
+        """,
+    ],
+)
+def test_silent(tail: str) -> None:
+    assert "AMP102" not in codes_of(_step(tail))
+
+
+def test_a_clip_on_the_unscaled_path_of_a_dual_path_loop_is_silent() -> None:
+    source = dedent("""
+        import torch
+        def train_step(model, x, y, optimizer, scaler, max_norm):
+            with torch.autocast("cuda", enabled=scaler is not None):
+                loss = model(x, y)
+            if scaler is not None:
+                scaler.scale(loss).backward()
+                scaler.unscale_(optimizer)
+            else:
+                loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+            if scaler is not None:
+                scaler.step(optimizer)
+                scaler.update()
+            else:
+                optimizer.step()
+        """)
+    assert codes_of(source) == []
+
+
+@pytest.mark.parametrize(
+    ("test", "guard"),
+    [
+        ("scaler is not None", "scaler is not None"),
+        ("scaler is None", "scaler is not None"),  # the scaler is used in the else
+        ("args.fp16", "args.fp16"),
+        ("not args.fp32", "not args.fp32"),
+        ("args.amp and scaler", "args.amp and scaler"),
+    ],
+)
+def test_a_clip_shared_by_both_paths_unscales_only_where_the_scaler_is(
+    test: str, guard: str
+) -> None:
+    scaled, plain = "scaler.scale(loss).backward()", "loss.backward()"
+    if test == "scaler is None":
+        scaled, plain = plain, scaled
+    template = """
+    import torch
+    for x, y in loader:
+        with torch.autocast("cuda"):
+            loss = criterion(model(x), y)
+        if {test}:
+            {first}
+        else:
+            {second}
+        {unscale}torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        if {test}:
+            {first_step}
+        else:
+            {second_step}
+    """
+    steps = ("scaler.step(optimizer)\n            scaler.update()", "optimizer.step()")
+    if test == "scaler is None":
+        steps = steps[::-1]
+    fields = dict(test=test, first=scaled, second=plain, first_step=steps[0])
+    fields["second_step"] = steps[1]
+    source = dedent(template.format(unscale="", **fields))
+    assert codes_of(source) == ["AMP102"]
+    unscale = f"if {guard}:\n            scaler.unscale_(optimizer)\n        "
+    assert fixed(source) == dedent(template.format(unscale=unscale, **fields))
