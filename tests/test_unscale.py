@@ -34,16 +34,18 @@ def _step(clip_block: str, head: str = "import torch\n") -> str:
                 scaler.update()
             """,
         ),
-        (  # the norm is kept for logging; the comment stays on top
+        (  # the norm is kept for logging; the comment stays with the clip
             """
+
                 # bound the update
                 grad_norm = nn.utils.clip_grad_value_(model.parameters(), 0.5)
                 scaler.step(optimizer)
                 scaler.update()
             """,
             """
-                # bound the update
+
                 scaler.unscale_(optimizer)
+                # bound the update
                 grad_norm = nn.utils.clip_grad_value_(model.parameters(), 0.5)
                 scaler.step(optimizer)
                 scaler.update()

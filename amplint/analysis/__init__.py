@@ -13,10 +13,20 @@ from amplint.analysis.positions import NodePositions
 from amplint.analysis.scaler import (
     BypassedScaler,
     ClipBeforeUnscale,
+    EarlyUpdate,
+    ExtraUnscale,
+    MissingUpdate,
+    ScalerClosure,
     ScalerUse,
     UnscaledBackward,
+    ZeroGradBeforeStep,
     find_bypassed_scalers,
     find_clips_before_unscale,
+    find_early_updates,
+    find_extra_unscales,
+    find_missing_updates,
+    find_scaler_closures,
+    find_zero_grads_before_step,
     find_scaler_uses,
     find_unscaled_backwards,
 )
@@ -60,6 +70,26 @@ class ModuleFacts:
     @cached_property
     def clips_before_unscale(self) -> list[ClipBeforeUnscale]:
         return find_clips_before_unscale(self.scaler_uses)
+
+    @cached_property
+    def missing_updates(self) -> list[MissingUpdate]:
+        return find_missing_updates(self.scaler_uses)
+
+    @cached_property
+    def early_updates(self) -> list[EarlyUpdate]:
+        return find_early_updates(self.scaler_uses)
+
+    @cached_property
+    def extra_unscales(self) -> list[ExtraUnscale]:
+        return find_extra_unscales(self.scaler_uses)
+
+    @cached_property
+    def zero_grads_before_step(self) -> list[ZeroGradBeforeStep]:
+        return find_zero_grads_before_step(self.scaler_uses)
+
+    @cached_property
+    def scaler_closures(self) -> list[ScalerClosure]:
+        return find_scaler_closures(self.module)
 
     @cached_property
     def _positions(self) -> NodePositions:

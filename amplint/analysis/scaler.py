@@ -22,7 +22,16 @@ import libcst as cst
 
 from amplint.analysis.imports import dotted_name
 from amplint.analysis.statements import Branches, calls_in_line, method_name
-from amplint.analysis.steps import BackwardCall, GradEdit, OptimizerStep, StepScan, TrainingStep
+from amplint.analysis.steps import (
+    BackwardCall,
+    GradEdit,
+    OptimizerStep,
+    StepScan,
+    TrainingStep,
+    is_scaler,
+    looks_like_optimizer,
+)
+from amplint.analysis.visitor import Visitor
 
 SCALER_METHODS = frozenset({"unscale_", "step", "update"})
 
@@ -209,3 +218,164 @@ def find_clips_before_unscale(uses: list[ScalerUse]) -> list[ClipBeforeUnscale]:
                     )
                 )
     return found
+
+
+@dataclass(frozen=True, eq=False)
+class MissingUpdate:
+    """The last ``S.step`` of an iteration with no ``S.update()`` after it."""
+
+    last_step: ScalerCall
+    scaler: str
+
+
+@dataclass(frozen=True, eq=False)
+class EarlyUpdate:
+    """``S.update()`` between a scaled backward and the ``S.step`` that applies its
+    gradients: they were scaled with the scale the update just changed."""
+
+    update: ScalerCall
+    later_step: ScalerCall
+    last_step: ScalerCall  # the iteration's last S.step, where the update belongs
+    updated_after: bool  # another S.update() already follows the last step
+    scaler: str
+
+
+@dataclass(frozen=True, eq=False)
+class ExtraUnscale:
+    """``S.unscale_(opt)`` a second time, or after ``S.step(opt)``, before an update."""
+
+    unscale: ScalerCall
+    earlier: ScalerCall  # the unscale_ or step of the same optimizer before it
+    scaler: str
+
+
+@dataclass(frozen=True, eq=False)
+class ZeroGradBeforeStep:
+    """``zero_grad()`` after the backward whose gradients ``S.step`` then applies."""
+
+    zero_grad: cst.Call
+    step: ScalerCall
+    scaler: str
+
+
+def _between(use: ScalerUse, method: str, first: int, last: int) -> bool:
+    """Whether an S.<method> call runs after order `first` and before `last`, on
+    their path."""
+    return any(
+        first < call.order < last
+        and use.together(call.order, last)
+        and use.together(call.order, first)
+        for call in use.calls_of(method)
+    )
+
+
+def find_missing_updates(uses: list[ScalerUse]) -> list[MissingUpdate]:
+    found = []
+    for use in uses:
+        steps = use.calls_of("step")
+        for call in steps:
+            followed = any(
+                later.order > call.order and use.together(later.order, call.order)
+                for later in steps + use.calls_of("update")
+            )
+            if not followed:
+                found.append(MissingUpdate(call, use.scaler))
+                break  # one finding per step block: the update goes after the last step
+    return found
+
+
+def find_early_updates(uses: list[ScalerUse]) -> list[EarlyUpdate]:
+    found = []
+    for use in uses:
+        steps = use.calls_of("step")
+        for update in use.calls_of("update"):
+            for step in steps:
+                if step.order < update.order or not use.together(step.order, update.order):
+                    continue
+                backwards = [
+                    b.order
+                    for b in use.scaled
+                    if b.order < step.order and use.together(b.order, step.order)
+                ]
+                if backwards and max(backwards) < update.order:
+                    last = max(
+                        (s for s in steps if use.together(s.order, update.order)),
+                        key=lambda s: s.order,
+                    )
+                    updated_after = _between(use, "update", last.order, len(use.step.paths))
+                    found.append(EarlyUpdate(update, step, last, updated_after, use.scaler))
+                    break
+    return found
+
+
+def find_extra_unscales(uses: list[ScalerUse]) -> list[ExtraUnscale]:
+    found = []
+    for use in uses:
+        for unscale in use.calls_of("unscale_"):
+            earlier = [
+                call
+                for call in use.calls
+                if call.method in ("unscale_", "step")
+                and call.optimizer == unscale.optimizer is not None
+                and call.order < unscale.order
+                and use.together(call.order, unscale.order)
+                and not _between(use, "update", call.order, unscale.order)
+            ]
+            if earlier:
+                found.append(ExtraUnscale(unscale, earlier[-1], use.scaler))
+    return found
+
+
+def find_zero_grads_before_step(uses: list[ScalerUse]) -> list[ZeroGradBeforeStep]:
+    found = []
+    for use in uses:
+        steps = use.calls_of("step")
+        stepped = {call.optimizer for call in steps}
+        for order, statement in enumerate(use.step.statements):
+            for call in calls_in_line(statement):
+                if method_name(call) != "zero_grad":
+                    continue
+                target = dotted_name(call.func.value)
+                for step in steps:
+                    # the optimizer itself, or a model when only one optimizer steps
+                    if target != step.optimizer and (
+                        len(stepped) > 1 or target is None or looks_like_optimizer(target)
+                    ):
+                        continue
+                    backwards = [
+                        b.order
+                        for b in use.scaled
+                        if b.order < step.order and use.together(b.order, step.order)
+                    ]
+                    if (
+                        backwards
+                        and max(backwards) < order < step.order
+                        and use.together(order, step.order)
+                    ):
+                        found.append(ZeroGradBeforeStep(call, step, use.scaler))
+                        break
+    return found
+
+
+@dataclass(frozen=True, eq=False)
+class ScalerClosure:
+    """``S.step(optimizer, closure)``: GradScaler does not support closures."""
+
+    call: cst.Call
+    keyword: bool  # passed as `closure=...`: GradScaler raises on the first step
+
+
+class _ScalerClosureFinder(Visitor):
+    def __init__(self) -> None:
+        self.found: list[ScalerClosure] = []
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if method_name(node) == "step" and len(node.args) > 1 and is_scaler(node.func.value):
+            keyword = any(arg.keyword and arg.keyword.value == "closure" for arg in node.args)
+            self.found.append(ScalerClosure(node, keyword))
+
+
+def find_scaler_closures(module: cst.Module) -> list[ScalerClosure]:
+    finder = _ScalerClosureFinder()
+    finder.walk(module)
+    return finder.found

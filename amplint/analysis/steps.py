@@ -282,7 +282,7 @@ class _StepFinder(ScopedVisitor):
                         backwards.append(BackwardCall(call, receiver, top, order))
                 elif method == "manual_backward":
                     framework = True
-                elif method == "step" and call.args and _is_scaler(receiver):
+                elif method == "step" and call.args and is_scaler(receiver):
                     steps.append(
                         OptimizerStep(
                             call,
@@ -419,7 +419,12 @@ class _StepFinder(ScopedVisitor):
         return None
 
 
-def _is_scaler(receiver: cst.BaseExpression) -> bool:
+def looks_like_optimizer(name: str) -> bool:
+    """`optimizer`, `self.opt_g`, `optim`: named like one, whatever it holds."""
+    return _OPTIMIZER_NAME.search(name.rsplit(".", 1)[-1]) is not None
+
+
+def is_scaler(receiver: cst.BaseExpression) -> bool:
     """`scaler`, `self.grad_scaler`: a GradScaler, by the name every example uses."""
     name = dotted_name(receiver)
     return name is not None and _SCALER_NAME.search(name.rsplit(".", 1)[-1]) is not None

@@ -6,8 +6,14 @@ from amplint.diagnostics import SYNTAX_ERROR
 from amplint.rules.autocast_device import AutocastDeviceType
 from amplint.rules.backward_in_autocast import BackwardInsideAutocast
 from amplint.rules.base import Rule
-from amplint.rules.scaler_step import StepBypassesScaler, UnscaledBackwardRule
-from amplint.rules.unscale import ClipBeforeUnscale
+from amplint.rules.scaler_step import (
+    ScalerStepWithClosure,
+    StepBypassesScaler,
+    UnscaledBackwardRule,
+    ZeroGradBeforeScalerStep,
+)
+from amplint.rules.scaler_update import MissingScalerUpdate
+from amplint.rules.unscale import ClipBeforeUnscale, DoubleUnscale
 from amplint.rules.deprecated_amp import DeprecatedTorchAmp
 from amplint.rules.fp32_step import FP32TrainingStep
 
@@ -16,7 +22,11 @@ RULES: tuple[Rule, ...] = (
     BackwardInsideAutocast(),
     ClipBeforeUnscale(),
     StepBypassesScaler(),
+    MissingScalerUpdate(),
     UnscaledBackwardRule(),
+    DoubleUnscale(),
+    ZeroGradBeforeScalerStep(),
+    ScalerStepWithClosure(),
     DeprecatedTorchAmp("AMP201", "cuda"),
     DeprecatedTorchAmp("AMP202", "cpu"),
     AutocastDeviceType(),

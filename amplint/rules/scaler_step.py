@@ -1,11 +1,14 @@
-"""AMP103 / AMP105: a scaled backward and the optimizer step must agree.
+"""AMP103 / AMP105 / AMP113 / AMP115: a scaled backward and the optimizer step
+must agree.
 
 After ``scaler.scale(loss).backward()`` the gradients are multiplied by the loss
 scale (65536 to start with).  ``optimizer.step()`` applies them as they are and
 steps on inf/NaN gradients too (AMP103); ``scaler.step(optimizer)`` unscales
 first and skips those steps, and ``scaler.update()`` then adjusts the scale.
 The other way round, ``scaler.step`` after an unscaled ``loss.backward()``
-divides gradients that were never multiplied (AMP105).
+divides gradients that were never multiplied (AMP105).  Gradients cleared
+between the two leave nothing to step (AMP113), and ``scaler.step`` cannot run
+an optimizer's closure (AMP115).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from amplint.config import Settings
 from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix
 from amplint.prefilter import SourceClues
 from amplint.rules.base import Rule
+from amplint.transforms.statements import followed_by
 
 _SCALER = re.compile("scaler", re.IGNORECASE)  # how steps.py recognises a GradScaler
 
@@ -63,14 +67,10 @@ class StepBypassesScaler(Rule):
         edits = [Edit(bypass.step.call, lambda _node, new=stepped: new)]
         if add_update:
             update = cst.parse_statement(f"{scaler}.update()\n")
-            edits.append(Edit(statement, lambda node, new=update: _followed_by(node, new)))
+            edits.append(Edit(statement, lambda node, new=update: followed_by(node, [new])))
         done = f"`{scaler}.step({optimizer})`" + (f" and `{scaler}.update()`" if add_update else "")
         fix = Fix(Applicability.SAFE, done, tuple(edits))
         return Diagnostic(self.code, message, span, fix)
-
-
-def _followed_by(statement: cst.BaseStatement, new: cst.BaseStatement) -> cst.FlattenSentinel:
-    return cst.FlattenSentinel([statement, new])
 
 
 class UnscaledBackwardRule(Rule):
@@ -106,3 +106,47 @@ class UnscaledBackwardRule(Rule):
                     (Edit(loss, lambda _node, new=scaled: new),),
                 )
             yield Diagnostic(self.code, message, facts.span(unscaled.backward.call), fix)
+
+
+class ZeroGradBeforeScalerStep(Rule):
+    code = "AMP113"
+
+    def may_fire(self, clues: SourceClues) -> bool:
+        return "caler" in clues.text and clues.may_call("zero_grad") and clues.may_call("scale")
+
+    def check(self, facts: ModuleFacts, settings: Settings) -> Iterator[Diagnostic]:
+        for found in facts.zero_grads_before_step:
+            zero_grad = facts.module.code_for_node(found.zero_grad)
+            step = facts.module.code_for_node(found.step.call)
+            message = (
+                f"`{zero_grad}` clears the gradients of the scaled backward before `{step}` "
+                'applies them: the step raises ("No inf checks were recorded") when they are '
+                "None, or does nothing; clear them before the backward or after the step"
+            )
+            yield Diagnostic(self.code, message, facts.span(found.zero_grad))
+
+
+class ScalerStepWithClosure(Rule):
+    code = "AMP115"
+
+    def may_fire(self, clues: SourceClues) -> bool:
+        return "caler" in clues.text and clues.may_call("step")
+
+    def check(self, facts: ModuleFacts, settings: Settings) -> Iterator[Diagnostic]:
+        for found in facts.scaler_closures:
+            call = facts.module.code_for_node(found.call)
+            if found.keyword:
+                why = (
+                    'GradScaler refuses closures: it raises "Closure use is not currently '
+                    'supported if GradScaler is enabled"'
+                )
+            else:
+                why = (
+                    "the optimizer reruns the closure after the scaler unscaled the gradients, "
+                    "and the closure's backward leaves gradients the scaler never checks"
+                )
+            message = (
+                f"`{call}`: {why}; compute the loss and scaled backward before "
+                "`scaler.step(optimizer)`, or train this optimizer without a GradScaler"
+            )
+            yield Diagnostic(self.code, message, facts.span(found.call))

@@ -1,4 +1,4 @@
-"""AMP102: gradients clipped while still multiplied by the loss scale.
+"""AMP102 / AMP108: ``scaler.unscale_`` missing before a clip, or called twice.
 
 After ``scaler.scale(loss).backward()`` every gradient is the true gradient
 times the loss scale (65536 to start with).  ``clip_grad_norm_(params, 1.0)``
@@ -6,6 +6,9 @@ then compares the scaled norm with 1.0 and shrinks every update by about the
 scale: training crawls, silently.  The recipe unscales first:
 ``scaler.unscale_(optimizer)`` right before the clip; ``scaler.step`` then
 knows the gradients are unscaled and does not divide them again.
+
+Each optimizer may be unscaled once per iteration, before its step: a second
+``unscale_`` before ``update()``, or one after ``step``, raises (AMP108).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from amplint.config import Settings
 from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix
 from amplint.prefilter import SourceClues
 from amplint.rules.base import Rule
+from amplint.transforms.statements import preceded_by, removable, removed
 
 _CLIPS = ("clip_grad_norm_", "clip_grad_value_", "clip_grad_norm")
 
@@ -56,13 +60,30 @@ class ClipBeforeUnscale(Rule):
                 fix = Fix(
                     Applicability.SAFE,
                     f"{advice} before the clip",
-                    (Edit(found.clip.statement, lambda node, new=lines: _preceded_by(new, node)),),
+                    (Edit(found.clip.statement, lambda node, new=lines: preceded_by(new, node)),),
                 )
             yield Diagnostic(self.code, message, facts.span(found.clip.clip), fix)
 
 
-def _preceded_by(new: list[cst.SimpleStatementLine], statement: cst.BaseStatement):
-    """`new` lines, then `statement`; comments above the statement stay on top."""
-    first = new[0].with_changes(leading_lines=statement.leading_lines)
-    rest = [*new[1:], statement.with_changes(leading_lines=())]
-    return cst.FlattenSentinel([first, *rest])
+class DoubleUnscale(Rule):
+    code = "AMP108"
+
+    def may_fire(self, clues: SourceClues) -> bool:
+        return "unscale_" in clues.text and clues.may_call("unscale_")
+
+    def check(self, facts: ModuleFacts, settings: Settings) -> Iterator[Diagnostic]:
+        for extra in facts.extra_unscales:
+            call = facts.module.code_for_node(extra.unscale.call)
+            if extra.earlier.method == "step":
+                why = 'after the optimizer stepped, `unscale_()` raises ("is being called after step()")'
+            else:
+                why = 'a second `unscale_()` before `update()` raises ("has already been called")'
+            message = f"`{call}`: {why}; remove it"
+            fix = None
+            if removable(extra.unscale.statement):
+                fix = Fix(
+                    Applicability.SAFE,
+                    f"`{call}` removed",
+                    (Edit(extra.unscale.statement, removed),),
+                )
+            yield Diagnostic(self.code, message, facts.span(extra.unscale.call), fix)

@@ -107,3 +107,37 @@ class _PlanApplier(cst.CSTTransformer):
         if wrapping is not None:
             raise ValueError("a wrapped run of statements does not end in the same block")
         return result
+
+
+# Single-statement rewrites for `Edit`s: a rule edits the statement node and
+# returns these in its place.
+def preceded_by(
+    new: Sequence[cst.BaseStatement], statement: cst.BaseStatement
+) -> cst.FlattenSentinel:
+    """`new`, then `statement`; as in a plan, blank lines above the statement
+    move above the new lines and its comments stay with it."""
+    blank, comments = _split_leading_lines(statement.leading_lines)
+    first = new[0].with_changes(leading_lines=blank)
+    return cst.FlattenSentinel([first, *new[1:], statement.with_changes(leading_lines=comments)])
+
+
+def followed_by(
+    statement: cst.BaseStatement, new: Sequence[cst.BaseStatement]
+) -> cst.FlattenSentinel:
+    return cst.FlattenSentinel([statement, *new])
+
+
+def removable(statement: cst.BaseStatement) -> bool:
+    """Whether deleting the line loses nothing but itself: one small statement,
+    no comment above it (a trailing comment is about the line and goes with it)."""
+    return (
+        isinstance(statement, cst.SimpleStatementLine)
+        and len(statement.body) == 1
+        and not any(line.comment for line in statement.leading_lines)
+    )
+
+
+def removed(_statement: cst.BaseStatement) -> cst.RemovalSentinel:
+    """The rewrite that deletes a statement; libcst writes `pass` into a block
+    left empty."""
+    return cst.RemovalSentinel.REMOVE

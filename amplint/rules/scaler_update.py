@@ -1,0 +1,84 @@
+"""AMP104: ``scaler.update()`` missing from an iteration, or run too early.
+
+``GradScaler.update()`` ends an iteration: it adjusts the loss scale and resets
+each optimizer's record of being unscaled and stepped.  Without it the second
+iteration's ``scaler.step`` raises ("step() has already been called since the
+last update()").  Run between a scaled backward and the ``scaler.step`` that
+applies its gradients, it changes the scale those gradients are divided by
+from the one they were multiplied with.  The recipe: one ``update()`` after the
+iteration's last ``scaler.step``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterator
+
+import libcst as cst
+
+from amplint.analysis import ModuleFacts
+from amplint.analysis.scaler import EarlyUpdate, MissingUpdate
+from amplint.config import Settings
+from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix
+from amplint.prefilter import SourceClues
+from amplint.rules.base import Rule
+from amplint.transforms.statements import followed_by, removable, removed
+
+
+class MissingScalerUpdate(Rule):
+    code = "AMP104"
+
+    def may_fire(self, clues: SourceClues) -> bool:
+        return "caler" in clues.text and clues.may_call("step") and clues.may_call("backward")
+
+    def check(self, facts: ModuleFacts, settings: Settings) -> Iterator[Diagnostic]:
+        for missing in facts.missing_updates:
+            diagnostic = self._missing(missing, facts)
+            if diagnostic is not None:
+                yield diagnostic
+        for early in facts.early_updates:
+            yield self._early(early, facts)
+
+    def _missing(self, missing: MissingUpdate, facts: ModuleFacts) -> Diagnostic | None:
+        scaler = missing.scaler
+        updated = rf"\b{re.escape(scaler)}\s*\.\s*update\s*\("
+        if re.search(updated, facts.text):
+            return None  # updated elsewhere (a caller, another method): not for a guess
+        step = facts.module.code_for_node(missing.last_step.call)
+        message = (
+            f"`{scaler}.update()` never follows `{step}`: the next iteration's step raises "
+            f'("step() has already been called since the last update()"); call '
+            f"`{scaler}.update()` after the last `{scaler}.step` of each iteration"
+        )
+        statement = missing.last_step.statement
+        fix = None
+        if isinstance(statement, cst.SimpleStatementLine):
+            update = cst.parse_statement(f"{scaler}.update()\n")
+            fix = Fix(
+                Applicability.SAFE,
+                f"`{scaler}.update()` after `{step}`",
+                (Edit(statement, lambda node, new=update: followed_by(node, [new])),),
+            )
+        return Diagnostic(self.code, message, facts.span(missing.last_step.call), fix)
+
+    def _early(self, early: EarlyUpdate, facts: ModuleFacts) -> Diagnostic:
+        scaler = early.scaler
+        later = facts.module.code_for_node(early.later_step.call)
+        message = (
+            f"`{scaler}.update()` runs before `{later}`, which then divides gradients "
+            "scaled with the old loss scale by the new one; update once, after the last "
+            f"`{scaler}.step` of the iteration"
+        )
+        fix = None
+        last = early.last_step.statement
+        if removable(early.update.statement) and isinstance(last, cst.SimpleStatementLine):
+            edits = [Edit(early.update.statement, removed)]
+            if not early.updated_after:
+                update = cst.parse_statement(f"{scaler}.update()\n")
+                edits.append(Edit(last, lambda node, new=update: followed_by(node, [new])))
+            fix = Fix(
+                Applicability.SAFE,
+                f"one `{scaler}.update()` after the last step",
+                tuple(edits),
+            )
+        return Diagnostic(self.code, message, facts.span(early.update.call), fix)
