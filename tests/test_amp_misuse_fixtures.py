@@ -29,6 +29,9 @@ FIXTURES_AND_CODES = {
     "double_unscale.py": {"AMP108"},
     "zero_grad_before_step.py": {"AMP113"},
     "lbfgs_closure_scaler.py": {"AMP115"},
+    "bce_under_autocast.py": {"AMP114"},
+    # BCEWithLogitsLoss in the region, BCELoss in an FP32 region and on the CPU
+    "bce_safe_regions.py": set(),
     # accumulation, clipping after unscale_, scaler in checkpoints: all correct
     "correct_torch_amp.py": set(),
     # a scaler that may be None (both paths, early return), a GAN clipping twice

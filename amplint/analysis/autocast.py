@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from amplint.analysis.imports import ImportMap
+from amplint.analysis.imports import ImportMap, dotted_name
 from amplint.analysis.scopes import Scope, ScopedVisitor
 from amplint.analysis.statements import method_name
 from amplint.analysis.visitor import Visitor
@@ -29,6 +29,9 @@ ANY_AUTOCAST = AUTOCAST | {
     "torch.cpu.amp.autocast_mode.autocast",
 }
 TORCH_DEVICE = "torch.device"
+# Losses CUDA autocast refuses ("unsafe to autocast"): classes, then functions.
+UNSAFE_LOSS_CLASSES = {"torch.nn.BCELoss", "torch.nn.modules.loss.BCELoss"}
+UNSAFE_LOSS_FUNCTIONS = {"torch.nn.functional.binary_cross_entropy", "torch.binary_cross_entropy"}
 _UNKNOWN = None  # a binding whose value the module does not show
 _INDEXED_DEVICE = re.compile(r"[a-z_]+:\d+")  # "cuda:0", "xpu:1"
 
@@ -55,6 +58,14 @@ class BackwardInAutocast:
     split_at: int | None
 
 
+@dataclass(frozen=True)
+class UnsafeLossCall:
+    """A call to a loss CUDA autocast refuses, inside a region that may be CUDA."""
+
+    call: cst.Call
+    loss: str  # the qualified class or function: "torch.nn.BCELoss"
+
+
 def _string_value(node: cst.BaseExpression) -> str | None:
     if isinstance(node, cst.SimpleString) and "f" not in node.prefix.lower():
         value = node.evaluated_value
@@ -70,6 +81,12 @@ class _AutocastFinder(ScopedVisitor):
         self.blocks: list[cst.With] = []  # with-statements that open autocast
         # scope -> name -> the values bound to it (None: a binding we cannot read)
         self.bindings: dict[Scope, dict[str, list[cst.BaseExpression | None]]] = {}
+        # Per open `with autocast(...)`, innermost last: whether it may run CUDA
+        # autocast (False for "cpu" and for `enabled=False`, which ends autocast).
+        self._regions: list[bool] = []
+        self.calls_in_cuda_regions: list[tuple[cst.Call, Scope]] = []
+        # `self.loss_fn = ...`: every value assigned to each attribute chain
+        self.attribute_values: dict[str, list[cst.BaseExpression]] = {}
 
     def _bind(self, name: str, value: cst.BaseExpression | None) -> None:
         self.bindings.setdefault(self.scope, {}).setdefault(name, []).append(value)
@@ -91,6 +108,10 @@ class _AutocastFinder(ScopedVisitor):
         for target in node.targets:
             if isinstance(target.target, cst.Name):
                 self._bind(target.target.value, node.value)
+            elif isinstance(target.target, cst.Attribute):
+                name = dotted_name(target.target)
+                if name is not None:
+                    self.attribute_values.setdefault(name, []).append(node.value)
             else:
                 self._bind_all(target.target)
 
@@ -145,6 +166,33 @@ class _AutocastFinder(ScopedVisitor):
         if any(self._opens_autocast(item.item) for item in node.items):
             self.blocks.append(node)
 
+    def visit_With_body(self, node: cst.With) -> None:
+        regions = [self._may_be_cuda(item.item) for item in node.items]
+        regions = [region for region in regions if region is not None]
+        self._regions.append(regions[-1] if regions else self._in_cuda_region())
+
+    def leave_With_body(self, node: cst.With) -> None:
+        self._regions.pop()
+
+    def _in_cuda_region(self) -> bool:
+        return bool(self._regions) and self._regions[-1]
+
+    def _may_be_cuda(self, expression: cst.BaseExpression) -> bool | None:
+        """For an autocast call: whether its region may be CUDA autocast; None
+        for anything else."""
+        if not isinstance(expression, cst.Call):
+            return None
+        called = self.imports.resolve(expression.func, self.scope)
+        if called not in ANY_AUTOCAST:
+            return None
+        if not self._opens_autocast(expression):
+            return False
+        if called.startswith(("torch.cuda.", "torch.cpu.")):
+            return called.startswith("torch.cuda.")
+        device = _device_argument(expression)
+        text = _string_value(device) if device is not None else None
+        return text is None or text.split(":", 1)[0] == "cuda"
+
     def _opens_autocast(self, expression: cst.BaseExpression) -> bool:
         if not isinstance(expression, cst.Call):
             return False
@@ -154,13 +202,33 @@ class _AutocastFinder(ScopedVisitor):
         return not (isinstance(enabled, cst.Name) and enabled.value == "False")
 
     def visit_Call(self, node: cst.Call) -> None:
+        if self._in_cuda_region():
+            self.calls_in_cuda_regions.append((node, self.scope))
         if self.imports.resolve(node.func, self.scope) not in AUTOCAST:
             return
-        device = next((arg.value for arg in node.args if _is_keyword(arg, "device_type")), None)
-        if device is None and node.args and node.args[0].keyword is None and not node.args[0].star:
-            device = node.args[0].value
+        device = _device_argument(node)
         if device is not None:
             self.calls.append((node, device, self.scope))
+
+    # A def or lambda inside the block runs wherever it is called.
+    def visit_FunctionDef_body(self, node: cst.FunctionDef) -> None:
+        self._regions.append(False)
+
+    def leave_FunctionDef_body(self, node: cst.FunctionDef) -> None:
+        self._regions.pop()
+
+    def visit_Lambda_body(self, node: cst.Lambda) -> None:
+        self._regions.append(False)
+
+    def leave_Lambda_body(self, node: cst.Lambda) -> None:
+        self._regions.pop()
+
+
+def _device_argument(call: cst.Call) -> cst.BaseExpression | None:
+    device = next((arg.value for arg in call.args if _is_keyword(arg, "device_type")), None)
+    if device is None and call.args and call.args[0].keyword is None and not call.args[0].star:
+        device = call.args[0].value
+    return device
 
 
 def _is_keyword(arg: cst.Arg, name: str) -> bool:
@@ -179,13 +247,13 @@ class _DeviceResolver:
                 node.orelse, scope
             )
         if isinstance(node, cst.Name):
-            values = self._values(node.value, scope)
+            values = self.values(node.value, scope)
             return bool(values) and all(
                 value is not None and self.is_torch_device(value, scope) for value in values
             )
         return False
 
-    def _values(self, name: str, scope: Scope) -> list[cst.BaseExpression | None]:
+    def values(self, name: str, scope: Scope) -> list[cst.BaseExpression | None]:
         """Every value bound to `name` where the call in `scope` looks it up."""
         for candidate in self.finder.imports.visible_scopes(scope):
             values = self.finder.bindings.get(candidate, {}).get(name)
@@ -255,13 +323,49 @@ def _backward_in_blocks(finder: _AutocastFinder) -> list[BackwardInAutocast]:
     return found
 
 
+def _unsafe_losses(finder: _AutocastFinder) -> list[UnsafeLossCall]:
+    resolver = _DeviceResolver(finder)
+    resolve = finder.imports.resolve
+
+    def constructs_unsafe_loss(value: cst.BaseExpression | None, scope: Scope) -> str | None:
+        if isinstance(value, cst.Call):
+            called = resolve(value.func, scope)
+            if called in UNSAFE_LOSS_CLASSES:
+                return called
+        return None
+
+    def every(values: list, scope: Scope) -> str | None:
+        kinds = {constructs_unsafe_loss(value, scope) for value in values}
+        return kinds.pop() if len(kinds) == 1 else None
+
+    found = []
+    for call, scope in finder.calls_in_cuda_regions:
+        func = call.func
+        loss = resolve(func, scope)
+        if loss not in UNSAFE_LOSS_FUNCTIONS:
+            if isinstance(func, cst.Call):  # nn.BCELoss()(probs, targets)
+                loss = constructs_unsafe_loss(func, scope)
+            elif isinstance(func, cst.Name):  # criterion(probs, targets)
+                values = resolver.values(func.value, scope)
+                loss = every(values, scope) if values else None
+            elif isinstance(func, cst.Attribute):  # self.criterion(probs, targets)
+                values = finder.attribute_values.get(dotted_name(func) or "", [])
+                loss = every(values, scope) if values else None
+            else:
+                loss = None
+        if loss is not None:
+            found.append(UnsafeLossCall(call, loss))
+    return found
+
+
 @dataclass(frozen=True)
 class AutocastScan:
     wrong_devices: list[AutocastDevice]
     backward_inside: list[BackwardInAutocast]
+    unsafe_losses: list[UnsafeLossCall]
 
 
 def scan_autocast(module: cst.Module, imports: ImportMap) -> AutocastScan:
     finder = _AutocastFinder(imports)
     finder.walk(module)
-    return AutocastScan(_wrong_devices(finder), _backward_in_blocks(finder))
+    return AutocastScan(_wrong_devices(finder), _backward_in_blocks(finder), _unsafe_losses(finder))

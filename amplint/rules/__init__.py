@@ -14,6 +14,7 @@ from amplint.rules.scaler_step import (
 )
 from amplint.rules.scaler_update import MissingScalerUpdate
 from amplint.rules.unscale import ClipBeforeUnscale, DoubleUnscale
+from amplint.rules.unsafe_loss import UnsafeLossUnderAutocast
 from amplint.rules.deprecated_amp import DeprecatedTorchAmp
 from amplint.rules.fp32_step import FP32TrainingStep
 
@@ -27,6 +28,7 @@ RULES: tuple[Rule, ...] = (
     DoubleUnscale(),
     ZeroGradBeforeScalerStep(),
     ScalerStepWithClosure(),
+    UnsafeLossUnderAutocast(),
     DeprecatedTorchAmp("AMP201", "cuda"),
     DeprecatedTorchAmp("AMP202", "cpu"),
     AutocastDeviceType(),
