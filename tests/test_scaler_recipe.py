@@ -192,7 +192,11 @@ def test_zero_grad_silent(source: str) -> None:
     "call", ["scaler.step(optimizer, closure)", "self.grad_scaler.step(opt, closure=closure)"]
 )
 def test_a_closure_through_the_scaler_is_reported(call: str) -> None:
-    source = f"def train(optimizer, opt, closure, scaler):\n    {call}\n"
+    source = (
+        "def train(optimizer, opt, scaler):\n"
+        "    def closure():\n        return scaler.scale(loss()).backward()\n"
+        f"    {call}\n"
+    )
     assert codes_of(source) == ["AMP115"]
 
 
@@ -203,6 +207,9 @@ def test_a_closure_through_the_scaler_is_reported(call: str) -> None:
         "optimizer.step(closure)\n",  # no scaler
         "env.step(action, render)\n",
         "scheduler.step(epoch, metrics)\n",
+        # an optimizer wrapper forwarding the closure its caller gave (usually None)
+        "class Wrapped:\n    def step(self, closure=None):\n"
+        "        self.scaler.step(self.optimizer, closure)\n",
     ],
 )
 def test_closure_silent(source: str) -> None:

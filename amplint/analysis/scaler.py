@@ -368,11 +368,27 @@ class ScalerClosure:
 class _ScalerClosureFinder(Visitor):
     def __init__(self) -> None:
         self.found: list[ScalerClosure] = []
+        self._parameters: list[set[str]] = []  # of each enclosing def, innermost last
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self._parameters.append({param.name.value for param in node.params.params})
+
+    def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self._parameters.pop()
 
     def visit_Call(self, node: cst.Call) -> None:
-        if method_name(node) == "step" and len(node.args) > 1 and is_scaler(node.func.value):
-            keyword = any(arg.keyword and arg.keyword.value == "closure" for arg in node.args)
-            self.found.append(ScalerClosure(node, keyword))
+        if method_name(node) != "step" or len(node.args) < 2 or not is_scaler(node.func.value):
+            return
+        keyword = any(arg.keyword and arg.keyword.value == "closure" for arg in node.args)
+        forwarded = node.args[1].value
+        if (
+            not keyword
+            and isinstance(forwarded, cst.Name)
+            and self._parameters
+            and forwarded.value in self._parameters[-1]
+        ):
+            return  # a wrapper's `step(self, closure=None)` passing on what it got
+        self.found.append(ScalerClosure(node, keyword))
 
 
 def find_scaler_closures(module: cst.Module) -> list[ScalerClosure]:
