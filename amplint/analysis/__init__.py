@@ -7,6 +7,7 @@ from functools import cached_property
 import libcst as cst
 
 from amplint.analysis.autocast import AutocastScan, scan_autocast
+from amplint.analysis.bf16_scaler import Bf16Scaler, find_bf16_scalers
 from amplint.analysis.deprecated_amp import DeprecatedAmpUse, find_deprecated_amp_uses
 from amplint.analysis.imports import ImportMap
 from amplint.analysis.positions import NodePositions
@@ -86,6 +87,10 @@ class ModuleFacts:
     @cached_property
     def zero_grads_before_step(self) -> list[ZeroGradBeforeStep]:
         return find_zero_grads_before_step(self.scaler_uses)
+
+    @cached_property
+    def bf16_scalers(self) -> list[Bf16Scaler]:
+        return find_bf16_scalers(self.scaler_uses, self.module, self.imports)
 
     @cached_property
     def scaler_closures(self) -> list[ScalerClosure]:

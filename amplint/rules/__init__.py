@@ -6,6 +6,7 @@ from amplint.diagnostics import SYNTAX_ERROR
 from amplint.rules.autocast_device import AutocastDeviceType
 from amplint.rules.backward_in_autocast import BackwardInsideAutocast
 from amplint.rules.base import Rule
+from amplint.rules.bf16_scaler import ScalerWithBfloat16
 from amplint.rules.scaler_step import (
     ScalerStepWithClosure,
     StepBypassesScaler,
@@ -28,6 +29,7 @@ RULES: tuple[Rule, ...] = (
     DoubleUnscale(),
     ZeroGradBeforeScalerStep(),
     ScalerStepWithClosure(),
+    ScalerWithBfloat16(),
     UnsafeLossUnderAutocast(),
     DeprecatedTorchAmp("AMP201", "cuda"),
     DeprecatedTorchAmp("AMP202", "cpu"),

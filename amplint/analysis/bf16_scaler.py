@@ -1,0 +1,114 @@
+"""GradScalers kept for bfloat16 autocast, where they have nothing to do.
+
+bfloat16 has float32's exponent range: gradients do not underflow and need no
+loss scaling.  A scaler over a bf16 step still multiplies, checks every
+gradient for inf/NaN and synchronises with the host each step.  Only regions
+that spell bf16 are counted: ``dtype=torch.bfloat16``, or CPU autocast with its
+default dtype.  A dtype chosen at run time is not for a guess.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import libcst as cst
+
+from amplint.analysis.autocast import ANY_AUTOCAST
+from amplint.analysis.imports import ImportMap, dotted_name
+from amplint.analysis.scaler import ScalerUse
+from amplint.analysis.scopes import ScopedVisitor
+
+GRAD_SCALERS = {
+    "torch.amp.GradScaler",
+    "torch.amp.grad_scaler.GradScaler",
+    "torch.cuda.amp.GradScaler",
+    "torch.cuda.amp.grad_scaler.GradScaler",
+    "torch.cpu.amp.GradScaler",
+}
+
+
+@dataclass(frozen=True, eq=False)
+class Bf16Scaler:
+    scaler: str
+    region: cst.Call  # the autocast call that selects bfloat16
+    # The one `S = GradScaler(...)` of the module, when it has no `enabled=`:
+    # where `enabled=False` can go.  None: not one, or already conditional.
+    construction: cst.Call | None
+
+
+class _ScalerConstructions(ScopedVisitor):
+    def __init__(self, imports: ImportMap) -> None:
+        super().__init__()
+        self.imports = imports
+        self.found: dict[str, list[cst.Call]] = {}  # target as written -> calls
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        value = node.value
+        if isinstance(value, cst.Call) and self.imports.resolve(value.func, self.scope) in (
+            GRAD_SCALERS
+        ):
+            for target in node.targets:
+                name = dotted_name(target.target)
+                if name is not None:
+                    self.found.setdefault(name, []).append(value)
+
+
+def _keyword(call: cst.Call, name: str) -> cst.BaseExpression | None:
+    return next((arg.value for arg in call.args if arg.keyword and arg.keyword.value == name), None)
+
+
+def _is_false(value: cst.BaseExpression | None) -> bool:
+    return isinstance(value, cst.Name) and value.value == "False"
+
+
+def _selects_bf16(call: cst.Call, called: str, imports: ImportMap, scope) -> bool:
+    keywords = {arg.keyword.value: arg.value for arg in call.args if arg.keyword is not None}
+    if _is_false(keywords.get("enabled")):
+        return False
+    if "dtype" in keywords:
+        return imports.resolve(keywords["dtype"], scope) == "torch.bfloat16"
+    if called.startswith("torch.cpu."):
+        return True
+    if called.startswith("torch.cuda."):
+        return False
+    device = keywords.get("device_type")
+    if device is None and call.args and call.args[0].keyword is None:
+        device = call.args[0].value
+    return isinstance(device, cst.SimpleString) and device.evaluated_value == "cpu"
+
+
+def find_bf16_scalers(
+    uses: list[ScalerUse], module: cst.Module, imports: ImportMap
+) -> list[Bf16Scaler]:
+    found = []
+    constructions: _ScalerConstructions | None = None
+    for use in uses:
+        if not use.scaled:
+            continue
+        regions = []
+        for order, statement in enumerate(use.step.statements):
+            if not isinstance(statement, cst.With) or not any(
+                use.together(order, backward.order) for backward in use.scaled
+            ):
+                continue
+            for item in statement.items:
+                call = item.item
+                if not isinstance(call, cst.Call):
+                    continue
+                called = imports.resolve(call.func, use.step.enclosing_scope) or ""
+                if called in ANY_AUTOCAST:
+                    regions.append(
+                        (call, _selects_bf16(call, called, imports, use.step.enclosing_scope))
+                    )
+        if not regions or not all(bf16 for _, bf16 in regions):
+            continue  # some region of the step is float16, or none is visible
+        if constructions is None:
+            constructions = _ScalerConstructions(imports)
+            constructions.walk(module)
+        calls = constructions.found.get(use.scaler, [])
+        enabled = [_keyword(call, "enabled") for call in calls]
+        if calls and all(_is_false(value) for value in enabled):
+            continue  # disabled already: every call passes straight through
+        construction = calls[0] if len(calls) == 1 and enabled[0] is None else None
+        found.append(Bf16Scaler(use.scaler, regions[0][0], construction))
+    return found
