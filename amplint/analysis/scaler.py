@@ -69,6 +69,13 @@ class ScalerUse:
         used_under += [self.step.paths[call.order] for call in self.calls]
         return frozenset.intersection(*used_under) - self.step.paths[order]
 
+    def scaled_before(self, order: int) -> int | None:
+        """The order of the last scaled backward before `order` on its path."""
+        return max(
+            (b.order for b in self.scaled if b.order < order and self.together(b.order, order)),
+            default=None,
+        )
+
     def calls_of(self, method: str) -> list[ScalerCall]:
         return [call for call in self.calls if call.method == method]
 
@@ -191,12 +198,7 @@ def find_clips_before_unscale(uses: list[ScalerUse]) -> list[ClipBeforeUnscale]:
         for edit in use.step.grad_edits:
             if edit.clip is None:
                 continue  # a hand-written `.grad` edit: scaling may well commute with it
-            scaled_before = [
-                b.order
-                for b in use.scaled
-                if b.order < edit.order and use.together(b.order, edit.order)
-            ]
-            if not scaled_before or any(
+            if use.scaled_before(edit.order) is None or any(
                 call.order < edit.order and use.together(call.order, edit.order)
                 for call in use.calls_of("unscale_")
             ):
@@ -292,12 +294,8 @@ def find_early_updates(uses: list[ScalerUse]) -> list[EarlyUpdate]:
             for step in steps:
                 if step.order < update.order or not use.together(step.order, update.order):
                     continue
-                backwards = [
-                    b.order
-                    for b in use.scaled
-                    if b.order < step.order and use.together(b.order, step.order)
-                ]
-                if backwards and max(backwards) < update.order:
+                backward = use.scaled_before(step.order)
+                if backward is not None and backward < update.order:
                     last = max(
                         (s for s in steps if use.together(s.order, update.order)),
                         key=lambda s: s.order,
@@ -342,14 +340,10 @@ def find_zero_grads_before_step(uses: list[ScalerUse]) -> list[ZeroGradBeforeSte
                         len(stepped) > 1 or target is None or looks_like_optimizer(target)
                     ):
                         continue
-                    backwards = [
-                        b.order
-                        for b in use.scaled
-                        if b.order < step.order and use.together(b.order, step.order)
-                    ]
+                    backward = use.scaled_before(step.order)
                     if (
-                        backwards
-                        and max(backwards) < order < step.order
+                        backward is not None
+                        and backward < order < step.order
                         and use.together(order, step.order)
                     ):
                         found.append(ZeroGradBeforeStep(call, step, use.scaler))
