@@ -73,6 +73,26 @@ def test_an_update_between_backward_and_step_moves_after_the_last_step() -> None
     )
 
 
+def test_an_early_update_before_another_one_is_removed() -> None:
+    # the update after the last step is there already: only the early one goes
+    source = dedent("""
+        import torch
+        for x in loader:
+            with torch.autocast("cuda"):
+                d_loss, g_loss = losses(model(x))
+            scaler.scale(d_loss).backward(retain_graph=True)
+            scaler.scale(g_loss).backward()
+            scaler.step(opt_d)
+            scaler.update()
+            scaler.step(opt_g)
+            scaler.update()
+        """)
+    assert codes_of(source) == ["AMP104"]
+    assert fixed(source) == source.replace(
+        "    scaler.update()\n    scaler.step(opt_g)", "    scaler.step(opt_g)"
+    )
+
+
 @pytest.mark.parametrize(
     "source",
     [

@@ -300,7 +300,10 @@ def find_early_updates(uses: list[ScalerUse]) -> list[EarlyUpdate]:
                         (s for s in steps if use.together(s.order, update.order)),
                         key=lambda s: s.order,
                     )
-                    updated_after = _between(use, "update", last.order, len(use.step.paths))
+                    updated_after = any(
+                        call.order > last.order and use.together(call.order, last.order)
+                        for call in use.calls_of("update")
+                    )
                     found.append(EarlyUpdate(update, step, last, updated_after, use.scaler))
                     break
     return found
