@@ -162,14 +162,22 @@ class _AutocastFinder(ScopedVisitor):
         elif isinstance(target, cst.StarredElement):
             self._bind_all(target.value)
 
-    def visit_With(self, node: cst.With) -> None:
-        if any(self._opens_autocast(item.item) for item in node.items):
-            self.blocks.append(node)
-
     def visit_With_body(self, node: cst.With) -> None:
-        regions = [self._may_be_cuda(item.item) for item in node.items]
-        regions = [region for region in regions if region is not None]
-        self._regions.append(regions[-1] if regions else self._in_cuda_region())
+        # The innermost autocast item decides the region: may it be CUDA autocast?
+        region = None
+        opens = False  # some item turns autocast on
+        for item in node.items:
+            call = item.item
+            if not isinstance(call, cst.Call):
+                continue
+            called = self.imports.resolve(call.func, self.scope)
+            if called in ANY_AUTOCAST:
+                enabled = not disabled(call)
+                opens = opens or enabled
+                region = enabled and _may_be_cuda(call, called)
+        if opens:
+            self.blocks.append(node)
+        self._regions.append(self._in_cuda_region() if region is None else region)
 
     def leave_With_body(self, node: cst.With) -> None:
         self._regions.pop()
@@ -177,36 +185,12 @@ class _AutocastFinder(ScopedVisitor):
     def _in_cuda_region(self) -> bool:
         return bool(self._regions) and self._regions[-1]
 
-    def _may_be_cuda(self, expression: cst.BaseExpression) -> bool | None:
-        """For an autocast call: whether its region may be CUDA autocast; None
-        for anything else."""
-        if not isinstance(expression, cst.Call):
-            return None
-        called = self.imports.resolve(expression.func, self.scope)
-        if called not in ANY_AUTOCAST:
-            return None
-        if not self._opens_autocast(expression):
-            return False
-        if called.startswith(("torch.cuda.", "torch.cpu.")):
-            return called.startswith("torch.cuda.")
-        device = _device_argument(expression)
-        text = _string_value(device) if device is not None else None
-        return text is None or text.split(":", 1)[0] == "cuda"
-
-    def _opens_autocast(self, expression: cst.BaseExpression) -> bool:
-        if not isinstance(expression, cst.Call):
-            return False
-        if self.imports.resolve(expression.func, self.scope) not in ANY_AUTOCAST:
-            return False
-        enabled = next((a.value for a in expression.args if _is_keyword(a, "enabled")), None)
-        return not (isinstance(enabled, cst.Name) and enabled.value == "False")
-
     def visit_Call(self, node: cst.Call) -> None:
         if self._in_cuda_region():
             self.calls_in_cuda_regions.append((node, self.scope))
         if self.imports.resolve(node.func, self.scope) not in AUTOCAST:
             return
-        device = _device_argument(node)
+        device = device_argument(node)
         if device is not None:
             self.calls.append((node, device, self.scope))
 
@@ -224,11 +208,31 @@ class _AutocastFinder(ScopedVisitor):
         self._regions.pop()
 
 
-def _device_argument(call: cst.Call) -> cst.BaseExpression | None:
-    device = next((arg.value for arg in call.args if _is_keyword(arg, "device_type")), None)
+def keyword_value(call: cst.Call, name: str) -> cst.BaseExpression | None:
+    return next((arg.value for arg in call.args if _is_keyword(arg, name)), None)
+
+
+def disabled(call: cst.Call) -> bool:
+    """`enabled=False` as a literal: the call turns autocast (or a scaler) off."""
+    enabled = keyword_value(call, "enabled")
+    return isinstance(enabled, cst.Name) and enabled.value == "False"
+
+
+def device_argument(call: cst.Call) -> cst.BaseExpression | None:
+    """The device type an autocast call is given, by keyword or first position."""
+    device = keyword_value(call, "device_type")
     if device is None and call.args and call.args[0].keyword is None and not call.args[0].star:
         device = call.args[0].value
     return device
+
+
+def _may_be_cuda(call: cst.Call, called: str) -> bool:
+    """Whether the enabled autocast `call` (resolved to `called`) may be CUDA's."""
+    if called.startswith(("torch.cuda.", "torch.cpu.")):
+        return called.startswith("torch.cuda.")
+    device = device_argument(call)
+    text = _string_value(device) if device is not None else None
+    return text is None or text.split(":", 1)[0] == "cuda"
 
 
 def _is_keyword(arg: cst.Arg, name: str) -> bool:

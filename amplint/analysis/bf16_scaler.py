@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from amplint.analysis.autocast import ANY_AUTOCAST
+from amplint.analysis.autocast import ANY_AUTOCAST, device_argument, disabled, keyword_value
 from amplint.analysis.imports import ImportMap, dotted_name
 from amplint.analysis.scaler import ScalerUse
 from amplint.analysis.scopes import ScopedVisitor
@@ -53,27 +53,17 @@ class _ScalerConstructions(ScopedVisitor):
                     self.found.setdefault(name, []).append(value)
 
 
-def _keyword(call: cst.Call, name: str) -> cst.BaseExpression | None:
-    return next((arg.value for arg in call.args if arg.keyword and arg.keyword.value == name), None)
-
-
-def _is_false(value: cst.BaseExpression | None) -> bool:
-    return isinstance(value, cst.Name) and value.value == "False"
-
-
 def _selects_bf16(call: cst.Call, called: str, imports: ImportMap, scope) -> bool:
-    keywords = {arg.keyword.value: arg.value for arg in call.args if arg.keyword is not None}
-    if _is_false(keywords.get("enabled")):
+    if disabled(call):
         return False
-    if "dtype" in keywords:
-        return imports.resolve(keywords["dtype"], scope) == "torch.bfloat16"
+    dtype = keyword_value(call, "dtype")
+    if dtype is not None:
+        return imports.resolve(dtype, scope) == "torch.bfloat16"
     if called.startswith("torch.cpu."):
         return True
     if called.startswith("torch.cuda."):
         return False
-    device = keywords.get("device_type")
-    if device is None and call.args and call.args[0].keyword is None:
-        device = call.args[0].value
+    device = device_argument(call)
     return isinstance(device, cst.SimpleString) and device.evaluated_value == "cpu"
 
 
@@ -106,9 +96,9 @@ def find_bf16_scalers(
             constructions = _ScalerConstructions(imports)
             constructions.walk(module)
         calls = constructions.found.get(use.scaler, [])
-        enabled = [_keyword(call, "enabled") for call in calls]
-        if calls and all(_is_false(value) for value in enabled):
+        if calls and all(disabled(call) for call in calls):
             continue  # disabled already: every call passes straight through
-        construction = calls[0] if len(calls) == 1 and enabled[0] is None else None
+        conditional = calls and keyword_value(calls[0], "enabled") is not None
+        construction = calls[0] if len(calls) == 1 and not conditional else None
         found.append(Bf16Scaler(use.scaler, regions[0][0], construction))
     return found

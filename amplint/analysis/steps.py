@@ -16,6 +16,7 @@ from typing import Callable, Sequence, Union
 
 import libcst as cst
 
+from amplint.analysis.autocast import UNSAFE_LOSS_CLASSES, UNSAFE_LOSS_FUNCTIONS
 from amplint.analysis.imports import ImportMap, dotted_name
 from amplint.analysis.scopes import Scope, ScopedVisitor
 from amplint.analysis.statements import (
@@ -40,12 +41,7 @@ CLIP_FUNCTIONS = {
     "torch.nn.utils.clip_grad.clip_grad_value_",
 }
 # Losses that raise "unsafe to autocast" under CUDA autocast.
-AUTOCAST_UNSAFE_LOSSES = {
-    "torch.nn.BCELoss",
-    "torch.nn.modules.loss.BCELoss",
-    "torch.nn.functional.binary_cross_entropy",
-    "torch.binary_cross_entropy",
-}
+AUTOCAST_UNSAFE_LOSSES = UNSAFE_LOSS_CLASSES | UNSAFE_LOSS_FUNCTIONS
 # Receivers of `.backward(loss)` that belong to a framework owning precision.
 FRAMEWORK_BACKWARD = {"accelerator", "booster", "engine", "model_engine", "fabric"}
 # Calls that only move or reshape data: such statements feed the loss, but they
@@ -78,7 +74,8 @@ DATA_METHODS = {
 DATA_FUNCTIONS = {"next", "iter", "len", "zip", "enumerate", "range", "dict", "list", "tuple"}
 _OPTIMIZER_NAME = re.compile(r"optim|^opt($|[_\dA-Z]|[dg]$)", re.I)
 _SCHEDULER_NAME = re.compile(r"sched", re.I)
-_SCALER_NAME = re.compile(r"scaler", re.I)
+# How a GradScaler is recognised: by the name every example gives it.
+SCALER_NAME = re.compile(r"scaler", re.I)
 _ALREADY_AMP = re.compile(
     r"autocast|GradScaler|\.scale\(|scale_loss|\.half\(\)|bfloat16|float16"
     r"|\b(loss|grad|amp)_scaler\b|\bscaler\.(scale|step|update|unscale_)\("
@@ -427,7 +424,7 @@ def looks_like_optimizer(name: str) -> bool:
 def is_scaler(receiver: cst.BaseExpression) -> bool:
     """`scaler`, `self.grad_scaler`: a GradScaler, by the name every example uses."""
     name = dotted_name(receiver)
-    return name is not None and _SCALER_NAME.search(name.rsplit(".", 1)[-1]) is not None
+    return name is not None and SCALER_NAME.search(name.rsplit(".", 1)[-1]) is not None
 
 
 class _BackwardFinder(Visitor):

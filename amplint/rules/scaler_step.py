@@ -13,20 +13,18 @@ an optimizer's closure (AMP115).
 
 from __future__ import annotations
 
-import re
 from typing import Iterator
 
 import libcst as cst
 
 from amplint.analysis import ModuleFacts
 from amplint.analysis.scaler import BypassedScaler
+from amplint.analysis.steps import SCALER_NAME
 from amplint.config import Settings
 from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix
 from amplint.prefilter import SourceClues
 from amplint.rules.base import Rule
-from amplint.transforms.statements import followed_by
-
-_SCALER = re.compile("scaler", re.IGNORECASE)  # how steps.py recognises a GradScaler
+from amplint.rules.scaler_update import update_after
 
 
 class StepBypassesScaler(Rule):
@@ -66,8 +64,7 @@ class StepBypassesScaler(Rule):
         stepped = cst.parse_expression(f"{scaler}.step({optimizer})")
         edits = [Edit(bypass.step.call, lambda _node, new=stepped: new)]
         if add_update:
-            update = cst.parse_statement(f"{scaler}.update()\n")
-            edits.append(Edit(statement, lambda node, new=update: followed_by(node, [new])))
+            edits.append(update_after(statement, scaler))
         done = f"`{scaler}.step({optimizer})`" + (f" and `{scaler}.update()`" if add_update else "")
         fix = Fix(Applicability.SAFE, done, tuple(edits))
         return Diagnostic(self.code, message, span, fix)
@@ -79,7 +76,7 @@ class UnscaledBackwardRule(Rule):
     def may_fire(self, clues: SourceClues) -> bool:
         return (
             "caler" in clues.text  # before the case-blind search, which reads every byte
-            and _SCALER.search(clues.text) is not None
+            and SCALER_NAME.search(clues.text) is not None
             and clues.may_call("backward")
             and clues.may_call("step")
         )

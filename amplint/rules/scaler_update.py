@@ -25,6 +25,12 @@ from amplint.rules.base import Rule
 from amplint.transforms.statements import followed_by, removable, removed
 
 
+def update_after(statement: cst.BaseStatement, scaler: str) -> Edit:
+    """The edit that puts `scaler.update()` on the line after `statement`."""
+    update = cst.parse_statement(f"{scaler}.update()\n")
+    return Edit(statement, lambda node: followed_by(node, [update]))
+
+
 class MissingScalerUpdate(Rule):
     code = "AMP104"
 
@@ -53,11 +59,10 @@ class MissingScalerUpdate(Rule):
         statement = missing.last_step.statement
         fix = None
         if isinstance(statement, cst.SimpleStatementLine):
-            update = cst.parse_statement(f"{scaler}.update()\n")
             fix = Fix(
                 Applicability.SAFE,
                 f"`{scaler}.update()` after `{step}`",
-                (Edit(statement, lambda node, new=update: followed_by(node, [new])),),
+                (update_after(statement, scaler),),
             )
         return Diagnostic(self.code, message, facts.span(missing.last_step.call), fix)
 
@@ -74,8 +79,7 @@ class MissingScalerUpdate(Rule):
         if removable(early.update.statement) and isinstance(last, cst.SimpleStatementLine):
             edits = [Edit(early.update.statement, removed)]
             if not early.updated_after:
-                update = cst.parse_statement(f"{scaler}.update()\n")
-                edits.append(Edit(last, lambda node, new=update: followed_by(node, [new])))
+                edits.append(update_after(last, scaler))
             fix = Fix(
                 Applicability.SAFE,
                 f"one `{scaler}.update()` after the last step",

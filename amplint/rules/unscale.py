@@ -52,11 +52,11 @@ class ClipBeforeUnscale(Rule):
             )
             fix = None
             if all(optimizer is not None for optimizer in found.optimizers):
-                lines = [cst.parse_statement(f"{call}\n") for call in unscales]
-                guard = found.guard
-                if guard:  # the clip also runs where there is no scaler
+                if found.guard:  # the clip also runs where there is no scaler
                     body = "".join(f"    {call}\n" for call in unscales)
-                    lines = [cst.parse_statement(f"if {condition_code(guard)}:\n{body}")]
+                    lines = [cst.parse_statement(f"if {condition_code(found.guard)}:\n{body}")]
+                else:
+                    lines = [cst.parse_statement(f"{call}\n") for call in unscales]
                 fix = Fix(
                     Applicability.SAFE,
                     f"{advice} before the clip",
