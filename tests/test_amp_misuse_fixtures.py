@@ -26,6 +26,9 @@ FIXTURES_AND_CODES = {
     "missing_scaler_update.py": {"AMP104"},
     "gan_early_update.py": {"AMP104"},
     "unscaled_backward.py": {"AMP105"},
+    "fp16_without_scaler.py": {"AMP106"},
+    # bf16 on the GPU, CPU autocast, a dtype picked at run time, evaluation
+    "autocast_without_scaler_ok.py": set(),
     "double_unscale.py": {"AMP108"},
     "zero_grad_before_step.py": {"AMP113"},
     "lbfgs_closure_scaler.py": {"AMP115"},

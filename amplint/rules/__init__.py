@@ -7,6 +7,7 @@ from amplint.rules.autocast_device import AutocastDeviceType
 from amplint.rules.backward_in_autocast import BackwardInsideAutocast
 from amplint.rules.base import Rule
 from amplint.rules.bf16_scaler import ScalerWithBfloat16
+from amplint.rules.fp16_scaler import Float16WithoutScaler
 from amplint.rules.scaler_step import (
     ScalerStepWithClosure,
     StepBypassesScaler,
@@ -26,6 +27,7 @@ RULES: tuple[Rule, ...] = (
     StepBypassesScaler(),
     MissingScalerUpdate(),
     UnscaledBackwardRule(),
+    Float16WithoutScaler(),
     DoubleUnscale(),
     ZeroGradBeforeScalerStep(),
     ScalerStepWithClosure(),

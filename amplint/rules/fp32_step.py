@@ -7,7 +7,6 @@ reported with the reason and left alone.
 
 from __future__ import annotations
 
-import re
 from typing import Iterator
 
 from amplint.analysis import ModuleFacts
@@ -17,10 +16,7 @@ from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix
 from amplint.prefilter import SourceClues
 from amplint.rules.base import Rule
 from amplint.transforms.imports import ensure_torch_imported
-from amplint.transforms.insert_amp import InsertAmp, amp_choice
-
-_FSDP = re.compile(r"FullyShardedDataParallel|\bfully_shard\b|\bFSDP\b")
-SCALER_SINCE = (2, 3)  # torch.amp.GradScaler
+from amplint.transforms.insert_amp import InsertAmp, amp_choice, scaler_obstacle
 
 
 class FP32TrainingStep(Rule):
@@ -60,13 +56,8 @@ class FP32TrainingStep(Rule):
                 f"{step.unsafe_loss} raises under CUDA autocast; compute the loss on logits "
                 "with nn.BCEWithLogitsLoss or F.binary_cross_entropy_with_logits"
             )
-        if reason is None and choice.uses_scaler and _FSDP.search(facts.text):
-            reason = (
-                "FSDP needs torch.distributed.fsdp.sharded_grad_scaler.ShardedGradScaler; "
-                "`--dtype bfloat16` needs no scaler"
-            )
-        if reason is None and choice.uses_scaler and settings.target_torch < SCALER_SINCE:
-            reason = "torch.amp.GradScaler needs torch 2.3, above target-torch"
+        if reason is None and choice.uses_scaler:
+            reason = scaler_obstacle(facts, settings)
         insert = None
         if reason is None:
             insert = InsertAmp(step, facts, settings)

@@ -42,6 +42,22 @@ def amp_choice(settings: Settings) -> AmpChoice:
     return AmpChoice(settings.device_type, settings.dtype)
 
 
+_FSDP = re.compile(r"FullyShardedDataParallel|\bfully_shard\b|\bFSDP\b")
+SCALER_SINCE = (2, 3)  # torch.amp.GradScaler
+
+
+def scaler_obstacle(facts: ModuleFacts, settings: Settings) -> str | None:
+    """Why a torch.amp.GradScaler cannot be added to this module, or None."""
+    if _FSDP.search(facts.text):
+        return (
+            "FSDP needs torch.distributed.fsdp.sharded_grad_scaler.ShardedGradScaler; "
+            "`--dtype bfloat16` needs no scaler"
+        )
+    if settings.target_torch < SCALER_SINCE:
+        return "torch.amp.GradScaler needs torch 2.3, above target-torch"
+    return None
+
+
 def _free_name(candidates: Sequence[str], text: str, prefix: str = "") -> str:
     for name in candidates:
         if not re.search(rf"(?<![\w.]){re.escape(prefix + name)}\b", text):
@@ -65,10 +81,16 @@ def _statement(code: str, indent: int = 0) -> cst.BaseStatement:
 class InsertAmp:
     """Builds the plan for one step; `target` is the node the plan rewrites."""
 
-    def __init__(self, step: TrainingStep, facts: ModuleFacts, settings: Settings) -> None:
+    def __init__(
+        self,
+        step: TrainingStep,
+        facts: ModuleFacts,
+        settings: Settings,
+        choice: AmpChoice | None = None,
+    ) -> None:
         self.step = step
         self.facts = facts
-        self.choice = amp_choice(settings)
+        self.choice = choice or amp_choice(settings)
         self.torch = facts.imports.name_for("torch", step.enclosing_scope) or "torch"
         self.plan = StatementPlan()
         self.target: cst.CSTNode | None = None
@@ -169,7 +191,9 @@ class InsertAmp:
             self.dtype_expression = dtype_name
 
     # -- the step itself --------------------------------------------------------
-    def plan_step(self) -> None:
+    def plan_step(self, autocast_regions: bool = True) -> None:
+        """Plan autocast around the forward regions (unless the step has its own,
+        `autocast_regions=False`) and the scaler's calls."""
         step, plan = self.step, self.plan
         autocast = f'{self.torch}.autocast("{self.choice.device}", dtype={self.dtype_expression})'
 
@@ -179,7 +203,7 @@ class InsertAmp:
                 body=cst.IndentedBlock(body=list(statements)),
             )
 
-        for region in step.regions:
+        for region in step.regions if autocast_regions else ():
             plan.wrap(region.first, region.last, wrapper)
         if self.scaler is None:
             return

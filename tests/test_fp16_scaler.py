@@ -1,0 +1,111 @@
+"""AMP106: float16 autocast around a training step that has no GradScaler."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.helpers import codes_of, dedent, fixed
+
+TEMPLATE = """
+import torch
+def train(model, loader, optimizer, criterion):
+    for x, y in loader:
+        with {region}:
+            loss = criterion(model(x), y)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+"""
+
+
+def _source(region: str) -> str:
+    return dedent(TEMPLATE.format(region=region))
+
+
+@pytest.mark.parametrize(
+    "region",
+    [
+        'torch.autocast("cuda")',  # CUDA's default dtype is float16
+        'torch.autocast(device_type="cuda", dtype=torch.float16)',
+        'torch.amp.autocast("cuda:0", dtype=torch.half)',
+        "torch.cuda.amp.autocast()",
+    ],
+)
+def test_float16_regions_get_a_scaler(region: str) -> None:
+    source = _source(region)
+    assert "AMP106" in codes_of(source)
+    result = fixed(source)
+    assert '    scaler = torch.amp.GradScaler("cuda")\n    for x, y in loader:' in result
+    assert "scaler.scale(loss).backward()" in result
+    assert "scaler.step(optimizer)\n        scaler.update()" in result
+    assert "autocast(" in result  # the region stays (AMP201/AMP116 may respell it)
+    assert "AMP106" not in codes_of(result)
+
+
+@pytest.mark.parametrize(
+    "region",
+    [
+        'torch.autocast("cuda", dtype=torch.bfloat16)',
+        'torch.autocast("cpu")',
+        "torch.cpu.amp.autocast()",
+        'torch.autocast("cuda", enabled=False)',
+        "torch.autocast(device_type, dtype=torch.float16)",  # device chosen at run time
+        'torch.autocast("cuda", dtype=amp_dtype)',  # dtype chosen at run time
+    ],
+)
+def test_regions_that_need_no_scaler_or_may_not_are_silent(region: str) -> None:
+    assert "AMP106" not in codes_of(_source(region))
+
+
+def test_a_module_that_names_a_loss_scaler_is_left_alone() -> None:
+    # timm-style: the scaler is a callable that scales and steps inside
+    source = _source('torch.autocast("cuda")') + dedent("""
+        def other(loss, optimizer, loss_scaler):
+            loss_scaler(loss, optimizer)
+        """)
+    assert "AMP106" not in codes_of(source)
+
+
+def test_a_backward_before_the_region_is_not_from_it() -> None:
+    source = dedent("""
+        import torch
+        def train(model, loader, optimizer, criterion):
+            for x, y in loader:
+                loss = criterion(model(x), y)
+                loss.backward()
+                optimizer.step()
+                with torch.autocast("cuda"):
+                    metrics = model(x)
+        """)
+    assert "AMP106" not in codes_of(source)
+
+
+def test_a_method_step_keeps_its_scaler_on_the_instance() -> None:
+    source = dedent("""
+        import torch
+        class Trainer:
+            def __init__(self, model):
+                self.model = model
+                self.optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+            def train_step(self, x, y):
+                with torch.autocast("cuda"):
+                    loss = self.model(x).sum()
+                loss.backward()
+                self.optimizer.step()
+        """)
+    result = fixed(source)
+    assert (
+        'self.optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n        self.scaler = torch.amp.GradScaler("cuda")\n'
+        in result
+    )
+    assert "self.scaler.scale(loss).backward()" in result
+    assert fixed(result) == result
+
+
+def test_not_rewritten_under_fsdp() -> None:
+    source = "from torch.distributed.fsdp import FullyShardedDataParallel\n" + _source(
+        'torch.autocast("cuda")'
+    )
+    assert "AMP106" in codes_of(source)
+    assert fixed(source) == source
