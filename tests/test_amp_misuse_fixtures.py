@@ -30,6 +30,9 @@ FIXTURES_AND_CODES = {
     # bf16 on the GPU, CPU autocast, a dtype picked at run time, evaluation
     "autocast_without_scaler_ok.py": set(),
     "double_unscale.py": {"AMP108"},
+    "loss_outside_autocast.py": {"AMP110"},
+    # HF outputs.loss, a float32 loss on purpose, arithmetic on a loss made inside
+    "loss_in_autocast_ok.py": set(),
     "zero_grad_before_step.py": {"AMP113"},
     "lbfgs_closure_scaler.py": {"AMP115"},
     "bce_under_autocast.py": {"AMP114"},
@@ -125,3 +128,11 @@ def test_clipping_scaled_gradients_stalls_training_until_fixed() -> None:
     stalled = _largest_weight_change(FOLDER / "clip_before_unscale.py")
     trained = _largest_weight_change(EXPECTED / "clip_before_unscale.py")
     assert trained > 1000 * stalled
+
+
+def test_the_moved_loss_is_computed_in_float32() -> None:
+    pytest.importorskip("torch")
+    before = _run(FOLDER / "loss_outside_autocast.py")
+    after = _run(EXPECTED / "loss_outside_autocast.py")
+    assert "computed in torch.bfloat16" in before.stdout  # autocast is active on the CPU
+    assert "computed in torch.float32" in after.stdout, after.stderr[-3000:]

@@ -11,7 +11,12 @@ from amplint.analysis.bf16_scaler import Bf16Scaler, find_bf16_scalers
 from amplint.analysis.deprecated_amp import DeprecatedAmpUse, find_deprecated_amp_uses
 from amplint.analysis.imports import ImportMap
 from amplint.analysis.positions import NodePositions
-from amplint.analysis.regions import UnscaledFloat16, find_unscaled_float16
+from amplint.analysis.regions import (
+    LossOutsideAutocast,
+    UnscaledFloat16,
+    find_losses_outside_autocast,
+    find_unscaled_float16,
+)
 from amplint.analysis.scaler import (
     BypassedScaler,
     ClipBeforeUnscale,
@@ -96,6 +101,10 @@ class ModuleFacts:
     @cached_property
     def unscaled_float16(self) -> list[UnscaledFloat16]:
         return find_unscaled_float16(self.training_steps.steps, self.imports, self.text)
+
+    @cached_property
+    def losses_outside_autocast(self) -> list[LossOutsideAutocast]:
+        return find_losses_outside_autocast(self.training_steps.steps, self.imports, self.text)
 
     @cached_property
     def scaler_closures(self) -> list[ScalerClosure]:

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Sequence
 
 import libcst as cst
 
 from amplint.analysis.autocast import ANY_AUTOCAST, device_argument, disabled, keyword_value
 from amplint.analysis.imports import ImportMap
-from amplint.analysis.steps import TrainingStep
+from amplint.analysis.statements import calls_in_line, method_name, name_use
+from amplint.analysis.steps import DATA_FUNCTIONS, DATA_METHODS, TrainingStep
+from amplint.analysis.visitor import Visitor
 
 FLOAT16 = {"torch.float16", "torch.half"}
 
@@ -95,3 +98,116 @@ def find_unscaled_float16(
                 found.append(UnscaledFloat16(step, region))
                 break
     return found
+
+
+# Calls that cast on purpose: a loss computed on `outputs.float()` runs in
+# float32 by the author's choice, not by forgetting the region.
+_DELIBERATE_CASTS = re.compile(r"\.(float|double)\(\)|float32|float64|\.to\(\s*torch\.float\b")
+# Losses that raise under CUDA autocast: moving one into a region breaks it.
+_UNSAFE_LOSS_TEXT = re.compile(r"BCELoss\(|binary_cross_entropy\(")
+# Methods that only read or reshape a result: no arithmetic worth a region.
+_INERT_METHODS = DATA_METHODS | {"item", "size", "dim", "numel", "tolist"}
+
+
+@dataclass(frozen=True, eq=False)
+class LossOutsideAutocast:
+    """The loss computed right after an autocast block, from what it produced."""
+
+    block: cst.With
+    moved: tuple[cst.SimpleStatementLine, ...]  # the block's followers, the loss last
+    loss: cst.SimpleStatementLine
+
+
+def _backpropagated_names(step: TrainingStep) -> set[str]:
+    names: set[str] = set()
+    for backward in step.backwards:
+        loss = backward.loss
+        if isinstance(loss, cst.Call) and method_name(loss) == "scale" and loss.args:
+            loss = loss.args[0].value  # scaler.scale(loss)
+        names |= name_use(loss).read
+    return names
+
+
+class _ComputeCall(Visitor):
+    """Whether an expression calls anything but data moves and result reads."""
+
+    def __init__(self) -> None:
+        self.found = False
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if isinstance(func, cst.Attribute) and func.attr.value in _INERT_METHODS:
+            return
+        if isinstance(func, cst.Name) and func.value in DATA_FUNCTIONS:
+            return
+        self.found = True
+
+
+def _computes(statement: cst.BaseStatement) -> bool:
+    finder = _ComputeCall()
+    finder.walk(statement)
+    return finder.found
+
+
+def _suites(statement: cst.CSTNode):
+    """The statement lists directly inside a compound statement (or a block)."""
+    if isinstance(statement, cst.IndentedBlock):
+        yield statement.body
+        return
+    for child in statement.children:
+        if isinstance(child, cst.IndentedBlock):
+            yield child.body
+        elif isinstance(child, (cst.Else, cst.Finally, cst.ExceptHandler, cst.If)):
+            yield from _suites(child)
+
+
+def find_losses_outside_autocast(
+    steps: list[TrainingStep], imports: ImportMap, text: str
+) -> list[LossOutsideAutocast]:
+    if _UNSAFE_LOSS_TEXT.search(text):
+        return []
+    found = []
+    for step in steps:
+        losses = _backpropagated_names(step)
+        blocks = {
+            id(region.block)
+            for region in step_regions(step, imports)
+            if not disabled(region.call) and len(region.block.items) == 1
+        }
+        if not losses or not blocks:
+            continue
+        for owner in (step.block, *step.statements):
+            for suite in _suites(owner):
+                for index, statement in enumerate(suite):
+                    if id(statement) in blocks and isinstance(statement.body, cst.IndentedBlock):
+                        moved = _loss_after(statement, suite[index + 1 :], losses)
+                        if moved:
+                            found.append(LossOutsideAutocast(statement, moved, moved[-1]))
+    return found
+
+
+def _loss_after(
+    block: cst.With,
+    followers: Sequence[cst.BaseStatement],
+    losses: set[str],
+) -> tuple[cst.SimpleStatementLine, ...]:
+    """The run of simple statements after `block` up to one that binds a
+    backpropagated loss from what the block computed; empty if there is none."""
+    produced = name_use(block.body).bound
+    run: list[cst.SimpleStatementLine] = []
+    for statement in followers:
+        if not isinstance(statement, cst.SimpleStatementLine) or any(
+            method_name(call) in ("backward", "step", "zero_grad")
+            for call in calls_in_line(statement)
+        ):
+            return ()
+        run.append(statement)
+        use = name_use(statement)
+        if use.read & produced:
+            produced = produced | use.bound  # `logits = head(features)` carries it on
+        if use.bound & losses:
+            code = cst.Module([]).code_for_node(statement)
+            if use.read & produced and _computes(statement) and not _DELIBERATE_CASTS.search(code):
+                return tuple(run)
+            return ()
+    return ()

@@ -8,6 +8,7 @@ from amplint.rules.backward_in_autocast import BackwardInsideAutocast
 from amplint.rules.base import Rule
 from amplint.rules.bf16_scaler import ScalerWithBfloat16
 from amplint.rules.fp16_scaler import Float16WithoutScaler
+from amplint.rules.loss_outside import LossOutsideAutocastRule
 from amplint.rules.scaler_step import (
     ScalerStepWithClosure,
     StepBypassesScaler,
@@ -28,6 +29,7 @@ RULES: tuple[Rule, ...] = (
     MissingScalerUpdate(),
     UnscaledBackwardRule(),
     Float16WithoutScaler(),
+    LossOutsideAutocastRule(),
     DoubleUnscale(),
     ZeroGradBeforeScalerStep(),
     ScalerStepWithClosure(),

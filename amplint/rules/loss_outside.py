@@ -1,0 +1,51 @@
+"""AMP110: the loss computed after the autocast block, from its outputs.
+
+Autocast runs the ops that need range or precision (``log_softmax``,
+``cross_entropy``, ``mse_loss``, reductions) in float32.  Outside the block the
+same ops run in whatever dtype their inputs have: a loss over float16 or
+bfloat16 logits is computed in float16 or bfloat16.  The recipe wraps "the
+forward pass(es) of your network, including the loss computation(s)".
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import libcst as cst
+
+from amplint.analysis import ModuleFacts
+from amplint.analysis.regions import LossOutsideAutocast
+from amplint.config import Settings
+from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix
+from amplint.prefilter import SourceClues
+from amplint.rules.base import Rule
+from amplint.transforms.statements import removed
+
+
+class LossOutsideAutocastRule(Rule):
+    code = "AMP110"
+
+    def may_fire(self, clues: SourceClues) -> bool:
+        return "autocast" in clues.text and clues.may_call("backward")
+
+    def check(self, facts: ModuleFacts, settings: Settings) -> Iterator[Diagnostic]:
+        for found in facts.losses_outside_autocast:
+            yield self._diagnostic(found, facts)
+
+    def _diagnostic(self, found: LossOutsideAutocast, facts: ModuleFacts) -> Diagnostic:
+        loss = facts.module.code_for_node(found.loss.body[0]).strip()
+        message = (
+            f"`{loss}` runs after the autocast block, on its low-precision outputs: the "
+            "loss is computed in float16/bfloat16 instead of the float32 autocast picks "
+            "for losses; compute it inside the block"
+        )
+        moved = found.moved
+        edits = [Edit(found.block, lambda block: _appended(block, moved))]
+        edits += [Edit(statement, removed) for statement in moved]
+        fix = Fix(Applicability.UNSAFE, "loss moved into the autocast block", tuple(edits))
+        return Diagnostic(self.code, message, facts.span(found.loss), fix)
+
+
+def _appended(block: cst.With, statements: tuple[cst.SimpleStatementLine, ...]) -> cst.With:
+    body = block.body
+    return block.with_changes(body=body.with_changes(body=[*body.body, *statements]))
