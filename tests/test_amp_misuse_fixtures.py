@@ -29,6 +29,9 @@ FIXTURES_AND_CODES = {
     "fp16_without_scaler.py": {"AMP106"},
     # bf16 on the GPU, CPU autocast, a dtype picked at run time, evaluation
     "autocast_without_scaler_ok.py": set(),
+    "scaler_per_microstep.py": {"AMP107"},
+    # the recipe under the boundary, an early `continue`, a boundary flag
+    "scaler_accumulation_ok.py": set(),
     "double_unscale.py": {"AMP108"},
     "loss_outside_autocast.py": {"AMP110"},
     # HF outputs.loss, a float32 loss on purpose, arithmetic on a loss made inside
@@ -53,6 +56,7 @@ CRASHES_BEFORE_THE_FIX = {
     "unscaled_backward.py": "Attempted step but _scale is None",
     "missing_scaler_update.py": "step() has already been called since the last update()",
     "double_unscale.py": "unscale_() has already been called on this optimizer",
+    "scaler_per_microstep.py": "unscale_() has already been called on this optimizer",
     "zero_grad_before_step.py": "No inf checks were recorded for this optimizer",
     "lbfgs_closure_scaler.py": "Closure use is not currently supported",
 }

@@ -6,6 +6,7 @@ from functools import cached_property
 
 import libcst as cst
 
+from amplint.analysis.accumulation import PerMicroStep, find_scalers_per_microstep
 from amplint.analysis.autocast import AutocastScan, scan_autocast
 from amplint.analysis.bf16_scaler import Bf16Scaler, find_bf16_scalers
 from amplint.analysis.deprecated_amp import DeprecatedAmpUse, find_deprecated_amp_uses
@@ -89,6 +90,10 @@ class ModuleFacts:
     @cached_property
     def extra_unscales(self) -> list[ExtraUnscale]:
         return find_extra_unscales(self.scaler_uses)
+
+    @cached_property
+    def scalers_per_microstep(self) -> list[PerMicroStep]:
+        return find_scalers_per_microstep(self.scaler_uses)
 
     @cached_property
     def zero_grads_before_step(self) -> list[ZeroGradBeforeStep]:

@@ -15,7 +15,7 @@ import libcst as cst
 
 from amplint.analysis.autocast import ANY_AUTOCAST, device_argument, disabled, keyword_value
 from amplint.analysis.imports import ImportMap
-from amplint.analysis.statements import calls_in_line, method_name, name_use
+from amplint.analysis.statements import calls_in_line, child_suites, method_name, name_use
 from amplint.analysis.steps import DATA_FUNCTIONS, DATA_METHODS, TrainingStep
 from amplint.analysis.visitor import Visitor
 
@@ -149,18 +149,6 @@ def _computes(statement: cst.BaseStatement) -> bool:
     return finder.found
 
 
-def _suites(statement: cst.CSTNode):
-    """The statement lists directly inside a compound statement (or a block)."""
-    if isinstance(statement, cst.IndentedBlock):
-        yield statement.body
-        return
-    for child in statement.children:
-        if isinstance(child, cst.IndentedBlock):
-            yield child.body
-        elif isinstance(child, (cst.Else, cst.Finally, cst.ExceptHandler, cst.If)):
-            yield from _suites(child)
-
-
 def find_losses_outside_autocast(
     steps: list[TrainingStep], imports: ImportMap, text: str
 ) -> list[LossOutsideAutocast]:
@@ -177,7 +165,7 @@ def find_losses_outside_autocast(
         if not losses or not blocks:
             continue
         for owner in (step.block, *step.statements):
-            for suite in _suites(owner):
+            for suite in child_suites(owner):
                 for index, statement in enumerate(suite):
                     if id(statement) in blocks and isinstance(statement.body, cst.IndentedBlock):
                         moved = _loss_after(statement, suite[index + 1 :], losses)

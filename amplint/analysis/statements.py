@@ -51,14 +51,14 @@ def _exits_unless(statement: cst.BaseStatement) -> Branches:
         if isinstance(last, cst.SimpleStatementLine):
             last = last.body[-1]
         if isinstance(last, (cst.Return, cst.Raise, cst.Continue, cst.Break)):
-            test, taken = _condition(statement.test)
+            test, taken = if_condition(statement.test)
             return frozenset([(test, not taken)])
     return frozenset()
 
 
 def _child_blocks(statement: cst.BaseStatement) -> Iterator[tuple[cst.BaseSuite, Branches]]:
     if isinstance(statement, cst.If):
-        test = _condition(statement.test)
+        test = if_condition(statement.test)
         yield statement.body, frozenset([test])
         otherwise = frozenset([(test[0], not test[1])])
         if isinstance(statement.orelse, cst.If):
@@ -73,6 +73,18 @@ def _child_blocks(statement: cst.BaseStatement) -> Iterator[tuple[cst.BaseSuite,
         blocks += [part.body for part in (statement.orelse, statement.finalbody) if part]
         for block in blocks:
             yield block, frozenset()
+
+
+def child_suites(statement: cst.CSTNode) -> Iterator[Sequence[cst.BaseStatement]]:
+    """The statement lists directly inside a compound statement (or a block)."""
+    if isinstance(statement, cst.IndentedBlock):
+        yield statement.body
+        return
+    for child in statement.children:
+        if isinstance(child, cst.IndentedBlock):
+            yield child.body
+        elif isinstance(child, (cst.Else, cst.Finally, cst.ExceptHandler, cst.If)):
+            yield from child_suites(child)
 
 
 def condition_code(conditions: Branches) -> str:
@@ -96,9 +108,10 @@ def condition_code(conditions: Branches) -> str:
 _CODE = cst.Module([])
 
 
-def _condition(test: cst.BaseExpression) -> Condition:
+def if_condition(test: cst.BaseExpression) -> Condition:
+    """The condition an `if` with this test puts its body under."""
     if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
-        inner, taken = _condition(test.expression)
+        inner, taken = if_condition(test.expression)
         return inner, not taken
     if (
         isinstance(test, cst.Comparison)

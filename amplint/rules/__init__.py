@@ -15,6 +15,7 @@ from amplint.rules.scaler_step import (
     UnscaledBackwardRule,
     ZeroGradBeforeScalerStep,
 )
+from amplint.rules.scaler_microstep import ScalerPerMicroStep
 from amplint.rules.scaler_update import MissingScalerUpdate
 from amplint.rules.unscale import ClipBeforeUnscale, DoubleUnscale
 from amplint.rules.unsafe_loss import UnsafeLossUnderAutocast
@@ -29,6 +30,7 @@ RULES: tuple[Rule, ...] = (
     MissingScalerUpdate(),
     UnscaledBackwardRule(),
     Float16WithoutScaler(),
+    ScalerPerMicroStep(),
     LossOutsideAutocastRule(),
     DoubleUnscale(),
     ZeroGradBeforeScalerStep(),
