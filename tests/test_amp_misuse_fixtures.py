@@ -33,6 +33,9 @@ FIXTURES_AND_CODES = {
     # the recipe under the boundary, an early `continue`, a boundary flag
     "scaler_accumulation_ok.py": set(),
     "double_unscale.py": {"AMP108"},
+    "checkpoint_without_scaler.py": {"AMP109"},
+    # the scaler saved under its own key, a weights-only export
+    "checkpoint_ok.py": set(),
     "loss_outside_autocast.py": {"AMP110"},
     # HF outputs.loss, a float32 loss on purpose, arithmetic on a loss made inside
     "loss_in_autocast_ok.py": set(),
@@ -140,3 +143,11 @@ def test_the_moved_loss_is_computed_in_float32() -> None:
     after = _run(EXPECTED / "loss_outside_autocast.py")
     assert "computed in torch.bfloat16" in before.stdout  # autocast is active on the CPU
     assert "computed in torch.float32" in after.stdout, after.stderr[-3000:]
+
+
+def test_the_fixed_checkpoint_resumes_the_loss_scale() -> None:
+    pytest.importorskip("torch")
+    before = _run(FOLDER / "checkpoint_without_scaler.py").stdout
+    after = _run(EXPECTED / "checkpoint_without_scaler.py").stdout
+    assert "saved at scale 8192.0, resumed at 1024.0" in before
+    assert "saved at scale 8192.0, resumed at 8192.0" in after

@@ -8,6 +8,7 @@ import libcst as cst
 
 from amplint.analysis.accumulation import PerMicroStep, find_scalers_per_microstep
 from amplint.analysis.autocast import AutocastScan, scan_autocast
+from amplint.analysis.checkpoints import CheckpointScan, find_checkpoints_without_scaler
 from amplint.analysis.bf16_scaler import Bf16Scaler, find_bf16_scalers
 from amplint.analysis.deprecated_amp import DeprecatedAmpUse, find_deprecated_amp_uses
 from amplint.analysis.imports import ImportMap
@@ -110,6 +111,10 @@ class ModuleFacts:
     @cached_property
     def losses_outside_autocast(self) -> list[LossOutsideAutocast]:
         return find_losses_outside_autocast(self.training_steps.steps, self.imports, self.text)
+
+    @cached_property
+    def checkpoints_without_scaler(self) -> CheckpointScan:
+        return find_checkpoints_without_scaler(self.module)
 
     @cached_property
     def scaler_closures(self) -> list[ScalerClosure]:

@@ -7,6 +7,7 @@ from amplint.rules.autocast_device import AutocastDeviceType
 from amplint.rules.backward_in_autocast import BackwardInsideAutocast
 from amplint.rules.base import Rule
 from amplint.rules.bf16_scaler import ScalerWithBfloat16
+from amplint.rules.checkpoint import ScalerNotCheckpointed
 from amplint.rules.fp16_scaler import Float16WithoutScaler
 from amplint.rules.loss_outside import LossOutsideAutocastRule
 from amplint.rules.scaler_step import (
@@ -33,6 +34,7 @@ RULES: tuple[Rule, ...] = (
     ScalerPerMicroStep(),
     LossOutsideAutocastRule(),
     DoubleUnscale(),
+    ScalerNotCheckpointed(),
     ZeroGradBeforeScalerStep(),
     ScalerStepWithClosure(),
     ScalerWithBfloat16(),

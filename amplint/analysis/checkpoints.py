@@ -1,0 +1,190 @@
+"""Checkpoints that save or restore the optimizer but not the GradScaler.
+
+A GradScaler carries state across iterations: the loss scale it has settled on
+and how many steps it has gone without an overflow.  A run resumed without it
+starts again at 65536 and skips steps while it backs off.  The scaler's
+``state_dict()`` belongs next to the optimizer's in the checkpoint, and its
+``load_state_dict`` next to the optimizer's on resume.
+
+Checkpoint dicts are recognised by their values: at least two
+``x.state_dict()`` calls, one on an optimizer.  A resume is
+``optimizer.load_state_dict(checkpoint["key"])``.  The module must use exactly
+one scaler (``S.scale(...)`` somewhere) and never pass it to a checkpoint.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import libcst as cst
+
+from amplint.analysis.imports import dotted_name
+from amplint.analysis.scopes import Scope, ScopedVisitor
+from amplint.analysis.statements import calls_in_line, method_name
+from amplint.analysis.steps import is_scaler, looks_like_optimizer
+
+
+@dataclass(frozen=True, eq=False)
+class CheckpointWithoutScaler:
+    """A checkpoint dict with the optimizer's state and not the scaler's."""
+
+    checkpoint: cst.Dict
+    optimizer_entry: cst.DictElement  # where the scaler's entry goes after
+    scaler: str
+    key: str  # the key the scaler's state is saved under
+    reachable: bool  # whether the scaler can be named where the dict is built
+
+
+@dataclass(frozen=True, eq=False)
+class ResumeWithoutScaler:
+    """``optimizer.load_state_dict(checkpoint["key"])`` with no scaler restore."""
+
+    statement: cst.SimpleStatementLine
+    call: cst.Call
+    checkpoint: str  # the name the checkpoint is held in
+    scaler: str
+    key: str
+    reachable: bool
+
+
+@dataclass(frozen=True)
+class CheckpointScan:
+    saves: list[CheckpointWithoutScaler]
+    resumes: list[ResumeWithoutScaler]
+
+
+def scaler_key(optimizer_key: str, taken: set[str]) -> str:
+    """The scaler's key, spelled like the optimizer's: "optimizer" -> "scaler",
+    "optimizer_state_dict" -> "scaler_state_dict", "opt_state" -> "scaler_state"."""
+    match = re.search(r"(_state_dict|_state|_sd)$", optimizer_key)
+    key = "scaler" + (match.group(1) if match else "")
+    return key if key not in taken else "grad_" + key
+
+
+def _string(node: cst.BaseExpression | None) -> str | None:
+    if isinstance(node, cst.SimpleString):
+        value = node.evaluated_value
+        return value if isinstance(value, str) else None
+    return None
+
+
+def _state_dict_of(value: cst.BaseExpression) -> str | None:
+    """`x` for a value `x.state_dict()`."""
+    if isinstance(value, cst.Call) and method_name(value) == "state_dict" and not value.args:
+        return dotted_name(value.func.value)
+    return None
+
+
+class _CheckpointFinder(ScopedVisitor):
+    def __init__(self) -> None:
+        super().__init__()
+        # scaler as written -> the classes it is used in (None: not in a method)
+        self.scalers: dict[str, set[cst.ClassDef | None]] = {}
+        self.bound: dict[Scope, set[str]] = {}  # names each scope binds
+        self.dicts: list[tuple[cst.Dict, Scope, cst.ClassDef | None]] = []
+        self.resumes: list[tuple[cst.SimpleStatementLine, cst.Call, Scope, cst.ClassDef | None]] = (
+            []
+        )
+        self.restored = False  # some scaler's load_state_dict is called
+        self.saved = False  # some scaler's state_dict is taken
+
+    def _class(self) -> cst.ClassDef | None:
+        if isinstance(self.scope, cst.FunctionDef) and len(self.scopes) > 1:
+            parent = self.scopes[-2]
+            return parent if isinstance(parent, cst.ClassDef) else None
+        return None
+
+    def enter_scope(self, scope: Scope) -> None:
+        bound = self.bound.setdefault(scope, set())
+        if isinstance(scope, cst.FunctionDef):
+            bound.update(param.name.value for param in scope.params.params)
+            bound.update(param.name.value for param in scope.params.kwonly_params)
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        for target in node.targets:
+            if isinstance(target.target, cst.Name):
+                self.bound[self.scope].add(target.target.value)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        method = method_name(node)
+        if method is None or not is_scaler(node.func.value):
+            return
+        scaler = dotted_name(node.func.value)
+        if method in ("scale", "unscale_", "update", "step"):
+            self.scalers.setdefault(scaler, set()).add(self._class())
+        elif method == "state_dict":
+            self.saved = True
+        elif method == "load_state_dict":
+            self.restored = True
+
+    def visit_Dict(self, node: cst.Dict) -> None:
+        self.dicts.append((node, self.scope, self._class()))
+
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+        for call in calls_in_line(node):
+            if (
+                method_name(call) == "load_state_dict"
+                and len(call.args) == 1
+                and looks_like_optimizer(dotted_name(call.func.value) or "")
+            ):
+                self.resumes.append((node, call, self.scope, self._class()))
+
+
+def find_checkpoints_without_scaler(module: cst.Module) -> CheckpointScan:
+    finder = _CheckpointFinder()
+    finder.walk(module)
+    if len(finder.scalers) != 1:
+        return CheckpointScan([], [])  # no scaler, or several: which one is a guess
+    ((scaler, classes),) = finder.scalers.items()
+
+    def reachable(scope: Scope, class_def: cst.ClassDef | None) -> bool:
+        if scaler.startswith("self."):
+            return class_def is not None and class_def in classes
+        if "." in scaler:
+            return False
+        return scaler in finder.bound.get(scope, ()) or scaler in finder.bound.get(module, ())
+
+    saves = []
+    if not finder.saved:
+        for node, scope, class_def in finder.dicts:
+            found = _checkpoint(node, scaler, reachable(scope, class_def))
+            if found is not None:
+                saves.append(found)
+    resumes = []
+    if not finder.restored:
+        for statement, call, scope, class_def in finder.resumes:
+            argument = call.args[0].value
+            if not isinstance(argument, cst.Subscript) or len(argument.slice) != 1:
+                continue
+            index = argument.slice[0].slice
+            key = _string(index.value) if isinstance(index, cst.Index) else None
+            holder = dotted_name(argument.value)
+            if key is None or holder is None:
+                continue
+            resumes.append(
+                ResumeWithoutScaler(
+                    statement,
+                    call,
+                    holder,
+                    scaler,
+                    scaler_key(key, set()),
+                    reachable(scope, class_def),
+                )
+            )
+    return CheckpointScan(saves, resumes)
+
+
+def _checkpoint(node: cst.Dict, scaler: str, reachable: bool) -> CheckpointWithoutScaler | None:
+    entries = [e for e in node.elements if isinstance(e, cst.DictElement)]
+    states = [(e, _state_dict_of(e.value)) for e in entries]
+    optimizers = [e for e, owner in states if owner is not None and looks_like_optimizer(owner)]
+    if len([owner for _, owner in states if owner is not None]) < 2 or not optimizers:
+        return None
+    keys = {_string(e.key) for e in entries}
+    optimizer_key = _string(optimizers[-1].key)
+    if optimizer_key is None:
+        return None
+    return CheckpointWithoutScaler(
+        node, optimizers[-1], scaler, scaler_key(optimizer_key, keys), reachable
+    )

@@ -1,0 +1,140 @@
+"""AMP109: a checkpoint that saves or restores the optimizer but not the scaler.
+
+A resumed run whose scaler starts over at 65536 skips steps while it backs off
+to the scale it had already found, and its growth tracker restarts; the
+optimizer's state it did restore then meets different gradients than it would
+have.  The fix saves ``"scaler": S.state_dict()`` next to the optimizer's
+state, and restores it behind ``if "scaler" in checkpoint:`` so checkpoints
+written before the fix still load.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import libcst as cst
+
+from amplint.analysis import ModuleFacts
+from amplint.analysis.checkpoints import CheckpointWithoutScaler, ResumeWithoutScaler
+from amplint.config import Settings
+from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix
+from amplint.prefilter import SourceClues
+from amplint.rules.base import Rule
+from amplint.transforms.statements import followed_by
+
+UNREACHABLE = "; not rewritten: `{scaler}` is not in scope here, pass it in"
+
+
+class ScalerNotCheckpointed(Rule):
+    code = "AMP109"
+
+    def may_fire(self, clues: SourceClues) -> bool:
+        return "caler" in clues.text and "state_dict" in clues.text
+
+    def check(self, facts: ModuleFacts, settings: Settings) -> Iterator[Diagnostic]:
+        scan = facts.checkpoints_without_scaler
+        for save in scan.saves:
+            yield self._save(save, facts)
+        for resume in scan.resumes:
+            yield self._resume(resume, facts)
+
+    def _save(self, save: CheckpointWithoutScaler, facts: ModuleFacts) -> Diagnostic:
+        optimizer = facts.module.code_for_node(save.optimizer_entry.value)
+        message = (
+            f"the checkpoint saves `{optimizer}` but not `{save.scaler}.state_dict()`: "
+            "a resumed run restarts the loss scale from its initial value (65536 by default) "
+            "and skips steps finding it again"
+        )
+        if not save.reachable:
+            return Diagnostic(
+                self.code,
+                message + UNREACHABLE.format(scaler=save.scaler),
+                facts.span(save.optimizer_entry),
+            )
+        index = next(i for i, e in enumerate(save.checkpoint.elements) if e is save.optimizer_entry)
+        quote = save.optimizer_entry.key.quote
+        entry = cst.DictElement(
+            cst.SimpleString(f"{quote}{save.key}{quote}"),
+            cst.parse_expression(f"{save.scaler}.state_dict()"),
+        )
+        fix = Fix(
+            Applicability.SAFE,
+            f"`{save.scaler}.state_dict()` saved with the checkpoint",
+            (Edit(save.checkpoint, lambda node: _inserted(node, index, entry)),),
+        )
+        return Diagnostic(self.code, message, facts.span(save.optimizer_entry), fix)
+
+    def _resume(self, resume: ResumeWithoutScaler, facts: ModuleFacts) -> Diagnostic:
+        call = facts.module.code_for_node(resume.call)
+        message = (
+            f"`{call}` restores the optimizer but the scaler is never restored: the "
+            "resumed run restarts the loss scale from its initial value"
+        )
+        if not resume.reachable:
+            return Diagnostic(
+                self.code,
+                message + UNREACHABLE.format(scaler=resume.scaler),
+                facts.span(resume.call),
+            )
+        key, holder, scaler = resume.key, resume.checkpoint, resume.scaler
+        restore = cst.parse_statement(
+            f'if "{key}" in {holder}:\n    {scaler}.load_state_dict({holder}["{key}"])\n'
+        )
+        fix = Fix(
+            Applicability.SAFE,
+            f"`{scaler}` restored when the checkpoint has it",
+            (Edit(resume.statement, lambda node: followed_by(node, [restore])),),
+        )
+        return Diagnostic(self.code, message, facts.span(resume.call), fix)
+
+
+def _inserted(node: cst.Dict, index: int, entry: cst.DictElement) -> cst.Dict:
+    """`entry` after the element at `index`, laid out like its neighbours: on its
+    own line in a dict written one entry per line, a trailing comma kept
+    trailing, and a comment after the element left on the element's line."""
+    elements = list(node.elements)
+    before = elements[index]
+    entry = entry.with_changes(
+        whitespace_before_colon=before.whitespace_before_colon,
+        whitespace_after_colon=before.whitespace_after_colon,
+    )
+    if index < len(elements) - 1:
+        entry = entry.with_changes(comma=_without_comment(before.comma))
+    else:
+        # The new entry ends the dict now: it takes the trailing comma (or its
+        # absence), and the element gets the separator the others use.
+        separator = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+        if len(elements) >= 2 and isinstance(elements[-2].comma, cst.Comma):
+            separator = _without_comment(elements[-2].comma)
+        # libcst hangs the line after a trailing comma on the closing brace.
+        closing = node.rbrace.whitespace_before
+        if isinstance(separator.whitespace_after, cst.ParenthesizedWhitespace) and isinstance(
+            closing, cst.ParenthesizedWhitespace
+        ):
+            separator = separator.with_changes(
+                whitespace_after=separator.whitespace_after.with_changes(
+                    first_line=closing.first_line
+                )
+            )
+            node = node.with_changes(
+                rbrace=node.rbrace.with_changes(
+                    whitespace_before=closing.with_changes(first_line=cst.TrailingWhitespace())
+                )
+            )
+        entry = entry.with_changes(comma=before.comma)
+        elements[index] = before.with_changes(comma=separator)
+    elements.insert(index + 1, entry)
+    return node.with_changes(elements=elements)
+
+
+def _without_comment(comma):
+    """The comma with the comment after it, if any, taken off its line."""
+    if isinstance(comma, cst.Comma) and isinstance(
+        comma.whitespace_after, cst.ParenthesizedWhitespace
+    ):
+        return comma.with_changes(
+            whitespace_after=comma.whitespace_after.with_changes(
+                first_line=cst.TrailingWhitespace()
+            )
+        )
+    return comma

@@ -1,0 +1,132 @@
+"""AMP109: checkpoints without the GradScaler's state."""
+
+from __future__ import annotations
+
+import pytest
+
+from amplint.analysis.checkpoints import scaler_key
+from tests.helpers import codes_of, dedent, fixed
+
+STEP = """
+import torch
+def train(model, loader, optimizer, scaler):
+    for x, y in loader:
+        with torch.autocast("cuda"):
+            loss = model(x, y)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+{extra}
+"""
+
+
+def _source(extra: str) -> str:
+    return dedent(STEP).format(extra=dedent(extra))
+
+
+@pytest.mark.parametrize(
+    "optimizer_key, expected",
+    [
+        ("optimizer", "scaler"),
+        ("optimizer_state_dict", "scaler_state_dict"),
+        ("opt_state", "scaler_state"),
+        ("optim_sd", "scaler_sd"),
+    ],
+)
+def test_the_scaler_key_is_spelled_like_the_optimizer_key(optimizer_key, expected) -> None:
+    assert scaler_key(optimizer_key, set()) == expected
+    assert scaler_key(optimizer_key, {expected}) == "grad_" + expected
+
+
+def test_a_multi_line_checkpoint_gets_the_entry_on_its_own_line() -> None:
+    source = _source("""
+        def save(model, optimizer, scaler, path):
+            state = {
+                "model": model.state_dict(),
+                "optimizer": optimizer.state_dict(),  # Adam moments
+                "epoch": 3,
+            }
+            torch.save(state, path)
+        """)
+    assert "AMP109" in codes_of(source)
+    result = fixed(source)
+    assert (
+        '        "optimizer": optimizer.state_dict(),  # Adam moments\n'
+        '        "scaler": scaler.state_dict(),\n'
+        '        "epoch": 3,\n'
+    ) in result
+    assert fixed(result) == result
+    assert "AMP109" not in codes_of(result)
+
+
+def test_an_entry_after_the_last_keeps_the_trailing_comma_and_the_comment() -> None:
+    source = _source("""
+        def save(model, optimizer, scaler, path):
+            torch.save(
+                {
+                    "model": model.state_dict(),
+                    "optimizer": optimizer.state_dict(),  # Adam moments
+                },
+                path,
+            )
+        """)
+    result = fixed(source)
+    assert (
+        '            "optimizer": optimizer.state_dict(),  # Adam moments\n'
+        '            "scaler": scaler.state_dict(),\n'
+        "        },\n"
+    ) in result
+    assert fixed(result) == result
+
+
+def test_a_resume_is_guarded_for_old_checkpoints() -> None:
+    source = _source("""
+        def resume(model, optimizer, scaler, path):
+            ckpt = torch.load(path)
+            optimizer.load_state_dict(ckpt['opt_state'])
+        """)
+    result = fixed(source)
+    assert (
+        "    optimizer.load_state_dict(ckpt['opt_state'])\n"
+        '    if "scaler_state" in ckpt:\n'
+        '        scaler.load_state_dict(ckpt["scaler_state"])\n'
+    ) in result
+    assert fixed(result) == result
+
+
+def test_a_scaler_out_of_reach_is_reported_without_a_fix() -> None:
+    source = _source("""
+        def save(model, optimizer, path):
+            torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, path)
+        """)
+    assert "AMP109" in codes_of(source)
+    assert fixed(source) == source
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        # the scaler is saved somewhere already: the module knows its checkpoint
+        """
+        def save(model, optimizer, scaler, path):
+            torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, path)
+            torch.save(scaler.state_dict(), path + ".scaler")
+        """,
+        # weights only: not a training checkpoint
+        """
+        def export(model, ema, path):
+            torch.save({"model": model.state_dict(), "ema": ema.state_dict()}, path)
+        """,
+    ],
+)
+def test_complete_or_weights_only_checkpoints_are_silent(extra: str) -> None:
+    assert "AMP109" not in codes_of(_source(extra))
+
+
+def test_a_module_without_a_scaler_is_silent() -> None:
+    source = dedent("""
+        import torch
+        def save(model, optimizer, path):
+            torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, path)
+        """)
+    assert "AMP109" not in codes_of(source)
