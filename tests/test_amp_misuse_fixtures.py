@@ -42,6 +42,9 @@ FIXTURES_AND_CODES = {
     "zero_grad_before_step.py": {"AMP113"},
     "lbfgs_closure_scaler.py": {"AMP115"},
     "bce_under_autocast.py": {"AMP114"},
+    "manual_half.py": {"AMP111"},
+    # a half copy for export, a flag-chosen cast, float16 features stored
+    "manual_half_ok.py": set(),
     "bf16_with_scaler.py": {"AMP112"},
     # BCEWithLogitsLoss in the region, BCELoss in an FP32 region and on the CPU
     "bce_safe_regions.py": set(),
@@ -60,6 +63,7 @@ CRASHES_BEFORE_THE_FIX = {
     "missing_scaler_update.py": "step() has already been called since the last update()",
     "double_unscale.py": "unscale_() has already been called on this optimizer",
     "scaler_per_microstep.py": "unscale_() has already been called on this optimizer",
+    "manual_half.py": "Attempting to unscale FP16 gradients",
     "zero_grad_before_step.py": "No inf checks were recorded for this optimizer",
     "lbfgs_closure_scaler.py": "Closure use is not currently supported",
 }

@@ -12,6 +12,7 @@ from amplint.analysis.checkpoints import CheckpointScan, find_checkpoints_withou
 from amplint.analysis.bf16_scaler import Bf16Scaler, find_bf16_scalers
 from amplint.analysis.deprecated_amp import DeprecatedAmpUse, find_deprecated_amp_uses
 from amplint.analysis.imports import ImportMap
+from amplint.analysis.manual_half import ManualHalf, find_manual_halves
 from amplint.analysis.positions import NodePositions
 from amplint.analysis.regions import (
     LossOutsideAutocast,
@@ -115,6 +116,10 @@ class ModuleFacts:
     @cached_property
     def checkpoints_without_scaler(self) -> CheckpointScan:
         return find_checkpoints_without_scaler(self.module)
+
+    @cached_property
+    def manual_halves(self) -> list[ManualHalf]:
+        return find_manual_halves(self.training_steps, self.module, self.imports)
 
     @cached_property
     def scaler_closures(self) -> list[ScalerClosure]:

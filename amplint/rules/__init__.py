@@ -10,6 +10,7 @@ from amplint.rules.bf16_scaler import ScalerWithBfloat16
 from amplint.rules.checkpoint import ScalerNotCheckpointed
 from amplint.rules.fp16_scaler import Float16WithoutScaler
 from amplint.rules.loss_outside import LossOutsideAutocastRule
+from amplint.rules.manual_half import ManualHalfRule
 from amplint.rules.scaler_step import (
     ScalerStepWithClosure,
     StepBypassesScaler,
@@ -33,6 +34,7 @@ RULES: tuple[Rule, ...] = (
     Float16WithoutScaler(),
     ScalerPerMicroStep(),
     LossOutsideAutocastRule(),
+    ManualHalfRule(),
     DoubleUnscale(),
     ScalerNotCheckpointed(),
     ZeroGradBeforeScalerStep(),
