@@ -88,8 +88,8 @@ def test_a_resume_is_guarded_for_old_checkpoints() -> None:
     result = fixed(source)
     assert (
         "    optimizer.load_state_dict(ckpt['opt_state'])\n"
-        '    if "scaler_state" in ckpt:\n'
-        '        scaler.load_state_dict(ckpt["scaler_state"])\n'
+        "    if 'scaler_state' in ckpt:\n"
+        "        scaler.load_state_dict(ckpt['scaler_state'])\n"
     ) in result
     assert fixed(result) == result
 
@@ -130,3 +130,41 @@ def test_a_module_without_a_scaler_is_silent() -> None:
             torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, path)
         """)
     assert "AMP109" not in codes_of(source)
+
+
+def test_a_resume_before_the_scaler_exists_is_not_rewritten() -> None:
+    # the restore would run before `scaler = ...`: a NameError
+    source = dedent("""
+        import torch
+        def main(model, loader, path):
+            optimizer = torch.optim.AdamW(model.parameters())
+            checkpoint = torch.load(path)
+            optimizer.load_state_dict(checkpoint["optimizer"])
+            scaler = torch.amp.GradScaler("cuda")
+            for x, y in loader:
+                with torch.autocast("cuda"):
+                    loss = model(x, y)
+                scaler.scale(loss).backward()
+                scaler.step(optimizer)
+                scaler.update()
+        """)
+    assert "AMP109" in codes_of(source)
+    assert fixed(source) == source
+
+
+def test_an_init_that_resumes_before_making_its_scaler_is_not_rewritten() -> None:
+    source = dedent("""
+        import torch
+        class Trainer:
+            def __init__(self, model, checkpoint):
+                self.optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                self.optimizer.load_state_dict(checkpoint["optimizer"])
+                self.scaler = torch.amp.GradScaler("cuda")
+
+            def step(self, loss):
+                self.scaler.scale(loss).backward()
+                self.scaler.step(self.optimizer)
+                self.scaler.update()
+        """)
+    assert "AMP109" in codes_of(source)
+    assert fixed(source) == source

@@ -46,6 +46,7 @@ class ResumeWithoutScaler:
     scaler: str
     key: str
     reachable: bool
+    quote: str  # the quote the optimizer's key is written with
 
 
 @dataclass(frozen=True)
@@ -81,11 +82,15 @@ class _CheckpointFinder(ScopedVisitor):
         super().__init__()
         # scaler as written -> the classes it is used in (None: not in a method)
         self.scalers: dict[str, set[cst.ClassDef | None]] = {}
-        self.bound: dict[Scope, set[str]] = {}  # names each scope binds
-        self.dicts: list[tuple[cst.Dict, Scope, cst.ClassDef | None]] = []
-        self.resumes: list[tuple[cst.SimpleStatementLine, cst.Call, Scope, cst.ClassDef | None]] = (
-            []
-        )
+        # Per scope, each name or `self.x` it binds -> when it is first bound, in
+        # source order (0 for a parameter): a scaler named before it is bound
+        # would be a NameError.
+        self.bound: dict[Scope, dict[str, int]] = {}
+        self.dicts: list[tuple[cst.Dict, Scope, cst.ClassDef | None, int]] = []
+        self.resumes: list[
+            tuple[cst.SimpleStatementLine, cst.Call, Scope, cst.ClassDef | None, int]
+        ] = []
+        self._position = 0  # statements seen so far, in source order
         self.restored = False  # some scaler's load_state_dict is called
         self.saved = False  # some scaler's state_dict is taken
 
@@ -96,15 +101,16 @@ class _CheckpointFinder(ScopedVisitor):
         return None
 
     def enter_scope(self, scope: Scope) -> None:
-        bound = self.bound.setdefault(scope, set())
+        bound = self.bound.setdefault(scope, {})
         if isinstance(scope, cst.FunctionDef):
-            bound.update(param.name.value for param in scope.params.params)
-            bound.update(param.name.value for param in scope.params.kwonly_params)
+            for param in (*scope.params.params, *scope.params.kwonly_params):
+                bound[param.name.value] = 0
 
     def visit_Assign(self, node: cst.Assign) -> None:
         for target in node.targets:
-            if isinstance(target.target, cst.Name):
-                self.bound[self.scope].add(target.target.value)
+            name = dotted_name(target.target)
+            if name is not None:
+                self.bound[self.scope].setdefault(name, self._position)
 
     def visit_Call(self, node: cst.Call) -> None:
         method = method_name(node)
@@ -119,16 +125,17 @@ class _CheckpointFinder(ScopedVisitor):
             self.restored = True
 
     def visit_Dict(self, node: cst.Dict) -> None:
-        self.dicts.append((node, self.scope, self._class()))
+        self.dicts.append((node, self.scope, self._class(), self._position))
 
     def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+        self._position += 1
         for call in calls_in_line(node):
             if (
                 method_name(call) == "load_state_dict"
                 and len(call.args) == 1
                 and looks_like_optimizer(dotted_name(call.func.value) or "")
             ):
-                self.resumes.append((node, call, self.scope, self._class()))
+                self.resumes.append((node, call, self.scope, self._class(), self._position))
 
 
 def find_checkpoints_without_scaler(module: cst.Module) -> CheckpointScan:
@@ -138,22 +145,28 @@ def find_checkpoints_without_scaler(module: cst.Module) -> CheckpointScan:
         return CheckpointScan([], [])  # no scaler, or several: which one is a guess
     ((scaler, classes),) = finder.scalers.items()
 
-    def reachable(scope: Scope, class_def: cst.ClassDef | None) -> bool:
-        if scaler.startswith("self."):
-            return class_def is not None and class_def in classes
-        if "." in scaler:
+    def reachable(scope: Scope, class_def: cst.ClassDef | None, position: int) -> bool:
+        """Whether `scaler` names the scaler at `position` in `scope`."""
+        on_self = scaler.startswith("self.")
+        if on_self and (class_def is None or class_def not in classes):
             return False
-        return scaler in finder.bound.get(scope, ()) or scaler in finder.bound.get(module, ())
+        if "." in scaler and not on_self:
+            return False
+        bound_here = finder.bound.get(scope, {}).get(scaler)
+        if bound_here is not None:
+            return bound_here < position  # not before `scaler = ...` runs
+        # Set by another method, or a global the function reads when it runs.
+        return scope is not module and (on_self or scaler in finder.bound.get(module, {}))
 
     saves = []
     if not finder.saved:
-        for node, scope, class_def in finder.dicts:
-            found = _checkpoint(node, scaler, reachable(scope, class_def))
+        for node, scope, class_def, position in finder.dicts:
+            found = _checkpoint(node, scaler, reachable(scope, class_def, position))
             if found is not None:
                 saves.append(found)
     resumes = []
     if not finder.restored:
-        for statement, call, scope, class_def in finder.resumes:
+        for statement, call, scope, class_def, position in finder.resumes:
             argument = call.args[0].value
             if not isinstance(argument, cst.Subscript) or len(argument.slice) != 1:
                 continue
@@ -169,7 +182,8 @@ def find_checkpoints_without_scaler(module: cst.Module) -> CheckpointScan:
                     holder,
                     scaler,
                     scaler_key(key, set()),
-                    reachable(scope, class_def),
+                    reachable(scope, class_def, position),
+                    index.value.quote,
                 )
             )
     return CheckpointScan(saves, resumes)

@@ -77,8 +77,9 @@ class ScalerNotCheckpointed(Rule):
                 facts.span(resume.call),
             )
         key, holder, scaler = resume.key, resume.checkpoint, resume.scaler
+        quoted = f"{resume.quote}{key}{resume.quote}"
         restore = cst.parse_statement(
-            f'if "{key}" in {holder}:\n    {scaler}.load_state_dict({holder}["{key}"])\n'
+            f"if {quoted} in {holder}:\n    {scaler}.load_state_dict({holder}[{quoted}])\n"
         )
         fix = Fix(
             Applicability.SAFE,
