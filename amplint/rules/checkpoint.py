@@ -29,7 +29,11 @@ class ScalerNotCheckpointed(Rule):
     code = "AMP109"
 
     def may_fire(self, clues: SourceClues) -> bool:
-        return "caler" in clues.text and "state_dict" in clues.text
+        return (
+            "caler" in clues.text
+            and any(clues.may_call(m) for m in ("scale", "unscale_", "update", "step"))
+            and (clues.may_call("state_dict") or clues.may_call("load_state_dict"))
+        )
 
     def check(self, facts: ModuleFacts, settings: Settings) -> Iterator[Diagnostic]:
         scan = facts.checkpoints_without_scaler

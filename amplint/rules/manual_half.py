@@ -25,7 +25,10 @@ class ManualHalfRule(Rule):
     code = "AMP111"
 
     def may_fire(self, clues: SourceClues) -> bool:
-        return "autocast" in clues.text and ("half" in clues.text or "float16" in clues.text)
+        casts = clues.may_call("half") or (
+            clues.may_call("to") and ("float16" in clues.text or "half" in clues.text)
+        )
+        return "autocast" in clues.text and clues.may_call("backward") and casts
 
     def check(self, facts: ModuleFacts, settings: Settings) -> Iterator[Diagnostic]:
         for half in facts.manual_halves:

@@ -40,7 +40,12 @@ class ScalerPerMicroStep(Rule):
     code = "AMP107"
 
     def may_fire(self, clues: SourceClues) -> bool:
-        return "caler" in clues.text and (clues.may_call("update") or clues.may_call("unscale_"))
+        return (
+            "caler" in clues.text
+            and clues.may_call("backward")
+            and clues.may_call("step")
+            and (clues.may_call("update") or clues.may_call("unscale_"))
+        )
 
     def check(self, facts: ModuleFacts, settings: Settings) -> Iterator[Diagnostic]:
         for found in facts.scalers_per_microstep:
