@@ -19,7 +19,6 @@ import libcst as cst
 from amplint.analysis.scaler import ScalerCall, ScalerUse
 from amplint.analysis.statements import (
     Condition,
-    child_suites,
     if_condition,
     statements_in_order,
 )
@@ -111,7 +110,7 @@ def _run_up_to(
     if guard_if is None:
         return ()
     clips = {id(edit.statement) for edit in use.step.grad_edits}
-    for suite in (*child_suites(use.step.block), *_nested_suites(use)):
+    for suite in use.step.suites():
         start, end = _index(suite, unscale.statement), _index(suite, guard_if)
         if start is None or end is None:
             continue
@@ -127,8 +126,3 @@ def _run_up_to(
 
 def _index(suite, node: cst.CSTNode) -> int | None:
     return next((i for i, statement in enumerate(suite) if statement is node), None)
-
-
-def _nested_suites(use: ScalerUse):
-    for statement in use.step.statements:
-        yield from child_suites(statement)

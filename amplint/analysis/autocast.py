@@ -17,7 +17,7 @@ import libcst as cst
 
 from amplint.analysis.imports import ImportMap, dotted_name
 from amplint.analysis.scopes import Scope, ScopedVisitor
-from amplint.analysis.statements import method_name
+from amplint.analysis.statements import method_name, string_value
 from amplint.analysis.visitor import Visitor
 
 AUTOCAST = {"torch.autocast", "torch.amp.autocast", "torch.amp.autocast_mode.autocast"}
@@ -64,13 +64,6 @@ class UnsafeLossCall:
 
     call: cst.Call
     loss: str  # the qualified class or function: "torch.nn.BCELoss"
-
-
-def _string_value(node: cst.BaseExpression) -> str | None:
-    if isinstance(node, cst.SimpleString) and "f" not in node.prefix.lower():
-        value = node.evaluated_value
-        return value if isinstance(value, str) else None
-    return None
 
 
 class _AutocastFinder(ScopedVisitor):
@@ -226,13 +219,19 @@ def device_argument(call: cst.Call) -> cst.BaseExpression | None:
     return device
 
 
+def spelled_device_type(call: cst.Call) -> str | None:
+    """The device type an autocast call spells as a literal ("cuda" for "cuda:0");
+    None when it is held in a variable or not given."""
+    text = string_value(device_argument(call))
+    return text.split(":", 1)[0] if text is not None else None
+
+
 def _may_be_cuda(call: cst.Call, called: str) -> bool:
     """Whether the enabled autocast `call` (resolved to `called`) may be CUDA's."""
     if called.startswith(("torch.cuda.", "torch.cpu.")):
         return called.startswith("torch.cuda.")
-    device = device_argument(call)
-    text = _string_value(device) if device is not None else None
-    return text is None or text.split(":", 1)[0] == "cuda"
+    spelled = spelled_device_type(call)
+    return spelled is None or spelled == "cuda"
 
 
 def _is_keyword(arg: cst.Arg, name: str) -> bool:
@@ -270,14 +269,14 @@ def _wrong_devices(finder: _AutocastFinder) -> list[AutocastDevice]:
     resolver = _DeviceResolver(finder)
     found = []
     for call, device, scope in finder.calls:
-        text = _string_value(device)
+        text = string_value(device)
         if text is not None:
             if _INDEXED_DEVICE.fullmatch(text):
                 found.append(AutocastDevice(call, device, False, text.split(":", 1)[0]))
         elif resolver.is_torch_device(device, scope):
             literal = None
             if isinstance(device, cst.Call) and device.args:
-                inner = _string_value(device.args[0].value)
+                inner = string_value(device.args[0].value)
                 literal = inner.split(":", 1)[0] if inner is not None else None
             found.append(AutocastDevice(call, device, True, literal))
     return found

@@ -13,10 +13,12 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from amplint.analysis.autocast import ANY_AUTOCAST, device_argument, disabled, keyword_value
+from amplint.analysis.autocast import device_argument, disabled, keyword_value
 from amplint.analysis.imports import ImportMap, dotted_name
+from amplint.analysis.regions import step_regions
 from amplint.analysis.scaler import ScalerUse
 from amplint.analysis.scopes import ScopedVisitor
+from amplint.analysis.statements import string_value
 
 GRAD_SCALERS = {
     "torch.amp.GradScaler",
@@ -63,8 +65,7 @@ def _selects_bf16(call: cst.Call, called: str, imports: ImportMap, scope) -> boo
         return True
     if called.startswith("torch.cuda."):
         return False
-    device = device_argument(call)
-    return isinstance(device, cst.SimpleString) and device.evaluated_value == "cpu"
+    return string_value(device_argument(call)) == "cpu"
 
 
 def find_bf16_scalers(
@@ -75,21 +76,12 @@ def find_bf16_scalers(
     for use in uses:
         if not use.scaled:
             continue
-        regions = []
-        for order, statement in enumerate(use.step.statements):
-            if not isinstance(statement, cst.With) or not any(
-                use.together(order, backward.order) for backward in use.scaled
-            ):
-                continue
-            for item in statement.items:
-                call = item.item
-                if not isinstance(call, cst.Call):
-                    continue
-                called = imports.resolve(call.func, use.step.enclosing_scope) or ""
-                if called in ANY_AUTOCAST:
-                    regions.append(
-                        (call, _selects_bf16(call, called, imports, use.step.enclosing_scope))
-                    )
+        scope = use.step.enclosing_scope
+        regions = [
+            (region.call, _selects_bf16(region.call, region.called, imports, scope))
+            for region in step_regions(use.step, imports)
+            if any(use.together(region.order, backward.order) for backward in use.scaled)
+        ]
         if not regions or not all(bf16 for _, bf16 in regions):
             continue  # some region of the step is float16, or none is visible
         if constructions is None:

@@ -21,7 +21,7 @@ import libcst as cst
 
 from amplint.analysis.imports import dotted_name
 from amplint.analysis.scopes import Scope, ScopedVisitor
-from amplint.analysis.statements import calls_in_line, method_name
+from amplint.analysis.statements import calls_in_line, method_name, string_value
 from amplint.analysis.steps import is_scaler, looks_like_optimizer
 
 
@@ -61,13 +61,6 @@ def scaler_key(optimizer_key: str, taken: set[str]) -> str:
     match = re.search(r"(_state_dict|_state|_sd)$", optimizer_key)
     key = "scaler" + (match.group(1) if match else "")
     return key if key not in taken else "grad_" + key
-
-
-def _string(node: cst.BaseExpression | None) -> str | None:
-    if isinstance(node, cst.SimpleString):
-        value = node.evaluated_value
-        return value if isinstance(value, str) else None
-    return None
 
 
 def _state_dict_of(value: cst.BaseExpression) -> str | None:
@@ -171,7 +164,7 @@ def find_checkpoints_without_scaler(module: cst.Module) -> CheckpointScan:
             if not isinstance(argument, cst.Subscript) or len(argument.slice) != 1:
                 continue
             index = argument.slice[0].slice
-            key = _string(index.value) if isinstance(index, cst.Index) else None
+            key = string_value(index.value) if isinstance(index, cst.Index) else None
             holder = dotted_name(argument.value)
             if key is None or holder is None:
                 continue
@@ -195,8 +188,8 @@ def _checkpoint(node: cst.Dict, scaler: str, reachable: bool) -> CheckpointWitho
     optimizers = [e for e, owner in states if owner is not None and looks_like_optimizer(owner)]
     if len([owner for _, owner in states if owner is not None]) < 2 or not optimizers:
         return None
-    keys = {_string(e.key) for e in entries}
-    optimizer_key = _string(optimizers[-1].key)
+    keys = {string_value(e.key) for e in entries}
+    optimizer_key = string_value(optimizers[-1].key)
     if optimizer_key is None:
         return None
     return CheckpointWithoutScaler(

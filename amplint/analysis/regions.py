@@ -1,7 +1,8 @@
 """The autocast regions a training step opens, and what they say about precision.
 
 A region here is a ``with`` statement of the step block (at any depth of its
-if/with/try) with an enabled autocast item.  Only what the call spells counts:
+if/with/try) with an autocast item; each finder decides what ``enabled=False``
+means for it.  Only what the call spells counts:
 a device or dtype held in a variable is chosen at run time and not guessed at.
 """
 
@@ -13,9 +14,9 @@ from typing import Sequence
 
 import libcst as cst
 
-from amplint.analysis.autocast import ANY_AUTOCAST, device_argument, disabled, keyword_value
+from amplint.analysis.autocast import ANY_AUTOCAST, disabled, keyword_value, spelled_device_type
 from amplint.analysis.imports import ImportMap
-from amplint.analysis.statements import calls_in_line, child_suites, method_name, name_use
+from amplint.analysis.statements import calls_in_line, method_name, name_use
 from amplint.analysis.steps import DATA_FUNCTIONS, DATA_METHODS, TrainingStep
 from amplint.analysis.visitor import Visitor
 
@@ -56,14 +57,8 @@ def selects_cuda_float16(region: StepRegion, imports: ImportMap, scope) -> bool:
         return False
     if called.startswith("torch.cpu."):
         return False
-    if not called.startswith("torch.cuda."):
-        device = device_argument(call)
-        if not (
-            isinstance(device, cst.SimpleString)
-            and isinstance(device.evaluated_value, str)
-            and device.evaluated_value.split(":", 1)[0] == "cuda"
-        ):
-            return False
+    if not called.startswith("torch.cuda.") and spelled_device_type(call) != "cuda":
+        return False
     dtype = keyword_value(call, "dtype")
     return dtype is None or imports.resolve(dtype, scope) in FLOAT16
 
@@ -164,13 +159,12 @@ def find_losses_outside_autocast(
         }
         if not losses or not blocks:
             continue
-        for owner in (step.block, *step.statements):
-            for suite in child_suites(owner):
-                for index, statement in enumerate(suite):
-                    if id(statement) in blocks and isinstance(statement.body, cst.IndentedBlock):
-                        moved = _loss_after(statement, suite[index + 1 :], losses)
-                        if moved:
-                            found.append(LossOutsideAutocast(statement, moved, moved[-1]))
+        for suite in step.suites():
+            for index, statement in enumerate(suite):
+                if id(statement) in blocks and isinstance(statement.body, cst.IndentedBlock):
+                    moved = _loss_after(statement, suite[index + 1 :], losses)
+                    if moved:
+                        found.append(LossOutsideAutocast(statement, moved, moved[-1]))
     return found
 
 

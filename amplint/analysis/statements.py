@@ -137,6 +137,14 @@ def calls_in_line(statement: cst.BaseStatement) -> Iterator[cst.Call]:
                 yield value
 
 
+def string_value(node: cst.BaseExpression | None) -> str | None:
+    """The text of a plain string literal; None for anything else."""
+    if isinstance(node, cst.SimpleString):
+        value = node.evaluated_value
+        return value if isinstance(value, str) else None
+    return None
+
+
 def method_name(call: cst.Call) -> str | None:
     return call.func.attr.value if isinstance(call.func, cst.Attribute) else None
 

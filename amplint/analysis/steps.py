@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Callable, Sequence, Union
+from typing import Callable, Iterator, Sequence, Union
 
 import libcst as cst
 
@@ -23,6 +23,7 @@ from amplint.analysis.statements import (
     Branches,
     GradEditFinder,
     calls_in_line,
+    child_suites,
     exclusive,
     statements_in_order,
     method_name,
@@ -176,6 +177,11 @@ class TrainingStep:
         """Whether the statements at these orders sit in opposite branches of one
         test (`if scaler is not None: ... else: ...`), so no iteration runs both."""
         return exclusive(self.paths[first_order], self.paths[second_order])
+
+    def suites(self) -> Iterator[Sequence[cst.BaseStatement]]:
+        """The step block's statement list and every one nested in its if/with/try."""
+        for owner in (self.block, *self.statements):
+            yield from child_suites(owner)
 
     @property
     def anchor(self) -> cst.Call:

@@ -11,15 +11,13 @@ from __future__ import annotations
 
 from typing import Iterator
 
-import libcst as cst
-
 from amplint.analysis import ModuleFacts
 from amplint.analysis.regions import LossOutsideAutocast
 from amplint.config import Settings
-from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix
+from amplint.diagnostics import Applicability, Diagnostic, Fix
 from amplint.prefilter import SourceClues
 from amplint.rules.base import Rule
-from amplint.transforms.statements import removed
+from amplint.transforms.statements import moved_into
 
 
 class LossOutsideAutocastRule(Rule):
@@ -39,13 +37,6 @@ class LossOutsideAutocastRule(Rule):
             "loss is computed in float16/bfloat16 instead of the float32 autocast picks "
             "for losses; compute it inside the block"
         )
-        moved = found.moved
-        edits = [Edit(found.block, lambda block: _appended(block, moved))]
-        edits += [Edit(statement, removed) for statement in moved]
-        fix = Fix(Applicability.UNSAFE, "loss moved into the autocast block", tuple(edits))
+        edits = moved_into(found.block, found.moved, at_start=False)
+        fix = Fix(Applicability.UNSAFE, "loss moved into the autocast block", edits)
         return Diagnostic(self.code, message, facts.span(found.loss), fix)
-
-
-def _appended(block: cst.With, statements: tuple[cst.SimpleStatementLine, ...]) -> cst.With:
-    body = block.body
-    return block.with_changes(body=body.with_changes(body=[*body.body, *statements]))

@@ -22,7 +22,7 @@ from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix
 from amplint.prefilter import SourceClues
 from amplint.rules.base import Rule
 from amplint.rules.scaler_update import update_after
-from amplint.transforms.statements import removable, removed
+from amplint.transforms.statements import moved_into, removable, removed
 
 BOTH = (
     "with `unscale_` and `update()` on every micro-step, each unscale_ divides the "
@@ -76,13 +76,4 @@ class ScalerPerMicroStep(Rule):
             if not found.updated_under_guard:
                 edits.append(update_after(last, found.scaler))
             return tuple(edits)
-        moved = found.moved
-        return (
-            *(Edit(statement, removed) for statement in moved),
-            Edit(found.guard, lambda guard: _prepended(guard, moved)),
-        )
-
-
-def _prepended(guard: cst.If, statements: tuple[cst.BaseStatement, ...]) -> cst.If:
-    body = guard.body
-    return guard.with_changes(body=body.with_changes(body=[*statements, *body.body]))
+        return moved_into(found.guard, found.moved, at_start=True)

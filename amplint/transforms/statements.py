@@ -9,6 +9,8 @@ from typing import Callable, Sequence
 
 import libcst as cst
 
+from amplint.diagnostics import Edit
+
 Wrapper = Callable[[Sequence[cst.BaseStatement]], cst.BaseCompoundStatement]
 
 
@@ -135,6 +137,22 @@ def removable(statement: cst.BaseStatement) -> bool:
         and len(statement.body) == 1
         and not any(line.comment for line in statement.leading_lines)
     )
+
+
+def moved_into(
+    compound: cst.BaseCompoundStatement,
+    statements: Sequence[cst.BaseStatement],
+    at_start: bool,
+) -> tuple[Edit, ...]:
+    """The edits that move `statements`, siblings of `compound`, into its body:
+    first in it (`at_start`) or last.  Comments above them move with them."""
+
+    def rewrite(node: cst.BaseCompoundStatement) -> cst.BaseCompoundStatement:
+        body = list(node.body.body)
+        body = [*statements, *body] if at_start else [*body, *statements]
+        return node.with_changes(body=node.body.with_changes(body=body))
+
+    return (*(Edit(statement, removed) for statement in statements), Edit(compound, rewrite))
 
 
 def removed(_statement: cst.BaseStatement) -> cst.RemovalSentinel:
