@@ -24,7 +24,7 @@ from amplint.diagnostics import Applicability, Diagnostic, Fix, Span
 
 CACHE_DIR_NAME = ".amplint_cache"
 # Bumped when the entry format changes.
-_FORMAT = "1"
+_FORMAT = "2"  # 2: spans carry a notebook cell
 
 
 @lru_cache(maxsize=None)
@@ -62,7 +62,7 @@ class ResultCache:
         try:
             document = json.loads(self._entry(key).read_bytes())
             return [_diagnostic(record) for record in document["diagnostics"]]
-        except (OSError, ValueError, KeyError, TypeError):
+        except (OSError, ValueError, KeyError, IndexError, TypeError):
             return None  # absent, or damaged: compute it again
 
     def put(self, key: str, diagnostics: Iterable[Diagnostic]) -> None:
@@ -103,7 +103,7 @@ def _record(diagnostic: Diagnostic) -> list:
     return [
         diagnostic.code,
         diagnostic.message,
-        [span.line, span.column, span.end_line, span.end_column],
+        [span.line, span.column, span.end_line, span.end_column, span.cell],
         None if fix is None else [fix.applicability.value, fix.message],
     ]
 
@@ -113,6 +113,6 @@ def _diagnostic(record: list) -> Diagnostic:
     return Diagnostic(
         str(code),
         str(message),
-        Span(*(int(number) for number in span)),
+        Span(*(int(number) for number in span[:4]), cell=None if span[4] is None else int(span[4])),
         None if fix is None else Fix(Applicability(fix[0]), str(fix[1]), edits=()),
     )

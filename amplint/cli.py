@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from dataclasses import replace
@@ -21,21 +22,32 @@ from amplint.config import (
 )
 from amplint.cache import CACHE_DIR_NAME, ResultCache
 from amplint.engine import FileReport
-from amplint.files import SourceError, writable_target, write_source_atomic
-from amplint.report import (
+from amplint.files import (
+    SourceError,
+    SourceFile,
+    source_from_bytes,
+    writable_target,
+    write_source_atomic,
+)
+from amplint.report import Finding
+from amplint.report.machine import github_lines, json_document, sarif_document
+from amplint.report.text import (
     applied_lines,
-    json_document,
+    concise,
+    full,
+    statistics,
+    statistics_rows,
     summary,
     text_row,
     unified_diff,
 )
 from amplint.rules import ALL_CODES
-from amplint.runner import default_jobs, run
+from amplint.runner import Mode, default_jobs, run, run_source
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
 
-def _findings(count: int) -> str:
+def _noun(count: int) -> str:
     return "finding" if count == 1 else "findings"
 
 
@@ -44,8 +56,9 @@ def _error(message: str) -> None:
 
 
 def _pop_run_options(options: dict) -> dict:
-    """Split how to run (jobs, cache) from the settings options."""
-    return {name: options.pop(name) for name in ("jobs", "no_cache", "cache_dir")}
+    """Split how to run (jobs, cache, which files) from the settings options."""
+    names = ("jobs", "no_cache", "cache_dir", "force_exclude", "stdin_filename")
+    return {name: options.pop(name) for name in names}
 
 
 def _settings(paths: tuple[Path, ...], options: dict) -> Settings:
@@ -79,6 +92,45 @@ def _load_settings(
     return settings
 
 
+STDIN = Path("-")
+
+
+def _color() -> bool | None:
+    """Styles on a terminal only (click's own test), never with NO_COLOR set,
+    always with FORCE_COLOR set (https://no-color.org)."""
+    if os.environ.get("NO_COLOR"):
+        return False
+    if os.environ.get("FORCE_COLOR"):
+        return True
+    return None
+
+
+class _ProgressBar:
+    """A bar on stderr while files are analysed: on a terminal, for runs with
+    enough files to be worth watching; nothing otherwise (CI logs, pipes)."""
+
+    MIN_FILES = 8
+
+    def __init__(self) -> None:
+        self.enabled = sys.stderr.isatty()
+        self._bar = None
+
+    def __call__(self, done: int, total: int) -> None:
+        if not self.enabled or total < self.MIN_FILES:
+            return
+        if self._bar is None:
+            self._bar = click.progressbar(
+                length=total, label="Analysing", file=sys.stderr, color=_color()
+            )
+            self._bar.__enter__()
+        self._bar.update(1)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.__exit__(None, None, None)
+            self._bar = None
+
+
 def _run(paths: tuple[Path, ...], settings: Settings, options: dict, **mode) -> list[FileReport]:
     jobs, no_cache, cache_dir = options["jobs"], options["no_cache"], options["cache_dir"]
     if jobs is not None and jobs < 1:
@@ -87,10 +139,57 @@ def _run(paths: tuple[Path, ...], settings: Settings, options: dict, **mode) -> 
     cache = None
     if not no_cache:
         cache = ResultCache(cache_dir or settings.root / CACHE_DIR_NAME)
-    reports = run(paths or (Path("."),), settings, jobs=jobs or default_jobs(), cache=cache, **mode)
+    progress = _ProgressBar()
+    try:
+        reports = run(
+            paths or (Path("."),),
+            settings,
+            jobs=jobs or default_jobs(),
+            cache=cache,
+            progress=progress,
+            force_exclude=options["force_exclude"],
+            **mode,
+        )
+    finally:
+        progress.close()
     if cache is not None and cache.write_error is not None:
         click.echo(f"amplint: warning: {cache.write_error}; --no-cache skips it", err=True)
     return reports
+
+
+def _stdin_source(stdin_filename: Path | None, hand_back: bool = False) -> SourceFile:
+    """Standard input as the file `--stdin-filename` names (a notebook when it
+    ends in .ipynb); "-" in messages without one.  `hand_back`: `fix -`, whose
+    caller (an editor) replaces its buffer with what it reads back, gets the
+    bytes unchanged when they cannot be read as source."""
+    raw = sys.stdin.buffer.read()
+    try:
+        return source_from_bytes(stdin_filename or STDIN, raw)
+    except SourceError as error:
+        if hand_back:
+            sys.stdout.buffer.write(raw)
+        _error(f"{stdin_filename or 'stdin'}: {error}")
+        sys.exit(EXIT_ERROR)
+
+
+def _paths_and_stdin(paths: tuple[Path, ...], stdin_filename: Path | None) -> bool:
+    """Whether the source comes from standard input ("-"): then alone."""
+    reads_stdin = STDIN in paths
+    if reads_stdin and len(paths) > 1:
+        _error("`-` (standard input) cannot be mixed with other paths")
+        sys.exit(EXIT_ERROR)
+    if stdin_filename is not None and not reads_stdin:
+        _error("--stdin-filename is for reading standard input: pass `-` as the path")
+        sys.exit(EXIT_ERROR)
+    return reads_stdin
+
+
+def _config_paths(paths: tuple[Path, ...], stdin_filename: Path | None) -> tuple[Path, ...]:
+    """Where to look for the configuration: the named paths, or the directory
+    of the file standard input stands for."""
+    if STDIN in paths:
+        return (stdin_filename.parent,) if stdin_filename is not None else ()
+    return paths
 
 
 _run_options = [
@@ -106,6 +205,17 @@ _run_options = [
         type=click.Path(path_type=Path, file_okay=False),
         envvar="AMPLINT_CACHE_DIR",
         help=f"Where results are cached. Default: {CACHE_DIR_NAME} in the project root.",
+    ),
+    click.option(
+        "--force-exclude",
+        is_flag=True,
+        help="Apply the excludes to files named on the command line too (for pre-commit).",
+    ),
+    click.option(
+        "--stdin-filename",
+        type=click.Path(path_type=Path, dir_okay=False),
+        help="With `-` as the path: the file standard input stands for (its name in "
+        "messages, its configuration, a notebook when it ends in .ipynb).",
     ),
 ]
 
@@ -142,39 +252,79 @@ def main() -> None:
     """Find and fix PyTorch mixed-precision (AMP) mistakes."""
 
 
+OUTPUT_FORMATS = ("concise", "full", "json", "github", "sarif", "text")
+
+
+def _findings(reports: list[FileReport]) -> list[Finding]:
+    return [
+        Finding(report.path, diagnostic, report.source, report.previews.get(diagnostic))
+        for report in reports
+        for diagnostic in report.diagnostics
+    ]
+
+
+def _echo_lines(lines: list[str]) -> None:
+    for line in lines:
+        click.echo(line, color=_color())
+
+
 @main.command()
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
 @_with_selection
 @click.option(
     "--output-format",
-    type=click.Choice(["text", "json"]),
-    default="text",
+    type=click.Choice(OUTPUT_FORMATS),
+    default="concise",
     show_default=True,
+    help="concise: a line per finding; full: with the code and the fix's diff; json; "
+    "github: workflow annotations; sarif: SARIF 2.1.0. `text` is concise.",
 )
+@click.option("--statistics", is_flag=True, help="Count the findings per rule instead.")
 @click.option("--exit-zero", is_flag=True, help="Exit 0 even when there are findings.")
-def check(paths, output_format, exit_zero, **options) -> None:
-    """Report AMP findings in PATHS (files or directories; default: .)."""
+def check(paths, output_format, statistics, exit_zero, **options) -> None:
+    """Report AMP findings in PATHS (files or directories, `-` for standard
+    input; default: .)."""
     run_options = _pop_run_options(options)
-    settings = _settings(paths, options)
-    findings, errors = [], 0
-    for report in _run(paths, settings, run_options):
-        if report.error is not None:
-            _error(f"{report.path}: {report.error}")
-            errors += 1
-        findings += [(report.path, diagnostic) for diagnostic in report.diagnostics]
-    if output_format == "json":
-        click.echo(json_document(findings))
+    stdin_filename = run_options.pop("stdin_filename")
+    reads_stdin = _paths_and_stdin(paths, stdin_filename)
+    settings = _settings(_config_paths(paths, stdin_filename), options)
+    previews = output_format == "full" and not statistics
+    if reads_stdin:
+        reports = [
+            run_source(_stdin_source(stdin_filename), settings, Mode(False, False, previews))
+        ]
     else:
-        for path, diagnostic in findings:
-            click.echo(text_row(path, diagnostic))
+        reports = _run(paths, settings, run_options, previews=previews)
+    errors = [(report.path, report.error) for report in reports if report.error is not None]
+    for path, message in errors:
+        _error(f"{path}: {message}")
+    findings = _findings(reports)
+    if statistics:
+        _report_statistics(findings, output_format)
+    elif output_format == "json":
+        click.echo(json_document(findings))
+    elif output_format == "sarif":
+        click.echo(sarif_document(findings, errors))
+    elif output_format == "github":
+        _echo_lines(github_lines(findings))
+    else:
+        _echo_lines(full(findings) if output_format == "full" else concise(findings))
         if errors and not findings:  # "All checks passed" would hide the errors
-            files = "file" if errors == 1 else "files"
-            click.echo(f"No findings; {errors} {files} could not be checked (errors above).")
+            files = "file" if len(errors) == 1 else "files"
+            click.echo(f"No findings; {len(errors)} {files} could not be checked (errors above).")
         else:
             click.echo(summary(findings))
     if errors:
         sys.exit(EXIT_ERROR)
     sys.exit(EXIT_FINDINGS if findings and not exit_zero else EXIT_CLEAN)
+
+
+def _report_statistics(findings: list[Finding], output_format: str) -> None:
+    if output_format == "json":
+        click.echo(json.dumps(statistics_rows(findings), indent=2))
+        return
+    _echo_lines(statistics(findings))
+    click.echo(summary(findings))
 
 
 @main.command()
@@ -183,15 +333,20 @@ def check(paths, output_format, exit_zero, **options) -> None:
 @click.option("--apply", "apply_", is_flag=True, help="Write the fixes instead of showing a diff.")
 @click.option("--unsafe-fixes", is_flag=True, help="Also apply fixes that may change numerics.")
 def fix(paths, apply_, unsafe_fixes, **options) -> None:
-    """Show (or with --apply, write) the fixes for PATHS."""
+    """Show (or with --apply, write) the fixes for PATHS.  With `-`, the fixed
+    standard input goes to standard output and the findings left to stderr."""
     run_options = _pop_run_options(options)
-    settings = _settings(paths, options)
+    stdin_filename = run_options.pop("stdin_filename")
+    settings = _settings(_config_paths(paths, stdin_filename), options)
+    if _paths_and_stdin(paths, stdin_filename):
+        source = _stdin_source(stdin_filename, hand_back=True)
+        _fix_stdin(source, settings, unsafe_fixes)  # exits
     errors, changed_files, fixed, remaining = 0, 0, 0, []
     for report in _run(paths, settings, run_options, fixing=True, unsafe=unsafe_fixes):
         if report.error is not None:
             _error(f"{report.path}: {report.error}")
             errors += 1
-        remaining += [(report.path, diagnostic) for diagnostic in report.diagnostics]
+        remaining += [Finding(report.path, diagnostic) for diagnostic in report.diagnostics]
         if report.fixed_text is None:
             continue
         changed_files += 1
@@ -205,20 +360,20 @@ def fix(paths, apply_, unsafe_fixes, **options) -> None:
         except (SourceError, OSError) as error:
             _error(f"{report.path}: cannot write: {error}")
             errors += 1
-            remaining += [(report.path, d) for d in report.applied]
+            remaining += [Finding(report.path, d) for d in report.applied]
             continue
         for line in applied_lines(report.path, report.applied):
             click.echo(line)
-    for path, diagnostic in remaining:
-        click.echo(text_row(path, diagnostic), err=not apply_)
+    for finding in remaining:
+        click.echo(text_row(finding), err=not apply_, color=_color())
     files = "file" if changed_files == 1 else "files"
     if apply_:
         click.echo(
-            f"Fixed {fixed} {_findings(fixed)} in {changed_files} {files}; {len(remaining)} remaining."
+            f"Fixed {fixed} {_noun(fixed)} in {changed_files} {files}; {len(remaining)} remaining."
         )
     else:
         click.echo(
-            f"Would fix {fixed} {_findings(fixed)} in {changed_files} {files}; "
+            f"Would fix {fixed} {_noun(fixed)} in {changed_files} {files}; "
             f"{len(remaining)} would remain.",
             err=True,
         )
@@ -227,6 +382,22 @@ def fix(paths, apply_, unsafe_fixes, **options) -> None:
     if apply_:
         sys.exit(EXIT_FINDINGS if remaining else EXIT_CLEAN)
     sys.exit(EXIT_FINDINGS if changed_files else EXIT_CLEAN)
+
+
+def _fix_stdin(source: SourceFile, settings: Settings, unsafe: bool) -> None:
+    """Write the fixed source (or, when it cannot be fixed, the source as it
+    came: an editor replaces its buffer with what it reads back) to stdout."""
+    report = run_source(source, settings, Mode(True, unsafe, False))
+    output = report.fixed_text if report.fixed_text is not None else source.text
+    sys.stdout.buffer.write(output.encode(source.encoding))
+    sys.stdout.buffer.flush()
+    if report.error is not None:
+        _error(f"{report.path}: {report.error}")
+    for diagnostic in report.diagnostics:
+        click.echo(text_row(Finding(report.path, diagnostic)), err=True, color=_color())
+    if report.error is not None:
+        sys.exit(EXIT_ERROR)
+    sys.exit(EXIT_FINDINGS if report.diagnostics else EXIT_CLEAN)
 
 
 @main.command(name="rules")

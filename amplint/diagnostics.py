@@ -24,6 +24,9 @@ class Span:
     column: int
     end_line: int
     end_column: int
+    # In a notebook: the cell (numbered as editors number all cells, from 1);
+    # the lines are then the cell's own.
+    cell: int | None = None
 
 
 @dataclass(frozen=True, eq=False)

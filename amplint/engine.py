@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 import re
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Sequence
 
@@ -20,6 +20,7 @@ from amplint.analysis import ModuleFacts
 from amplint.config import Settings
 from amplint.diagnostics import SYNTAX_ERROR, Applicability, Diagnostic, Span
 from amplint.files import SourceFile
+from amplint.notebook import Notebook, NotebookError
 from amplint.prefilter import SourceClues
 from amplint.rules import RULES
 from amplint.rules.base import Rule
@@ -60,6 +61,9 @@ class FileReport:
     # What `check` reports on the source as read: the result worth caching.
     # None when it was not computed (an error, or the prefilter ruled it out).
     found: list[Diagnostic] | None = None
+    # Asked for by `--output-format full`: each fixable finding's fix carried
+    # out alone, as the code it gives (for a notebook, its cells as one module).
+    previews: dict[Diagnostic, str] = field(default_factory=dict)
 
 
 def selected_rules(codes: frozenset[str]) -> list[Rule]:
@@ -173,11 +177,40 @@ def _disjoint_fixes(due: list[Diagnostic], facts: ModuleFacts) -> list[Diagnosti
 
 
 def lint_text(text: str, codes: frozenset[str], settings: Settings) -> list[Diagnostic]:
+    return _lint(text, codes, settings)[0]
+
+
+def _lint(
+    text: str, codes: frozenset[str], settings: Settings
+) -> tuple[list[Diagnostic], ModuleFacts | None]:
     rules = selected_rules(codes)
     module = _parse(text, rules, codes)
     if isinstance(module, list):
-        return module
-    return _lint_module(ModuleFacts(module, text), text, rules, settings)
+        return module, None
+    facts = ModuleFacts(module, text)
+    return _lint_module(facts, text, rules, settings), facts
+
+
+def lint_with_previews(
+    text: str, codes: frozenset[str], settings: Settings
+) -> tuple[list[Diagnostic], dict[Diagnostic, str]]:
+    """The findings, and for each fixable one the code its fix alone gives,
+    from one parse."""
+    diagnostics, facts = _lint(text, codes, settings)
+    previews: dict[Diagnostic, str] = {}
+    if facts is None or not any(d.fix is not None for d in diagnostics):
+        return diagnostics, previews
+    if facts.module.code != text:
+        return diagnostics, previews  # not reproducible: `fix` refuses it too
+    for diagnostic in diagnostics:
+        fix = diagnostic.fix
+        if fix is None or not (fix.edits or fix.module_passes):
+            continue
+        module = apply_edits(facts.module, fix.edits)
+        for module_pass in fix.module_passes:
+            module = module_pass(module)
+        previews[diagnostic.portable()] = module.code
+    return diagnostics, previews
 
 
 def is_applicable(diagnostic: Diagnostic, unsafe: bool) -> bool:
@@ -245,13 +278,18 @@ def analyse_source(
     settings: Settings,
     fixing: bool = False,
     unsafe: bool = False,
+    previews: bool = False,
 ) -> FileReport:
-    """Lint one file's text, or compute its fixed text when `fixing` (writing
+    """Lint one file's code, or compute its fixed text when `fixing` (writing
     it is the caller's choice).  Diagnostics come back portable: no libcst
-    nodes, so the report can cross process boundaries."""
+    nodes, so the report can cross process boundaries.  A notebook's come back
+    placed in its cells, and its fixed text is the notebook's JSON."""
     report = FileReport(source.path)
     try:
-        return _analyse(report, source.text, codes, settings, fixing, unsafe)
+        _analyse(report, source.code, codes, settings, fixing, unsafe, previews)
+        if source.notebook is not None:
+            _place_in_cells(report, source.notebook)
+        return report
     except NotAnalysed as reason:
         report.error = f"not analysed: {reason}"
     except RecursionError:
@@ -269,7 +307,12 @@ def _analyse(
     settings: Settings,
     fixing: bool,
     unsafe: bool,
+    previews: bool,
 ) -> FileReport:
+    if previews and not fixing:
+        diagnostics, report.previews = lint_with_previews(text, codes, settings)
+        report.found = report.diagnostics = _portable(diagnostics)
+        return report
     if not fixing:
         report.found = report.diagnostics = _portable(lint_text(text, codes, settings))
         return report
@@ -289,3 +332,30 @@ def _analyse(
 
 def _portable(diagnostics: list[Diagnostic]) -> list[Diagnostic]:
     return [diagnostic.portable() for diagnostic in diagnostics]
+
+
+def _place_in_cells(report: FileReport, notebook: Notebook) -> None:
+    """Positions as cell and line within it; the fixed module back into the JSON."""
+
+    def placed(diagnostic: Diagnostic) -> Diagnostic:
+        span = diagnostic.span
+        cell, line = notebook.position(span.line)
+        end_cell, end_line = notebook.position(span.end_line)
+        if end_cell != cell:  # a span never crosses cells; be safe
+            end_line = line
+        return replace(diagnostic, span=Span(line, span.column, end_line, span.end_column, cell))
+
+    report.diagnostics = [placed(d) for d in report.diagnostics]
+    report.applied = [placed(d) for d in report.applied]
+    if report.found is not None:
+        report.found = [placed(d) for d in report.found]
+    report.previews = {placed(d): code for d, code in report.previews.items()}
+    if report.fixed_text is None:
+        return
+    try:
+        report.fixed_text = notebook.with_code(report.fixed_text)
+    except NotebookError as error:
+        report.error = f"not fixed, file left unchanged: {error}"
+        report.fixed_text = None
+        report.diagnostics = list(report.found or [])
+        report.applied = []

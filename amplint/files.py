@@ -19,7 +19,10 @@ from typing import Iterable, Iterator, Sequence
 
 import pathspec
 
-PYTHON_SUFFIXES = (".py", ".pyi")
+from amplint.notebook import Notebook, NotebookError, read_notebook
+
+SOURCE_SUFFIXES = (".py", ".pyi", ".ipynb")
+NOTEBOOK_SUFFIX = ".ipynb"
 
 DEFAULT_EXCLUDES = (
     ".git",
@@ -35,6 +38,7 @@ DEFAULT_EXCLUDES = (
     "build",
     "dist",
     "__pycache__",
+    ".ipynb_checkpoints",  # Jupyter's autosaved copies of the notebooks beside them
     "site-packages",
     "node_modules",
 )
@@ -51,6 +55,13 @@ class SourceFile:
     # The codec that round-trips the file: "utf-8-sig" keeps a BOM, a coding
     # cookie's codec keeps e.g. latin-1 files in latin-1.
     encoding: str
+    # A Jupyter notebook: `text` is its JSON, `notebook.code` what is analysed.
+    notebook: Notebook | None = None
+
+    @property
+    def code(self) -> str:
+        """The Python source to analyse."""
+        return self.notebook.code if self.notebook is not None else self.text
 
 
 def read_source(path: Path) -> SourceFile:
@@ -62,6 +73,20 @@ def read_source(path: Path) -> SourceFile:
         raise SourceError("is a directory") from None
     except OSError as error:
         raise SourceError(error.strerror or str(error)) from None
+    return source_from_bytes(path, raw)
+
+
+def source_from_bytes(path: Path, raw: bytes) -> SourceFile:
+    """The source in `raw`, read as `path` says: a notebook or a Python file."""
+    if path.suffix == NOTEBOOK_SUFFIX:
+        try:
+            text = raw.decode("utf-8")  # nbformat: JSON in UTF-8
+        except UnicodeDecodeError as error:
+            raise SourceError(f"cannot decode notebook as utf-8 at byte {error.start}") from None
+        try:
+            return SourceFile(path, text, "utf-8", notebook=read_notebook(text))
+        except NotebookError as error:
+            raise SourceError(str(error)) from None
     return SourceFile(path, decode_source(raw), encoding=detect_encoding(raw))
 
 
@@ -215,12 +240,15 @@ def discover(
     paths: Sequence[Path],
     exclude: Iterable[str],
     root: Path,
-    suffixes: tuple[str, ...] = PYTHON_SUFFIXES,
+    suffixes: tuple[str, ...] = SOURCE_SUFFIXES,
+    force_exclude: bool = False,
 ) -> Iterator[Discovered | tuple[Path, str]]:
     """Yield the files to check, or ``(path, error)`` for a path that is not there.
 
     `exclude` holds gitignore-style patterns relative to `root` (a bare name such
-    as ``build`` matches that name at any depth).
+    as ``build`` matches that name at any depth).  A file named explicitly is
+    checked even when excluded, unless `force_exclude` (pre-commit names every
+    staged file).
     """
     exclude_lines = list(exclude)
     root = root.resolve()
@@ -230,6 +258,8 @@ def discover(
             yield (given, "no such file or directory")
             continue
         if given.is_file():
+            if force_exclude and _excluded_file(given.resolve(), _IgnoreRules(root, exclude_lines)):
+                continue
             if given.resolve() not in seen:
                 seen.add(given.resolve())
                 yield Discovered(given, explicit=True)
@@ -250,6 +280,10 @@ def discover(
         if any(_covered(rules, directory) for rules in gitignores):
             gitignores = []  # named although ignored: only .gitignore files inside apply
         yield from _walk(given, directory, exclude_rules, gitignores, suffixes, seen)
+
+
+def _excluded_file(path: Path, rules: _IgnoreRules) -> bool:
+    return rules.matches(path, is_dir=False) or _covered(rules, path.parent)
 
 
 def _covered(rules: _IgnoreRules, directory: Path) -> bool:

@@ -10,7 +10,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, NamedTuple, Sequence
 
 from amplint.cache import ResultCache
 from amplint.config import Settings
@@ -30,6 +30,18 @@ def default_jobs() -> int:
     return max(1, os.cpu_count() or 1)
 
 
+class Mode(NamedTuple):
+    """What each file is analysed for, in analyse_source's argument order."""
+
+    fixing: bool
+    unsafe: bool
+    previews: bool
+
+
+# Told (files analysed, files to analyse) as the work goes on.
+Progress = Callable[[int, int], None]
+
+
 @dataclass(frozen=True)
 class _Work:
     """One file that needs analysis, and where its report goes."""
@@ -46,14 +58,17 @@ def run(
     *,
     fixing: bool = False,
     unsafe: bool = False,
+    previews: bool = False,
     jobs: int = 1,
     cache: ResultCache | None = None,
+    progress: Progress | None = None,
+    force_exclude: bool = False,
 ) -> list[FileReport]:
     """A report for every file found under `paths` (or for each path that is
     not there), in discovery order."""
     reports: list[FileReport] = []
     work: list[_Work] = []
-    for found in discover(paths, settings.all_excludes, settings.root):
+    for found in discover(paths, settings.all_excludes, settings.root, force_exclude=force_exclude):
         if not isinstance(found, Discovered):
             path, message = found
             reports.append(FileReport(path, error=message))
@@ -66,16 +81,23 @@ def run(
             report.error = str(error)
             continue
         codes = settings.enabled_codes(ALL_CODES, found.path)
-        if not text_may_fire(source.text, codes):
+        if not text_may_fire(source.code, codes):
             continue
         report.source = source
-        key = cache.key(source.text, codes, settings) if cache is not None else None
+        key = cache.key(source.code, codes, settings) if cache is not None else None
         cached = cache.get(key) if cache is not None else None
-        if cached is not None and not (fixing and any(is_applicable(d, unsafe) for d in cached)):
+        # The cache holds findings, not fixes: a run that needs the fixes recomputes them.
+        needs_fixes = (fixing and any(is_applicable(d, unsafe) for d in cached or ())) or (
+            previews and any(d.fix is not None for d in cached or ())
+        )
+        if cached is not None and not needs_fixes:
             report.diagnostics = cached
             continue
         work.append(_Work(len(reports) - 1, source, codes, key))
-    for item, report in _analyse(work, settings, fixing, unsafe, jobs):
+    mode = Mode(fixing, unsafe, previews)
+    for done, (item, report) in enumerate(_analyse(work, settings, mode, jobs), start=1):
+        if progress is not None:
+            progress(done, len(work))
         report.source = item.source
         reports[item.index] = report
         if cache is not None and report.found is not None:
@@ -83,21 +105,32 @@ def run(
     return reports
 
 
+def run_source(source: SourceFile, settings: Settings, mode: Mode) -> FileReport:
+    """The report on one source that was not read from disk (standard input)."""
+    codes = settings.enabled_codes(ALL_CODES, source.path)
+    if not text_may_fire(source.code, codes):
+        report = FileReport(source.path)
+    else:
+        report = _analyse_one(source, codes, settings, mode)
+    report.source = source
+    return report
+
+
 def _analyse(
-    work: list[_Work], settings: Settings, fixing: bool, unsafe: bool, jobs: int
+    work: list[_Work], settings: Settings, mode: Mode, jobs: int
 ) -> Iterator[tuple[_Work, FileReport]]:
     workers = min(jobs, len(work))
-    if workers < 2 or sum(len(item.source.text) for item in work) < PARALLEL_MIN_CHARS:
+    if workers < 2 or sum(len(item.source.code) for item in work) < PARALLEL_MIN_CHARS:
         for item in work:
-            yield item, _analyse_one(item.source, item.codes, settings, fixing, unsafe)
+            yield item, _analyse_one(item.source, item.codes, settings, mode)
         return
     # Largest first: the longest parse starts at once instead of last.
-    ordered = sorted(work, key=lambda item: len(item.source.text), reverse=True)
-    unfinished = yield from _in_pool(ordered, workers, settings, fixing, unsafe)
+    ordered = sorted(work, key=lambda item: len(item.source.code), reverse=True)
+    unfinished = yield from _in_pool(ordered, workers, settings, mode)
     # A worker died (a crash in native code, the OOM killer) and took the pool
     # with it.  Each file left runs alone now, so only the culprit fails.
     for item in unfinished:
-        alone = yield from _in_pool([item], 1, settings, fixing, unsafe)
+        alone = yield from _in_pool([item], 1, settings, mode)
         for lost in alone:
             yield lost, FileReport(
                 lost.source.path, error="internal error: the process analysing this file died"
@@ -105,7 +138,7 @@ def _analyse(
 
 
 def _in_pool(
-    work: Iterable[_Work], workers: int, settings: Settings, fixing: bool, unsafe: bool
+    work: Iterable[_Work], workers: int, settings: Settings, mode: Mode
 ) -> Iterator[tuple[_Work, FileReport]]:
     """Analyse `work` in a pool; returns the items whose results were lost."""
     finished: set[int] = set()
@@ -113,7 +146,7 @@ def _in_pool(
     try:
         with ProcessPoolExecutor(max_workers=workers) as pool:
             futures = {
-                pool.submit(_analyse_one, item.source, item.codes, settings, fixing, unsafe): item
+                pool.submit(_analyse_one, item.source, item.codes, settings, mode): item
                 for item in work
             }
             for future in as_completed(futures):
@@ -126,10 +159,10 @@ def _in_pool(
 
 
 def _analyse_one(
-    source: SourceFile, codes: frozenset[str], settings: Settings, fixing: bool, unsafe: bool
+    source: SourceFile, codes: frozenset[str], settings: Settings, mode: Mode
 ) -> FileReport:
     try:
-        report = analyse_source(source, codes, settings, fixing, unsafe)
+        report = analyse_source(source, codes, settings, *mode)
     except Exception as error:  # a bug must not end the run for the other files
         return FileReport(source.path, error=f"internal error: {type(error).__name__}: {error}")
     report.source = None  # the parent has it: do not send the text back

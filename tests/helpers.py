@@ -38,6 +38,6 @@ def assert_matches_golden(result: str, golden: Path) -> None:
     """`result` equals the pinned file; AMPLINT_UPDATE_GOLDEN=1 rewrites the pin
     (review the git diff before committing it)."""
     if os.environ.get("AMPLINT_UPDATE_GOLDEN") == "1":
-        golden.parent.mkdir(exist_ok=True)
+        golden.parent.mkdir(parents=True, exist_ok=True)
         golden.write_text(result, encoding="utf-8")
     assert result == golden.read_text(encoding="utf-8")

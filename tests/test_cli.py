@@ -88,6 +88,7 @@ def test_json_output_schema(project: Path) -> None:
         "name": "deprecated-cuda-amp",
         "message": first["message"],
         "path": str(project / "train.py"),
+        "cell": None,
         "line": 5,
         "column": 14,
         "end_line": 5,
@@ -414,3 +415,14 @@ def test_config_exclude_replaces_the_defaults(tmp_path: Path) -> None:
         (tmp_path / folder / "a.py").write_text(CPU_AND_CUDA)
     result = run_cli("check", "--output-format", "json", tmp_path)
     assert {r["path"] for r in json.loads(result.stdout)} == {str(tmp_path / "build" / "a.py")}
+
+
+def test_force_exclude_applies_the_excludes_to_named_files(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text('[tool.amplint]\nextend-exclude = ["legacy"]\n')
+    (tmp_path / "legacy").mkdir()
+    (tmp_path / "legacy" / "old.py").write_text(DEPRECATED)
+    (tmp_path / "train.py").write_text(DEPRECATED)
+    named = [tmp_path / "legacy" / "old.py", tmp_path / "train.py"]
+    assert "old.py" in run_cli("check", "--no-cache", *named).stdout
+    result = run_cli("check", "--no-cache", "--force-exclude", *named)
+    assert "old.py" not in result.stdout and "train.py" in result.stdout

@@ -298,10 +298,12 @@ def test_errors_alone_do_not_read_as_all_checks_passed(tmp_path: Path) -> None:
     assert "No findings; 1 file could not be checked (errors above)." in result.stdout
 
 
-def test_notebooks_are_not_read_yet_so_broken_ones_break_nothing(tmp_path: Path) -> None:
-    """Until notebooks are supported, an .ipynb (even invalid JSON) is skipped."""
+def test_a_broken_notebook_is_a_one_line_error_and_breaks_nothing(tmp_path: Path) -> None:
     (tmp_path / "broken.ipynb").write_text('{"cells": [ torch.cuda.amp')
     (tmp_path / "good.py").write_text(GOOD)
     result = run_cli("fix", "--apply", "--no-cache", tmp_path)
-    assert result.exit_code == 0
+    assert result.exit_code == 2
+    assert result.stderr.count("\n") == 1
+    assert "broken.ipynb: not a notebook: invalid JSON at line 1 column 13" in result.stderr
+    assert (tmp_path / "good.py").read_text() == GOOD_FIXED
     assert (tmp_path / "broken.ipynb").read_text() == '{"cells": [ torch.cuda.amp'

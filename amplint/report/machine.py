@@ -1,0 +1,160 @@
+"""Output for programs: a JSON list, GitHub Actions workflow commands, and
+SARIF 2.1.0 for code-scanning tools."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Iterable
+
+from amplint import __version__
+from amplint.catalog import RuleDoc, load_catalog
+from amplint.report import Finding, location
+from amplint.report.text import rule_name
+
+SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
+
+
+def json_record(finding: Finding) -> dict:
+    span = finding.diagnostic.span
+    fix = finding.diagnostic.fix
+    return {
+        "code": finding.diagnostic.code,
+        "name": rule_name(finding.diagnostic.code),
+        "message": finding.diagnostic.message,
+        "path": str(finding.path),
+        "cell": span.cell,  # a notebook's cell; the lines are then the cell's own
+        "line": span.line,
+        "column": span.column,
+        "end_line": span.end_line,
+        "end_column": span.end_column,
+        "fix": (
+            None
+            if fix is None
+            else {"applicability": fix.applicability.value, "message": fix.message}
+        ),
+    }
+
+
+def json_document(findings: Iterable[Finding]) -> str:
+    return json.dumps([json_record(finding) for finding in findings], indent=2)
+
+
+def _escape_data(text: str) -> str:
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _escape_property(text: str) -> str:
+    return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def github_lines(findings: Iterable[Finding]) -> list[str]:
+    """GitHub Actions ``::error`` workflow commands: annotations on the diff.
+
+    A notebook's cells have no line in the file GitHub shows, so its findings
+    annotate the file and name the cell in the message.
+    """
+    lines = []
+    for finding in findings:
+        diagnostic = finding.diagnostic
+        span = diagnostic.span
+        properties = {"title": f"amplint ({diagnostic.code})", "file": finding.path.as_posix()}
+        if span.cell is None:
+            properties.update(
+                line=span.line, col=span.column, endLine=span.end_line, endColumn=span.end_column
+            )
+        fields = ",".join(
+            f"{key}={_escape_property(str(value))}" for key, value in properties.items()
+        )
+        message = f"{location(finding.path, diagnostic)}: {diagnostic.code} {diagnostic.message}"
+        lines.append(f"::error {fields}::{_escape_data(message)}")
+    return lines
+
+
+def _section(body: str, title: str) -> str | None:
+    match = re.search(rf"^## {title}\n(.*?)(?=^## |\Z)", body, re.M | re.S)
+    return " ".join(match.group(1).split()) if match else None
+
+
+def _sarif_rule(doc: RuleDoc) -> dict:
+    body = doc.text.split("\n---\n", 1)[-1].strip()
+    return {
+        "id": doc.code,
+        "name": doc.name,
+        "shortDescription": {"text": doc.summary},
+        "fullDescription": {"text": _section(body, "What it finds") or doc.summary},
+        "help": {"text": body, "markdown": body},
+        "defaultConfiguration": {"level": "error"},
+        "properties": {"fix": doc.fix, "min-torch": doc.min_torch},
+    }
+
+
+def _artifact_uri(path: Path) -> str:
+    return path.as_uri() if path.is_absolute() else path.as_posix()
+
+
+def _sarif_result(finding: Finding, rule_index: dict[str, int]) -> dict:
+    diagnostic = finding.diagnostic
+    span = diagnostic.span
+    physical: dict = {"artifactLocation": {"uri": _artifact_uri(finding.path)}}
+    if span.cell is None:
+        physical["region"] = {
+            "startLine": span.line,
+            "startColumn": span.column,
+            "endLine": span.end_line,
+            "endColumn": span.end_column,
+        }
+    message = diagnostic.message
+    if span.cell is not None:
+        message = f"cell {span.cell}, line {span.line}: {message}"
+    result: dict = {
+        "ruleId": diagnostic.code,
+        "level": "error",
+        "message": {"text": message},
+        "locations": [{"physicalLocation": physical}],
+    }
+    if diagnostic.code in rule_index:
+        result["ruleIndex"] = rule_index[diagnostic.code]
+    if span.cell is not None:
+        result["properties"] = {"cell": span.cell, "line": span.line, "column": span.column}
+    return result
+
+
+def sarif_document(findings: Iterable[Finding], errors: Iterable[tuple[Path, str]] = ()) -> str:
+    """One SARIF 2.1.0 log: every rule of the catalogue (so a code-scanning UI
+    can show its document), the findings, and files that could not be checked
+    as tool notifications."""
+    docs = list(load_catalog().values())
+    rule_index = {doc.code: index for index, doc in enumerate(docs)}
+    notifications = [
+        {
+            "level": "error",
+            "message": {"text": message},
+            "locations": [{"physicalLocation": {"artifactLocation": {"uri": _artifact_uri(path)}}}],
+        }
+        for path, message in errors
+    ]
+    log = {
+        "$schema": SARIF_SCHEMA,
+        "version": "2.1.0",
+        "runs": [
+            {
+                "tool": {
+                    "driver": {
+                        "name": "amplint",
+                        "version": __version__,
+                        "rules": [_sarif_rule(doc) for doc in docs],
+                    }
+                },
+                "results": [_sarif_result(finding, rule_index) for finding in findings],
+                "invocations": [
+                    {
+                        "executionSuccessful": not notifications,
+                        "toolExecutionNotifications": notifications,
+                    }
+                ],
+            }
+        ],
+    }
+    return json.dumps(log, indent=2)

@@ -1,0 +1,180 @@
+"""Text for people: one row per finding (``concise``), the rows with the code
+and the fix under them (``full``), counts per rule (``--statistics``), the
+summary line, and the diffs `fix` shows.
+
+Rows are styled with click; the command line decides whether the styles reach
+the terminal (``NO_COLOR``, not a terminal: they are dropped).
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections import Counter
+from pathlib import Path
+from typing import Iterable
+
+import click
+
+from amplint.catalog import load_catalog
+from amplint.diagnostics import Diagnostic
+from amplint.report import Finding, location
+
+SAFE_FIX_MARKER = "[*]"
+# Lines of code `full` shows for one finding: its first lines, with one before.
+SNIPPET_LINES = 6
+
+
+def rule_name(code: str) -> str:
+    doc = load_catalog().get(code)
+    return doc.name if doc is not None else ""
+
+
+def text_row(finding: Finding) -> str:
+    diagnostic = finding.diagnostic
+    marker = " " + click.style(SAFE_FIX_MARKER, fg="cyan") if finding.safe_fix else ""
+    return (
+        f"{click.style(location(finding.path, diagnostic), bold=True)}: "
+        f"{click.style(diagnostic.code, fg='red', bold=True)}{marker} {diagnostic.message}"
+    )
+
+
+def concise(findings: Iterable[Finding]) -> list[str]:
+    return [text_row(finding) for finding in findings]
+
+
+def full(findings: Iterable[Finding]) -> list[str]:
+    """Each row, the code it points at with the span underlined, and the fix
+    as the diff it makes on its own."""
+    lines: list[str] = []
+    for finding in findings:
+        lines.append(text_row(finding))
+        lines += _snippet(finding)
+        fix = finding.diagnostic.fix
+        if fix is not None:
+            label = "fix" if finding.safe_fix else "unsafe fix (--unsafe-fixes)"
+            lines.append(f"  = {click.style(label, fg='cyan')}: {fix.message}")
+            lines += ["    " + line for line in _preview_diff(finding)]
+        lines.append("")
+    return lines
+
+
+def _source_lines(finding: Finding) -> list[str]:
+    source = finding.source
+    if source is None:
+        return []
+    cell = finding.diagnostic.span.cell
+    if source.notebook is not None and cell is not None:
+        return source.notebook.cell_lines(cell)
+    return source.code.splitlines()
+
+
+def _snippet(finding: Finding) -> list[str]:
+    lines = _source_lines(finding)
+    span = finding.diagnostic.span
+    if not lines or span.line > len(lines):
+        return []
+    first = max(1, span.line - 1)
+    last = min(len(lines), span.end_line, first + SNIPPET_LINES - 1)
+    width = len(str(last))
+    gutter = " " * width
+    out = [f"  {gutter} |"]
+    for number in range(first, last + 1):
+        out.append(f"  {number:>{width}} | {lines[number - 1]}")
+        if number == span.line:
+            line = lines[number - 1]
+            end = span.end_column if span.end_line == span.line else len(line) + 1
+            carets = "^" * max(1, end - span.column)
+            out.append(f"  {gutter} | {' ' * (span.column - 1)}{click.style(carets, fg='red')}")
+    return out
+
+
+def _preview_diff(finding: Finding) -> list[str]:
+    source, preview = finding.source, finding.preview
+    if source is None or preview is None:
+        return []
+    notebook = source.notebook
+    if notebook is None:
+        return _diff_lines(finding.path.as_posix(), source.code, preview)
+    before, after = notebook.cell_sources(notebook.code), notebook.cell_sources(preview)
+    lines: list[str] = []
+    for number, text in after.items():
+        if before[number] != text:
+            lines += _diff_lines(f"{finding.path.as_posix()}:cell {number}", before[number], text)
+    return lines
+
+
+def _diff_lines(name: str, before: str, after: str) -> list[str]:
+    diff = difflib.unified_diff(
+        before.splitlines(), after.splitlines(), fromfile=name, tofile=name, lineterm="", n=1
+    )
+    styled = []
+    for line in diff:
+        if line.startswith(("+++", "---")):
+            styled.append(click.style(line, bold=True))
+        elif line.startswith("+"):
+            styled.append(click.style(line, fg="green"))
+        elif line.startswith("-"):
+            styled.append(click.style(line, fg="red"))
+        else:
+            styled.append(line)
+    return styled
+
+
+def statistics(findings: list[Finding]) -> list[str]:
+    """One line per code, most frequent first: count, code, [*] when fixable, name."""
+    lines = []
+    for row in statistics_rows(findings):
+        marker = SAFE_FIX_MARKER if row["fixable"] else " " * len(SAFE_FIX_MARKER)
+        lines.append(f"{row['count']:>5}  {row['code']}  {marker} {row['name']}")
+    return lines
+
+
+def statistics_rows(findings: list[Finding]) -> list[dict]:
+    counts = Counter(finding.diagnostic.code for finding in findings)
+    fixable = {finding.diagnostic.code for finding in findings if finding.safe_fix}
+    return [
+        {"code": code, "name": rule_name(code), "count": count, "fixable": code in fixable}
+        for code, count in sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    ]
+
+
+def summary(findings: list[Finding]) -> str:
+    if not findings:
+        return "All checks passed."
+    safe = sum(1 for finding in findings if finding.safe_fix)
+    unsafe = sum(1 for finding in findings if finding.unsafe_fix)
+    noun = "finding" if len(findings) == 1 else "findings"
+    text = f"Found {len(findings)} {noun}"
+    if safe:
+        text += f" ({safe} fixable with `amplint fix --apply`)"
+    text += "."
+    if unsafe:
+        text += f" {unsafe} more fixable with `amplint fix --apply --unsafe-fixes`."
+    return text
+
+
+def _diff_name(side: str, path: Path) -> str:
+    # git's a/ and b/ prefixes make the diff apply with `git apply`; they only
+    # make sense before a relative path.
+    return path.as_posix() if path.is_absolute() else f"{side}/{path.as_posix()}"
+
+
+def unified_diff(path: Path, before: str, after: str) -> str:
+    return "".join(
+        difflib.unified_diff(
+            before.splitlines(keepends=True),
+            after.splitlines(keepends=True),
+            fromfile=_diff_name("a", path),
+            tofile=_diff_name("b", path),
+        )
+    )
+
+
+def applied_lines(path: Path, applied: list[Diagnostic]) -> list[str]:
+    """``path: fixed N`` and one indented line per kind of fix carried out."""
+    counts = Counter((d.code, d.fix.message) for d in applied if d.fix is not None)
+    lines = [f"{path}: fixed {len(applied)}"]
+    for (code, message), count in counts.items():
+        times = f" (x{count})" if count > 1 else ""
+        lines.append(f"  {code} {message}{times}")
+    return lines

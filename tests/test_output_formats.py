@@ -1,0 +1,227 @@
+"""Every `--output-format`, `--statistics`, standard input, colour and the
+progress bar.  Golden outputs live in tests/golden/formats; set
+AMPLINT_UPDATE_GOLDEN=1 to rewrite them after a reviewed change."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from amplint import cli
+from amplint.catalog import load_catalog
+from amplint.cli import main
+from tests.helpers import FIXTURES, REPO, assert_matches_golden, dedent, run_cli
+
+GOLDEN = REPO / "tests" / "golden" / "formats"
+
+FP32_AND_DEPRECATED = dedent("""
+    import torch
+
+
+    def train(model, loader, optimizer):
+        scaler = torch.cuda.amp.GradScaler()
+        for x, y in loader:
+            optimizer.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            optimizer.step()
+    """)
+UNFIXABLE = "import torch\nctx = torch.cuda.amp.autocast(*flags)\n"
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Relative paths, as users run it from their project root."""
+    (tmp_path / "train.py").write_text(FP32_AND_DEPRECATED)
+    (tmp_path / "ctx.py").write_text(UNFIXABLE)
+    shutil.copy(FIXTURES / "notebooks" / "fp32_training.ipynb", tmp_path / "nb.ipynb")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.delenv("FORCE_COLOR", raising=False)
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    "options, golden",
+    [
+        ((), "concise.txt"),
+        (("--output-format", "text"), "concise.txt"),  # the name it had first
+        (("--output-format", "full"), "full.txt"),
+        (("--output-format", "github"), "github.txt"),
+        (("--output-format", "json"), "json.json"),
+        (("--output-format", "sarif"), "sarif.json"),
+        (("--statistics",), "statistics.txt"),
+        (("--statistics", "--output-format", "json"), "statistics.json"),
+    ],
+)
+def test_golden(project: Path, options: tuple[str, ...], golden: str) -> None:
+    result = run_cli("check", "--no-cache", *options, ".")
+    assert result.exit_code == 1
+    assert "\x1b[" not in result.stdout  # no colour off a terminal
+    assert_matches_golden(result.stdout, GOLDEN / golden)
+
+
+def test_full_shows_the_code_and_each_fix_alone(project: Path) -> None:
+    out = run_cli("check", "--no-cache", "--output-format", "full", "train.py").stdout
+    assert "  9 |         loss.backward()\n    |         ^^^^^^^^^^^^^^^\n" in out
+    # each fix's own diff: AMP201's shows the migration and nothing of AMP001's rewrite
+    migration = out[out.index("AMP201") : out.index("train.py:9:9")]
+    assert '+    scaler = torch.amp.GradScaler("cuda")' in migration
+    assert "autocast" not in migration
+
+
+def test_github_annotations_escape_their_fields(tmp_path: Path) -> None:
+    path = tmp_path / "a,b%.py"
+    path.write_text(FP32_AND_DEPRECATED)
+    line, _ = run_cli("check", "--no-cache", "--output-format", "github", path).stdout.splitlines()
+    assert line.startswith("::error title=amplint (AMP201),file=")
+    assert "a%2Cb%25.py,line=5,col=14,endLine=5,endColumn=39::" in line
+
+
+def test_sarif_structure(project: Path) -> None:
+    log = json.loads(run_cli("check", "--no-cache", "--output-format", "sarif", ".").stdout)
+    assert log["version"] == "2.1.0" and log["$schema"].endswith("sarif-2.1.0.json")
+    (run,) = log["runs"]
+    rules = run["tool"]["driver"]["rules"]
+    assert [rule["id"] for rule in rules] == list(load_catalog())
+    amp001 = rules[[rule["id"] for rule in rules].index("AMP001")]
+    assert amp001["name"] == "fp32-training-step"
+    assert "## What it finds" in amp001["help"]["markdown"]
+    results = run["results"]
+    assert {result["ruleId"] for result in results} == {"AMP001", "AMP201"}
+    for result in results:
+        assert rules[result["ruleIndex"]]["id"] == result["ruleId"]
+        (location,) = result["locations"]
+        uri = location["physicalLocation"]["artifactLocation"]["uri"]
+        assert uri in ("train.py", "ctx.py", "nb.ipynb")
+        if uri != "nb.ipynb":
+            assert location["physicalLocation"]["region"]["startLine"] >= 1
+        else:
+            assert result["properties"]["cell"] == 7
+    assert run["invocations"] == [{"executionSuccessful": True, "toolExecutionNotifications": []}]
+
+
+def test_sarif_lists_files_that_could_not_be_checked(project: Path) -> None:
+    (project / "bad.ipynb").write_text("{")
+    result = run_cli("check", "--no-cache", "--output-format", "sarif", ".")
+    assert result.exit_code == 2
+    (invocation,) = json.loads(result.stdout)["runs"][0]["invocations"]
+    assert invocation["executionSuccessful"] is False
+    (notification,) = invocation["toolExecutionNotifications"]
+    assert "invalid JSON" in notification["message"]["text"]
+
+
+# -- colour -------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "environment, coloured",
+    [({}, False), ({"FORCE_COLOR": "1"}, True), ({"FORCE_COLOR": "1", "NO_COLOR": "1"}, False)],
+)
+def test_colour_only_when_asked_or_on_a_terminal(
+    project: Path, monkeypatch: pytest.MonkeyPatch, environment: dict, coloured: bool
+) -> None:
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    result = run_cli("check", "--no-cache", "train.py")
+    assert ("\x1b[" in result.stdout) is coloured
+    assert "\x1b[" not in run_cli("check", "--no-cache", "--output-format", "json", ".").stdout
+
+
+# -- progress -----------------------------------------------------------------------
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_bar_on_a_terminal_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    terminal = _Terminal()
+    monkeypatch.setattr(cli.sys, "stderr", terminal)
+    bar = cli._ProgressBar()
+    for done in range(1, 11):
+        bar(done, 10)
+    bar.close()
+    assert "Analysing" in terminal.getvalue() and "100%" in terminal.getvalue()
+
+    quiet = io.StringIO()  # a pipe or a CI log
+    monkeypatch.setattr(cli.sys, "stderr", quiet)
+    bar = cli._ProgressBar()
+    for done in range(1, 11):
+        bar(done, 10)
+    bar.close()
+    assert quiet.getvalue() == ""
+
+
+def test_a_short_run_shows_no_bar(monkeypatch: pytest.MonkeyPatch) -> None:
+    terminal = _Terminal()
+    monkeypatch.setattr(cli.sys, "stderr", terminal)
+    bar = cli._ProgressBar()
+    bar(1, 2)
+    bar(2, 2)
+    bar.close()
+    assert terminal.getvalue() == ""
+
+
+# -- standard input -----------------------------------------------------------------
+def _invoke(args: list[str], data: bytes):
+    return CliRunner().invoke(main, args, input=data, catch_exceptions=False)
+
+
+def test_check_stdin_names_the_stdin_filename(project: Path) -> None:
+    result = _invoke(
+        ["check", "-", "--stdin-filename", "src/train.py"], FP32_AND_DEPRECATED.encode()
+    )
+    assert result.exit_code == 1
+    assert result.stdout.startswith("src/train.py:5:14: AMP201 [*]")
+
+
+def test_check_stdin_without_a_name(project: Path) -> None:
+    result = _invoke(["check", "-"], FP32_AND_DEPRECATED.encode())
+    assert result.stdout.startswith("-:5:14: AMP201")
+
+
+def test_stdin_follows_the_configuration_of_the_file_it_stands_for(project: Path) -> None:
+    (project / "pyproject.toml").write_text('[tool.amplint]\nignore = ["AMP201"]\n')
+    result = _invoke(["check", "-", "--stdin-filename", "train.py"], FP32_AND_DEPRECATED.encode())
+    assert "AMP201" not in result.stdout and "AMP001" in result.stdout
+
+
+def test_fix_stdin_writes_the_fixed_source_and_reports_on_stderr(project: Path) -> None:
+    source = FP32_AND_DEPRECATED + "ctx = torch.cuda.amp.autocast(*flags)\n"
+    result = _invoke(["fix", "-", "--stdin-filename", "train.py"], source.encode())
+    assert result.exit_code == 1  # the unfixable finding remains
+    assert 'scaler = torch.amp.GradScaler("cuda")' in result.stdout
+    assert "scaler.scale(loss).backward()" in result.stdout
+    assert result.stderr.startswith("train.py:")
+    assert "AMP201" in result.stderr
+
+
+def test_fix_stdin_with_nothing_to_fix_echoes_the_source(project: Path) -> None:
+    source = "x = 1\r\ny = 2\r\n"  # byte for byte, newlines included
+    result = _invoke(["fix", "-", "--no-cache"], source.encode())
+    assert result.exit_code == 0
+    assert result.stdout_bytes == source.encode()
+
+
+def test_fix_stdin_hands_back_what_it_cannot_read(project: Path) -> None:
+    data = b"\xff\xfe not utf-8"
+    result = _invoke(["fix", "-"], data)
+    assert result.exit_code == 2
+    assert result.stdout_bytes == data
+    assert "cannot decode" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["check", "-", "train.py"], "cannot be mixed"),
+        (["check", "train.py", "--stdin-filename", "x.py"], "pass `-`"),
+    ],
+)
+def test_stdin_usage_errors(project: Path, args: list[str], message: str) -> None:
+    result = _invoke(args, b"")
+    assert result.exit_code == 2
+    assert message in result.stderr
