@@ -400,6 +400,98 @@ def _fix_stdin(source: SourceFile, settings: Settings, unsafe: bool) -> None:
     sys.exit(EXIT_FINDINGS if report.diagnostics else EXIT_CLEAN)
 
 
+@main.command(context_settings={"ignore_unknown_options": True})
+@click.argument("script", type=click.Path(path_type=Path, dir_okay=False))
+@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+@click.option("--steps", type=click.IntRange(min=2), default=50, show_default=True)
+@click.option(
+    "--warmup",
+    type=click.IntRange(min=0),
+    help="Steps left out of the timing. Default: 10, or a fifth of a short run.",
+)
+@click.option(
+    "--rtol",
+    type=click.FloatRange(min=0),
+    default=0.05,
+    show_default=True,
+    help="Allowed relative gap between the mean losses over the last steps.",
+)
+@click.option("--min-speedup", type=click.FloatRange(min=0), help="Fail below this speedup.")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=600,
+    show_default=True,
+    help="Seconds each run may take before it is killed.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("--unsafe-fixes", is_flag=True, help="Rewrite with unsafe fixes too, as fix would.")
+@click.option(
+    "--config", type=click.Path(path_type=Path, dir_okay=False), help="As for check and fix."
+)
+@click.option("--dtype", type=click.Choice(DTYPES), help="As for fix.")
+@click.option("--device-type", help="As for fix; `cpu` with bfloat16 checks parity on a CPU.")
+def verify(script, script_args, steps, warmup, rtol, min_speedup, timeout, as_json, **options):
+    """Run SCRIPT and amplint's rewrite of it for a few steps; compare speed,
+    memory and loss.  Arguments after `--` go to the script.
+
+    Exit codes: 0 passed; 1 parity or speed check failed, or a run crashed,
+    hung or produced NaN; 2 usage or internal error; 3 nothing to verify (no
+    training step to rewrite, or AMP inactive on this machine)."""
+    from amplint.verify import runs
+    from amplint.verify.compare import Thresholds, default_last, default_warmup
+    from amplint.verify.report import text_report
+
+    unsafe = options.pop("unsafe_fixes")
+    settings = _settings((script,), {**options, "select": None, "ignore": None})
+    if warmup is None:
+        warmup = default_warmup(steps)
+    if warmup >= steps:
+        _error(f"--warmup {warmup} leaves no step to time out of --steps {steps}")
+        sys.exit(EXIT_ERROR)
+    request = runs.Request(
+        script=script,
+        script_args=tuple(script_args),
+        settings=settings,
+        unsafe=unsafe,
+        thresholds=Thresholds(steps, warmup, default_last(steps), rtol, min_speedup),
+        timeout_s=timeout,
+    )
+    progress = _VerifyProgress() if sys.stderr.isatty() else None
+    try:
+        outcome = runs.verify(request, progress)
+    except runs.VerifyError as error:
+        if progress is not None:
+            progress.clear()
+        if as_json:
+            click.echo(
+                json.dumps({"passed": False, "error": str(error), "exit_code": error.exit_code})
+            )
+        _error(str(error))
+        sys.exit(error.exit_code)
+    if progress is not None:
+        progress.clear()
+    comparison = outcome.comparison
+    if as_json:
+        document = comparison.as_json(outcome.device, outcome.dtype)
+        document["rewrite"] = outcome.applied
+        click.echo(json.dumps(document, indent=2))
+    else:
+        for line in text_report(script, outcome):
+            click.echo(line, color=_color())
+    sys.exit(runs.EXIT_PASSED if comparison.passed else runs.EXIT_FAILED)
+
+
+class _VerifyProgress:
+    """``baseline: step 12 of 50`` on one stderr line while a run goes on."""
+
+    def __call__(self, name: str, done: int, total: int) -> None:
+        click.echo(f"\r\x1b[K{name}: step {done} of {total}", err=True, nl=False)
+
+    def clear(self) -> None:
+        click.echo("\r\x1b[K", err=True, nl=False)
+
+
 @main.command(name="rules")
 def list_rules() -> None:
     """List every rule: code, name, fix, summary."""

@@ -1,0 +1,247 @@
+"""Runs one training script in this process and measures it: the child side of
+`amplint verify`.
+
+    python -m amplint.verify.harness --source S --script PATH --steps N --out R.json -- ARGS
+
+`--source` holds the code to run (the original script, or amplint's rewrite of
+it); it runs as ``__main__`` with ``__file__`` and ``sys.argv[0]`` set to
+`--script`, from the script's directory, so its relative imports and paths work.
+
+What is measured goes through torch's own hooks rather than through the code:
+a global optimizer step hook counts steps; `GradScaler.step` is wrapped to count
+the steps the scaler skipped (inf/NaN gradients, no optimizer step);
+`Tensor.backward` and `GradScaler.scale` record each step's loss (unscaled).
+After `--steps` steps the harness stops the script by raising an exception the
+script's own ``except Exception`` cannot catch, and writes the JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import builtins
+import json
+import math
+import os
+import random
+import sys
+import time
+import traceback
+import weakref
+from pathlib import Path
+
+# Exit status of a harness that could not start the script (bad arguments,
+# unreadable source): the parent reports it as an internal error.
+HARNESS_ERROR = 70
+
+
+class StopTraining(BaseException):
+    """Raised from the step hook once enough steps ran; not an Exception, so a
+    script's ``except Exception`` lets it through."""
+
+
+class Recorder:
+    def __init__(self, torch, steps: int, progress_path: str | None) -> None:
+        self.torch = torch
+        self.cuda = torch.cuda.is_available()
+        self.limit = steps
+        self.progress_path = progress_path
+        self.steps = 0
+        self.skipped = 0
+        self.losses: list = []  # one per step, as tensors until the end (no sync per step)
+        self.step_times: list[float] = []
+        self._pending: list = []  # losses backpropagated since the last step
+        self._scaled: dict[int, object] = {}  # id(scaled loss) -> the unscaled loss
+        self._last = None  # the time of the last step event
+        self.scalers: list = []  # weak references to every GradScaler made
+
+    # -- events ------------------------------------------------------------------
+    def backward(self, tensor) -> None:
+        if tensor.numel() != 1:
+            return  # a vector-Jacobian product, not a loss
+        loss = self._scaled.pop(id(tensor), tensor)
+        self._pending.append(loss.detach().float().reshape(()))
+
+    def scaled(self, loss, scaled) -> None:
+        if hasattr(loss, "numel") and loss.numel() == 1:
+            self._scaled[id(scaled)] = loss
+
+    def step(self, skipped: bool) -> None:
+        self.steps += 1
+        if skipped:
+            self.skipped += 1
+        if self._pending:
+            self.losses.append(self.torch.stack(self._pending).mean())
+            self._pending = []
+        elif self.losses:
+            self.losses.append(self.losses[-1])
+        else:
+            self.losses.append(self.torch.tensor(float("nan")))
+        self._scaled.clear()
+        if self.cuda:
+            self.torch.cuda.synchronize()
+        now = time.perf_counter()
+        if self._last is not None:
+            self.step_times.append(now - self._last)
+        self._last = now
+        if self.progress_path is not None:
+            try:
+                Path(self.progress_path).write_text(str(self.steps))
+            except OSError:
+                pass
+        if self.steps >= self.limit:
+            raise StopTraining
+
+    def start(self) -> None:
+        if self.cuda:
+            self.torch.cuda.synchronize()
+        self._last = time.perf_counter()
+
+    # -- the result --------------------------------------------------------------
+    def result(self, finished: str) -> dict:
+        torch = self.torch
+        losses = [float(loss) for loss in self.losses]
+        scales = [scaler().get_scale() for scaler in self.scalers if scaler() is not None]
+        return {
+            "finished": finished,  # "steps": stopped after --steps; "script": it ended first
+            "steps": self.steps,
+            "skipped_steps": self.skipped,
+            "losses": [loss if math.isfinite(loss) else str(loss) for loss in losses],
+            "step_times_s": self.step_times,
+            "peak_mem_bytes": torch.cuda.max_memory_allocated() if self.cuda else None,
+            "loss_scale": scales[-1] if scales else None,
+            "device": torch.cuda.get_device_name() if self.cuda else "cpu",
+            "cuda_available": self.cuda,
+            "torch": torch.__version__,
+            "settings": {
+                "matmul_allow_tf32": torch.backends.cuda.matmul.allow_tf32,
+                "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32,
+                "float32_matmul_precision": torch.get_float32_matmul_precision(),
+                "cudnn_benchmark": torch.backends.cudnn.benchmark,
+                "cudnn_deterministic": torch.backends.cudnn.deterministic,
+            },
+        }
+
+
+def _instrument(torch, recorder: Recorder) -> None:
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    in_scaler_step = [0]
+
+    def after_optimizer_step(optimizer, args, kwargs) -> None:
+        if not in_scaler_step[0]:
+            recorder.step(skipped=False)
+
+    register_optimizer_step_post_hook(after_optimizer_step)
+
+    original_backward = torch.Tensor.backward
+
+    def backward(self, *args, **kwargs):
+        recorder.backward(self)
+        return original_backward(self, *args, **kwargs)
+
+    torch.Tensor.backward = backward
+
+    scaler_classes = {torch.amp.GradScaler}
+    legacy = getattr(getattr(torch.cuda, "amp", None), "GradScaler", None)
+    if isinstance(legacy, type):
+        scaler_classes.add(legacy)
+    for cls in scaler_classes:
+        _wrap_scaler(cls, recorder, in_scaler_step)
+
+
+def _wrap_scaler(cls, recorder: Recorder, in_scaler_step: list[int]) -> None:
+    original_init, original_scale, original_step = cls.__init__, cls.scale, cls.step
+
+    def __init__(self, *args, **kwargs):
+        original_init(self, *args, **kwargs)
+        recorder.scalers.append(weakref.ref(self))
+
+    def scale(self, outputs):
+        scaled = original_scale(self, outputs)
+        recorder.scaled(outputs, scaled)
+        return scaled
+
+    def step(self, optimizer, *args, **kwargs):
+        # The scaler calls optimizer.step() only when the gradients are finite:
+        # a step without that call is a skipped one.
+        ran = []
+        hook = optimizer.register_step_post_hook(lambda *_: ran.append(True))
+        in_scaler_step[0] += 1
+        try:
+            result = original_step(self, optimizer, *args, **kwargs)
+        finally:
+            in_scaler_step[0] -= 1
+            hook.remove()
+        recorder.step(skipped=not ran)
+        return result
+
+    cls.__init__, cls.scale, cls.step = __init__, scale, step
+
+
+def _seed(torch, seed: int) -> None:
+    random.seed(seed)
+    try:
+        import numpy
+    except ImportError:
+        pass
+    else:
+        numpy.random.seed(seed)
+    torch.manual_seed(seed)  # seeds CUDA too
+
+
+def _print_script_traceback(error: BaseException) -> None:
+    """The traceback from the script's frames on: the harness's exec is noise."""
+    traceback.print_exception(type(error), error, error.__traceback__.tb_next)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m amplint.verify.harness")
+    parser.add_argument("--source", required=True, help="file holding the code to run")
+    parser.add_argument("--script", required=True, help="the script it stands for")
+    parser.add_argument("--steps", type=int, required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--progress")
+    parser.add_argument("script_args", nargs=argparse.REMAINDER)
+    options = parser.parse_args(argv)
+    script_args = options.script_args
+    if script_args[:1] == ["--"]:
+        script_args = script_args[1:]
+    try:
+        source = Path(options.source).read_text(encoding="utf-8")
+        code = compile(source, options.script, "exec", dont_inherit=True)
+    except (OSError, SyntaxError) as error:
+        print(f"amplint verify harness: cannot load {options.source}: {error}", file=sys.stderr)
+        return HARNESS_ERROR
+
+    import torch
+
+    recorder = Recorder(torch, options.steps, options.progress)
+    _seed(torch, options.seed)
+    _instrument(torch, recorder)
+    script = Path(options.script).resolve()
+    sys.argv = [str(script), *script_args]
+    sys.path.insert(0, str(script.parent))
+    os.chdir(script.parent)
+    namespace = {"__name__": "__main__", "__file__": str(script), "__builtins__": builtins}
+    finished = "script"
+    status = 0
+    recorder.start()
+    try:
+        exec(code, namespace)
+    except StopTraining:
+        finished = "steps"
+    except SystemExit as exit_:
+        status = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+        if status != 0:
+            _print_script_traceback(exit_)
+    except BaseException as error:
+        _print_script_traceback(error)
+        status = 1
+    with open(options.out, "w", encoding="utf-8") as handle:
+        json.dump({**recorder.result(finished), "exit_status": status}, handle)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
