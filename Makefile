@@ -4,6 +4,7 @@
 #   make bench  time amplint check/fix on the installed torch package, next to ruff
 #   make realcode  check and fix a copy of the installed torch package; prove nothing broke
 #   make fuzz   a long run of the generated-program tests (CI runs a few hundred)
+#   make verify-gpu  amplint verify on the bundled GPU examples: the README's table (needs CUDA)
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -11,7 +12,7 @@ BIN := $(VENV)/bin
 DEMO_SCRIPTS := fixtures/fp32_steps/nested_loops.py fixtures/deprecated_amp/legacy_train.py
 DEMO_DIR := build/demo
 
-.PHONY: demo test bench realcode fuzz clean
+.PHONY: demo test bench realcode fuzz verify-gpu clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -50,6 +51,9 @@ realcode: $(VENV)/.installed-test
 FUZZ_EXAMPLES ?= 20000
 fuzz: $(VENV)/.installed-test
 	AMPLINT_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest -p no:cacheprovider tests/test_fuzz.py
+
+verify-gpu: $(VENV)/.installed-test
+	$(BIN)/python tests/verify_table.py
 
 clean:
 	rm -rf $(VENV) build dist .pytest_cache
