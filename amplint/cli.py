@@ -42,6 +42,7 @@ from amplint.report.text import (
     unified_diff,
 )
 from amplint.rules import ALL_CODES
+from amplint.terminal import ProgressBar, RunProgress, color
 from amplint.runner import Mode, default_jobs, run, run_source
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
@@ -95,42 +96,6 @@ def _load_settings(
 STDIN = Path("-")
 
 
-def _color() -> bool | None:
-    """Styles on a terminal only (click's own test), never with NO_COLOR set,
-    always with FORCE_COLOR set (https://no-color.org)."""
-    if os.environ.get("NO_COLOR"):
-        return False
-    if os.environ.get("FORCE_COLOR"):
-        return True
-    return None
-
-
-class _ProgressBar:
-    """A bar on stderr while files are analysed: on a terminal, for runs with
-    enough files to be worth watching; nothing otherwise (CI logs, pipes)."""
-
-    MIN_FILES = 8
-
-    def __init__(self) -> None:
-        self.enabled = sys.stderr.isatty()
-        self._bar = None
-
-    def __call__(self, done: int, total: int) -> None:
-        if not self.enabled or total < self.MIN_FILES:
-            return
-        if self._bar is None:
-            self._bar = click.progressbar(
-                length=total, label="Analysing", file=sys.stderr, color=_color()
-            )
-            self._bar.__enter__()
-        self._bar.update(1)
-
-    def close(self) -> None:
-        if self._bar is not None:
-            self._bar.__exit__(None, None, None)
-            self._bar = None
-
-
 def _run(paths: tuple[Path, ...], settings: Settings, options: dict, **mode) -> list[FileReport]:
     jobs, no_cache, cache_dir = options["jobs"], options["no_cache"], options["cache_dir"]
     if jobs is not None and jobs < 1:
@@ -139,7 +104,7 @@ def _run(paths: tuple[Path, ...], settings: Settings, options: dict, **mode) -> 
     cache = None
     if not no_cache:
         cache = ResultCache(cache_dir or settings.root / CACHE_DIR_NAME)
-    progress = _ProgressBar()
+    progress = ProgressBar()
     try:
         reports = run(
             paths or (Path("."),),
@@ -265,7 +230,7 @@ def _findings(reports: list[FileReport]) -> list[Finding]:
 
 def _echo_lines(lines: list[str]) -> None:
     for line in lines:
-        click.echo(line, color=_color())
+        click.echo(line, color=color())
 
 
 @main.command()
@@ -365,7 +330,7 @@ def fix(paths, apply_, unsafe_fixes, **options) -> None:
         for line in applied_lines(report.path, report.applied):
             click.echo(line)
     for finding in remaining:
-        click.echo(text_row(finding), err=not apply_, color=_color())
+        click.echo(text_row(finding), err=not apply_, color=color())
     files = "file" if changed_files == 1 else "files"
     if apply_:
         click.echo(
@@ -394,7 +359,7 @@ def _fix_stdin(source: SourceFile, settings: Settings, unsafe: bool) -> None:
     if report.error is not None:
         _error(f"{report.path}: {report.error}")
     for diagnostic in report.diagnostics:
-        click.echo(text_row(Finding(report.path, diagnostic)), err=True, color=_color())
+        click.echo(text_row(Finding(report.path, diagnostic)), err=True, color=color())
     if report.error is not None:
         sys.exit(EXIT_ERROR)
     sys.exit(EXIT_FINDINGS if report.diagnostics else EXIT_CLEAN)
@@ -457,7 +422,7 @@ def verify(script, script_args, steps, warmup, rtol, min_speedup, timeout, as_js
         thresholds=Thresholds(steps, warmup, default_last(steps), rtol, min_speedup),
         timeout_s=timeout,
     )
-    progress = _VerifyProgress() if sys.stderr.isatty() else None
+    progress = RunProgress() if sys.stderr.isatty() else None
     try:
         outcome = runs.verify(request, progress)
     except runs.VerifyError as error:
@@ -478,18 +443,8 @@ def verify(script, script_args, steps, warmup, rtol, min_speedup, timeout, as_js
         click.echo(json.dumps(document, indent=2))
     else:
         for line in text_report(script, outcome):
-            click.echo(line, color=_color())
+            click.echo(line, color=color())
     sys.exit(runs.EXIT_PASSED if comparison.passed else runs.EXIT_FAILED)
-
-
-class _VerifyProgress:
-    """``baseline: step 12 of 50`` on one stderr line while a run goes on."""
-
-    def __call__(self, name: str, done: int, total: int) -> None:
-        click.echo(f"\r\x1b[K{name}: step {done} of {total}", err=True, nl=False)
-
-    def clear(self) -> None:
-        click.echo("\r\x1b[K", err=True, nl=False)
 
 
 @main.command(name="rules")

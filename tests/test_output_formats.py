@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from amplint import cli
+from amplint import terminal
 from amplint.catalog import load_catalog
 from amplint.cli import main
 from tests.helpers import FIXTURES, REPO, assert_matches_golden, dedent, run_cli
@@ -138,17 +138,17 @@ class _Terminal(io.StringIO):
 
 
 def test_progress_bar_on_a_terminal_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    terminal = _Terminal()
-    monkeypatch.setattr(cli.sys, "stderr", terminal)
-    bar = cli._ProgressBar()
+    screen = _Terminal()
+    monkeypatch.setattr(terminal.sys, "stderr", screen)
+    bar = terminal.ProgressBar()
     for done in range(1, 11):
         bar(done, 10)
     bar.close()
-    assert "Analysing" in terminal.getvalue() and "100%" in terminal.getvalue()
+    assert "Analysing" in screen.getvalue() and "100%" in screen.getvalue()
 
     quiet = io.StringIO()  # a pipe or a CI log
-    monkeypatch.setattr(cli.sys, "stderr", quiet)
-    bar = cli._ProgressBar()
+    monkeypatch.setattr(terminal.sys, "stderr", quiet)
+    bar = terminal.ProgressBar()
     for done in range(1, 11):
         bar(done, 10)
     bar.close()
@@ -156,13 +156,13 @@ def test_progress_bar_on_a_terminal_only(monkeypatch: pytest.MonkeyPatch) -> Non
 
 
 def test_a_short_run_shows_no_bar(monkeypatch: pytest.MonkeyPatch) -> None:
-    terminal = _Terminal()
-    monkeypatch.setattr(cli.sys, "stderr", terminal)
-    bar = cli._ProgressBar()
+    screen = _Terminal()
+    monkeypatch.setattr(terminal.sys, "stderr", screen)
+    bar = terminal.ProgressBar()
     bar(1, 2)
     bar(2, 2)
     bar.close()
-    assert terminal.getvalue() == ""
+    assert screen.getvalue() == ""
 
 
 # -- standard input -----------------------------------------------------------------
