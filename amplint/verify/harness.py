@@ -32,6 +32,7 @@ from pathlib import Path
 # Exit status of a harness that could not start the script (bad arguments,
 # unreadable source): the parent reports it as an internal error.
 HARNESS_ERROR = 70
+NEEDS_TORCH = "amplint verify needs torch in this Python: pip install 'amplint[verify]'"
 
 
 class StopTraining(BaseException):
@@ -213,8 +214,11 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, SyntaxError) as error:
         print(f"amplint verify harness: cannot load {options.source}: {error}", file=sys.stderr)
         return HARNESS_ERROR
-
-    import torch
+    try:
+        import torch
+    except ImportError:
+        print(NEEDS_TORCH, file=sys.stderr)
+        return HARNESS_ERROR
 
     recorder = Recorder(torch, options.steps, options.progress)
     _seed(torch, options.seed)

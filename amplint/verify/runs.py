@@ -20,7 +20,7 @@ from amplint.engine import FixError, fix_text
 from amplint.files import SourceError, read_source
 from amplint.rules import ALL_CODES
 from amplint.verify.compare import Comparison, Thresholds
-from amplint.verify.harness import HARNESS_ERROR
+from amplint.verify.harness import HARNESS_ERROR, NEEDS_TORCH
 
 EXIT_PASSED, EXIT_FAILED, EXIT_ERROR, EXIT_NOTHING = 0, 1, 2, 3
 STDERR_TAIL_LINES = 20
@@ -121,7 +121,7 @@ def run_child(
         )
     tail = _tail(stderr)
     if child.returncode == HARNESS_ERROR:
-        raise VerifyError(EXIT_ERROR, f"internal error: the harness could not start:\n{tail}")
+        raise VerifyError(EXIT_ERROR, f"the harness could not start:\n{tail}")
     try:
         result = json.loads(out.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -199,7 +199,9 @@ def verify(request: Request, progress: Progress | None = None) -> Outcome:
     original, fixed, applied = rewritten(request.script, request.settings, request.unsafe)
     device_type = request.settings.device_type
     dtype = request.settings.dtype
-    if not _cuda_available() and device_type == "cuda":
+    # Only a CUDA rewrite needs the probe (a second torch import, about a
+    # second); on the CPU a missing torch is the harness's to report.
+    if device_type == "cuda" and not _cuda_available():
         raise VerifyError(
             EXIT_NOTHING,
             "nothing to verify: the rewrite uses CUDA autocast, and this machine has no "
@@ -230,8 +232,5 @@ def _cuda_available() -> bool:
         text=True,
     )
     if probe.returncode != 0:
-        raise VerifyError(
-            EXIT_ERROR,
-            "amplint verify needs torch in this Python: pip install 'amplint[verify]'",
-        )
+        raise VerifyError(EXIT_ERROR, NEEDS_TORCH)
     return probe.stdout.strip() == "True"
