@@ -33,6 +33,11 @@ class RuleDoc:
     after: str | None
     path: Path
 
+    @property
+    def body(self) -> str:
+        """The document without its header."""
+        return self.text[self.text.index("\n---\n", 4) + len("\n---\n") :].strip()
+
 
 def catalog_dir() -> Path:
     """`amplint/_catalogue` in an installed wheel, the repository's `rules/` otherwise."""

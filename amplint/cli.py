@@ -426,16 +426,15 @@ def verify(script, script_args, steps, warmup, rtol, min_speedup, timeout, as_js
     try:
         outcome = runs.verify(request, progress)
     except runs.VerifyError as error:
-        if progress is not None:
-            progress.clear()
         if as_json:
             click.echo(
                 json.dumps({"passed": False, "error": str(error), "exit_code": error.exit_code})
             )
         _error(str(error))
         sys.exit(error.exit_code)
-    if progress is not None:
-        progress.clear()
+    finally:
+        if progress is not None:
+            progress.clear()
     comparison = outcome.comparison
     if as_json:
         document = comparison.as_json(outcome.device, outcome.dtype)

@@ -309,12 +309,12 @@ def _analyse(
     unsafe: bool,
     previews: bool,
 ) -> FileReport:
-    if previews and not fixing:
-        diagnostics, report.previews = lint_with_previews(text, codes, settings)
-        report.found = report.diagnostics = _portable(diagnostics)
-        return report
     if not fixing:
-        report.found = report.diagnostics = _portable(lint_text(text, codes, settings))
+        if previews:
+            diagnostics, report.previews = lint_with_previews(text, codes, settings)
+        else:
+            diagnostics = lint_text(text, codes, settings)
+        report.found = report.diagnostics = _portable(diagnostics)
         return report
     try:
         result = fix_text(text, codes, settings, unsafe)

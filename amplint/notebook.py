@@ -108,8 +108,8 @@ class Notebook:
         Raises NotebookError when the cells cannot be told apart any more, or
         when the JSON's layout is not one amplint can write back unchanged.
         """
-        layout = _layout_of(self.raw)
         document = json.loads(self.raw)
+        layout = _layout_of(self.raw, document)
         sources = self.cell_sources(code)
         for number, source in sources.items():
             cell = document["cells"][number - 1]
@@ -155,10 +155,9 @@ _INDENTS = (
 )
 
 
-def _layout_of(raw: str) -> _Layout:
-    """The json.dumps settings that reproduce `raw` byte for byte (key order
-    is kept as read)."""
-    document = json.loads(raw)
+def _layout_of(raw: str, document: object) -> _Layout:
+    """The json.dumps settings that reproduce `raw`, whose parse is
+    `document`, byte for byte (key order is kept as read)."""
     final_newline = raw.endswith("\n")
     for indent, separators in _INDENTS:
         for ensure_ascii in (False, True):

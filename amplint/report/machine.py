@@ -78,7 +78,7 @@ def _section(body: str, title: str) -> str | None:
 
 
 def _sarif_rule(doc: RuleDoc) -> dict:
-    body = doc.text.split("\n---\n", 1)[-1].strip()
+    body = doc.body
     return {
         "id": doc.code,
         "name": doc.name,
