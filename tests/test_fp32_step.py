@@ -333,3 +333,49 @@ def test_two_loops_in_one_function_get_a_scaler_each() -> None:
     assert 'grad_scaler = torch.amp.GradScaler("cuda")' in result
     assert "grad_scaler.scale(loss).backward()" in result
     assert fixed(result) == result
+
+
+def test_loss_arithmetic_in_ifs_after_the_forward_stays_outside_autocast() -> None:
+    """HF's run_glue: `if n_gpu > 1: loss = loss.mean()` between forward and backward."""
+    before = dedent("""
+        import torch
+
+
+        def train(model, loader, optimizer, args):
+            for batch in loader:
+                outputs = model(**batch)
+                loss = outputs[0]
+                if args.n_gpu > 1:
+                    loss = loss.mean()
+                if args.gradient_accumulation_steps > 1:
+                    loss = loss / args.gradient_accumulation_steps
+                loss.backward()
+                optimizer.step()
+        """)
+    migrated = fixed(before)
+    assert (
+        '        with torch.autocast("cuda", dtype=torch.float16):\n'
+        "            outputs = model(**batch)\n"
+        "            loss = outputs[0]\n"
+        "        if args.n_gpu > 1:\n"
+    ) in migrated
+    assert "        scaler.scale(loss).backward()\n" in migrated
+
+
+def test_one_backward_in_each_branch_of_an_if_is_one_step() -> None:
+    before = dedent("""
+        import torch
+
+
+        def train(model, loader, optimizer, retain):
+            for inputs, targets in loader:
+                loss = torch.nn.functional.mse_loss(model(inputs), targets)
+                if retain:
+                    loss.backward(retain_graph=True)
+                else:
+                    loss.backward()
+                optimizer.step()
+        """)
+    migrated = fixed(before)
+    assert "scaler.scale(loss).backward(retain_graph=True)" in migrated
+    assert "            scaler.scale(loss).backward()\n" in migrated

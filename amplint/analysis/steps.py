@@ -371,7 +371,9 @@ class _StepFinder(ScopedVisitor):
             if step.function is not None
             else set()
         )
-        for backward in step.backwards:
+        for index, backward in enumerate(step.backwards):
+            if index and backward.top == step.backwards[index - 1].top:
+                continue  # `if a: loss.backward() else: ...`: the same statement, one region
             if self._runs_model(backward.loss):
                 shown = self.module.code_for_node(backward.loss)
                 return f"the forward pass runs inside `{shown}.backward()`; bind the loss first"
@@ -508,9 +510,19 @@ def _forward_region(
     loss_names = name_use(backward.loss).read
     last = None
     for index in range(backward.top - 1, lower - 1, -1):
-        if name_use(body[index]).bound & loss_names:
-            last = index
-            break
+        use = name_use(body[index])
+        if not use.bound & loss_names:
+            continue
+        if (
+            not isinstance(body[index], cst.SimpleStatementLine)
+            and use.read & loss_names
+            and not runs_model(body[index])
+        ):
+            # `if n_gpu > 1: loss = loss.mean()`: arithmetic on a loss computed
+            # above, which stays outside autocast as in torch's recipe.
+            continue
+        last = index
+        break
     if last is None:
         shown = cst.Module([]).code_for_node(backward.loss)
         if loss_names and loss_names <= parameters:
