@@ -18,7 +18,7 @@ import libcst as cst
 
 from amplint.analysis import ModuleFacts
 from amplint.config import Settings
-from amplint.diagnostics import SYNTAX_ERROR, Applicability, Diagnostic, Span
+from amplint.diagnostics import SYNTAX_ERROR, Applicability, Diagnostic, Fix, Span
 from amplint.files import SourceFile
 from amplint.notebook import Notebook, NotebookError
 from amplint.prefilter import SourceClues
@@ -148,7 +148,8 @@ def _disjoint_fixes(due: list[Diagnostic], facts: ModuleFacts) -> list[Diagnosti
     """The due fixes whose edited regions do not overlap, smallest first.
 
     A fix may rewrite a whole function or class; fixes inside it wait for the
-    next round, where they are recomputed on the rewritten code.
+    next round, where they are recomputed on the rewritten code.  A fix several
+    findings share (AMP203 migrates a module at once) is applied once, for all.
     """
 
     def extents(diagnostic: Diagnostic) -> list[tuple[tuple[int, int], tuple[int, int]]]:
@@ -161,9 +162,10 @@ def _disjoint_fixes(due: list[Diagnostic], facts: ModuleFacts) -> list[Diagnosti
         end = max(region[1] for region in regions)
         return (end[0] - start[0], end[1] - start[1])
 
-    chosen: list[Diagnostic] = []
+    chosen: set[Fix] = set()
     taken: list[tuple[tuple[int, int], tuple[int, int]]] = []
-    for diagnostic in sorted(due, key=size):
+    one_per_fix = {diagnostic.fix: diagnostic for diagnostic in reversed(due)}
+    for diagnostic in sorted(one_per_fix.values(), key=size):
         mine = extents(diagnostic)
         if any(
             start < other_end and other_start < end
@@ -171,9 +173,9 @@ def _disjoint_fixes(due: list[Diagnostic], facts: ModuleFacts) -> list[Diagnosti
             for other_start, other_end in taken
         ):
             continue
-        chosen.append(diagnostic)
+        chosen.add(diagnostic.fix)
         taken += mine
-    return chosen
+    return [diagnostic for diagnostic in due if diagnostic.fix in chosen]
 
 
 def lint_text(text: str, codes: frozenset[str], settings: Settings) -> list[Diagnostic]:
@@ -202,14 +204,17 @@ def lint_with_previews(
         return diagnostics, previews
     if facts.module.code != text:
         return diagnostics, previews  # not reproducible: `fix` refuses it too
+    fixed_code: dict[Fix, str] = {}  # a fix several findings share is previewed once
     for diagnostic in diagnostics:
         fix = diagnostic.fix
         if fix is None or not (fix.edits or fix.module_passes):
             continue
-        module = apply_edits(facts.module, fix.edits)
-        for module_pass in fix.module_passes:
-            module = module_pass(module)
-        previews[diagnostic.portable()] = module.code
+        if fix not in fixed_code:
+            module = apply_edits(facts.module, fix.edits)
+            for module_pass in fix.module_passes:
+                module = module_pass(module)
+            fixed_code[fix] = module.code
+        previews[diagnostic.portable()] = fixed_code[fix]
     return diagnostics, previews
 
 
@@ -259,8 +264,9 @@ def fix_text(
         if not due:
             return FixResult(text, applied, diagnostics, found)
         due = _disjoint_fixes(due, facts)
-        new_module = apply_edits(module, (edit for d in due for edit in d.fix.edits))
-        for module_pass in dict.fromkeys(p for d in due for p in d.fix.module_passes):
+        fixes = list(dict.fromkeys(d.fix for d in due))
+        new_module = apply_edits(module, (edit for fix in fixes for edit in fix.edits))
+        for module_pass in dict.fromkeys(p for fix in fixes for p in fix.module_passes):
             new_module = module_pass(new_module)
         new_text = new_module.code
         if new_text == text:
