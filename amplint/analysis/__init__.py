@@ -7,6 +7,7 @@ from functools import cached_property
 import libcst as cst
 
 from amplint.analysis.accumulation import PerMicroStep, find_scalers_per_microstep
+from amplint.analysis.apex import ApexScan, find_apex_uses
 from amplint.analysis.autocast import AutocastScan, scan_autocast
 from amplint.analysis.checkpoints import CheckpointScan, find_checkpoints_without_scaler
 from amplint.analysis.bf16_scaler import Bf16Scaler, find_bf16_scalers
@@ -56,6 +57,10 @@ class ModuleFacts:
     @cached_property
     def deprecated_amp_uses(self) -> list[DeprecatedAmpUse]:
         return find_deprecated_amp_uses(self.module, self.imports)
+
+    @cached_property
+    def apex(self) -> ApexScan:
+        return find_apex_uses(self.module, self.imports)
 
     @cached_property
     def autocast(self) -> AutocastScan:

@@ -46,6 +46,9 @@ def full(findings: Iterable[Finding]) -> list[str]:
     """Each row, the code it points at with the span underlined, and the fix
     as the diff it makes on its own."""
     lines: list[str] = []
+    # A fix several findings share (AMP203 migrates a module at once) is shown
+    # under the first of them.
+    shown: dict[tuple[Path, str], str] = {}
     for finding in findings:
         lines.append(text_row(finding))
         lines += _snippet(finding)
@@ -53,7 +56,13 @@ def full(findings: Iterable[Finding]) -> list[str]:
         if fix is not None:
             label = "fix" if finding.safe_fix else "unsafe fix (--unsafe-fixes)"
             lines.append(f"  = {click.style(label, fg='cyan')}: {fix.message}")
-            lines += ["    " + line for line in _preview_diff(finding)]
+            key = (finding.path, finding.preview)
+            if finding.preview is not None and key in shown:
+                lines.append(f"    (the diff shown at {shown[key]})")
+            else:
+                if finding.preview is not None:
+                    shown[key] = location(finding.path, finding.diagnostic)
+                lines += ["    " + line for line in _preview_diff(finding)]
         lines.append("")
     return lines
 

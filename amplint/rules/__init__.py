@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from amplint.diagnostics import SYNTAX_ERROR
+from amplint.rules.apex import ApexAmp, ApexOther
 from amplint.rules.autocast_device import AutocastDeviceType
 from amplint.rules.backward_in_autocast import BackwardInsideAutocast
 from amplint.rules.base import Rule
@@ -44,6 +45,8 @@ RULES: tuple[Rule, ...] = (
     DeprecatedTorchAmp("AMP201", "cuda"),
     DeprecatedTorchAmp("AMP202", "cpu"),
     AutocastDeviceType(),
+    ApexAmp(),
+    ApexOther(),
 )
 
 # Codes the engine reports itself rather than through a rule.

@@ -2,12 +2,14 @@
 
 `tidy_deprecated_amp_imports` drops the torch.cuda.amp / torch.cpu.amp names that
 no code refers to any more and binds ``torch`` where a rewrite now needs it;
+`tidy_apex_imports` drops the apex names the AMP203/AMP204 migrations left unused,
+with the ``try: ... except ImportError:`` that guarded nothing else;
 `ensure_functools_imported` adds ``import functools`` for ``functools.partial``.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 import libcst as cst
 
@@ -60,7 +62,7 @@ def _import_torch_line(leading_lines: Sequence[cst.EmptyLine] = ()) -> cst.Simpl
     )
 
 
-class _DeprecatedImportTidier(cst.CSTTransformer):
+class _UnusedImportTidier(cst.CSTTransformer):
     def __init__(self, unused: dict[int, set[str]], add_torch_before: set[int]) -> None:
         self.unused = unused  # statement id -> local names no longer referenced
         self.add_torch_before = add_torch_before  # statement ids
@@ -139,6 +141,24 @@ class _DeprecatedImportTidier(cst.CSTTransformer):
             result.append(statement)
         return result
 
+    def leave_Try(self, original_node: cst.Try, updated_node: cst.Try):
+        """`try: from apex import amp / except ImportError: raise ...` guarded the
+        import alone: once the import goes, so does the try."""
+        if not all(id(statement) in self.vanished for statement in updated_node.body.body):
+            return updated_node
+        if updated_node.orelse is not None or updated_node.finalbody is not None:
+            return updated_node
+        if not all(
+            handler.type is not None and dotted_name(handler.type) in IMPORT_ERRORS
+            for handler in updated_node.handlers
+        ):
+            return updated_node
+        placeholder = cst.SimpleStatementLine(
+            body=[cst.Pass()], leading_lines=updated_node.leading_lines
+        )
+        self.vanished[id(placeholder)] = placeholder
+        return placeholder
+
     def leave_IndentedBlock(
         self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock
     ):
@@ -157,7 +177,23 @@ def _local_name(alias: cst.ImportAlias) -> str | None:
     return name.split(".", 1)[0] if name else None
 
 
+IMPORT_ERRORS = {"ImportError", "ModuleNotFoundError"}
+
+
+def _is_apex_binding(binding: Binding) -> bool:
+    return binding.target == "apex" or binding.target.startswith("apex.")
+
+
+def tidy_apex_imports(module: cst.Module) -> cst.Module:
+    return _tidy_unused_imports(module, _is_apex_binding)
+
+
 def tidy_deprecated_amp_imports(module: cst.Module) -> cst.Module:
+    return _tidy_unused_imports(module, _is_deprecated_binding)
+
+
+def _tidy_unused_imports(module: cst.Module, tidied: Callable[[Binding], bool]) -> cst.Module:
+    """Drop the names bound by imports `tidied` selects that no code uses any more."""
     imports = ImportMap.of(module)
     referenced = _ReferencedNames()
     referenced.walk(module)
@@ -165,7 +201,7 @@ def tidy_deprecated_amp_imports(module: cst.Module) -> cst.Module:
     add_torch_before: set[int] = set()
     scopes_given_torch: set[int] = set()
     for binding in imports.statements:
-        if not _is_deprecated_binding(binding):
+        if not tidied(binding):
             continue
         scope_names = referenced.by_scope.get(binding.scope, set())
         if binding.name not in scope_names:
@@ -176,7 +212,7 @@ def tidy_deprecated_amp_imports(module: cst.Module) -> cst.Module:
                 add_torch_before.add(id(binding.statement))
     if not unused:
         return module
-    return module.visit(_DeprecatedImportTidier(unused, add_torch_before))
+    return module.visit(_UnusedImportTidier(unused, add_torch_before))
 
 
 def _is_future_import(statement: cst.BaseStatement) -> bool:

@@ -58,7 +58,7 @@ def scaler_obstacle(facts: ModuleFacts, settings: Settings) -> str | None:
     return None
 
 
-def _free_name(candidates: Sequence[str], text: str, prefix: str = "") -> str:
+def free_name(candidates: Sequence[str], text: str, prefix: str = "") -> str:
     for name in candidates:
         if not re.search(rf"(?<![\w.]){re.escape(prefix + name)}\b", text):
             return name
@@ -95,6 +95,8 @@ class InsertAmp:
         self.plan = StatementPlan()
         self.target: cst.CSTNode | None = None
         self.scaler: str | None = None  # how the step refers to its scaler
+        # `enabled=` of the autocast, when a scaler made elsewhere decides it.
+        self.autocast_enabled: str | None = None
         self.dtype_expression = {
             "float16": f"{self.torch}.float16",
             "bfloat16": f"{self.torch}.bfloat16",
@@ -126,8 +128,8 @@ class InsertAmp:
         step = self.step
         if step.owner is not step.function:  # a loop body: before the outermost loop
             text = self.code(step.function) if step.function is not None else self.facts.text
-            scaler = _free_name(SCALER_NAMES, text)
-            dtype_name = _free_name(("amp_dtype", "autocast_dtype"), text)
+            scaler = free_name(SCALER_NAMES, text)
+            dtype_name = free_name(("amp_dtype", "autocast_dtype"), text)
             self.target = step.function or self.facts.module
             self._use(scaler, dtype_name)
             created = self._creation("", dtype_name, scaler)
@@ -138,13 +140,20 @@ class InsertAmp:
         # A free function called from elsewhere: the scaler lives in the scope
         # that defines the function, so every call shares it.
         defining_scope = self.facts.imports.parent.get(step.function) or self.facts.module
-        scaler = _free_name(SCALER_NAMES, self.facts.text)
-        dtype_name = _free_name(("amp_dtype", "autocast_dtype"), self.facts.text)
+        scaler = free_name(SCALER_NAMES, self.facts.text)
+        dtype_name = free_name(("amp_dtype", "autocast_dtype"), self.facts.text)
         self.target = defining_scope
         self._use(scaler, dtype_name)
         created = self._creation("", dtype_name, scaler)
         self._insert(self.plan.before, step.function, created)
         return None
+
+    def use_scaler(self, scaler: str, enabled: str | None) -> None:
+        """Plan the step around a GradScaler that exists already, reached as
+        `scaler`; autocast gets ``enabled=`` the expression `enabled` when given."""
+        self.target = self.step.owner
+        self.scaler = scaler
+        self.autocast_enabled = enabled
 
     def _place_on_instance(self) -> str | None:
         step = self.step
@@ -164,8 +173,8 @@ class InsertAmp:
         init_self = init.params.params[0].name.value
         method_self = step.function.params.params[0].name.value
         class_text = self.code(class_def)
-        scaler = _free_name(SCALER_NAMES, class_text, prefix=f"{init_self}.")
-        dtype_name = _free_name(("amp_dtype", "autocast_dtype"), class_text, prefix=f"{init_self}.")
+        scaler = free_name(SCALER_NAMES, class_text, prefix=f"{init_self}.")
+        dtype_name = free_name(("amp_dtype", "autocast_dtype"), class_text, prefix=f"{init_self}.")
         self.target = class_def
         self._use(f"{method_self}.{scaler}", f"{method_self}.{dtype_name}")
         created = self._creation(f"{init_self}.", dtype_name, scaler)
@@ -195,7 +204,10 @@ class InsertAmp:
         """Plan autocast around the forward regions (unless the step has its own,
         `autocast_regions=False`) and the scaler's calls."""
         step, plan = self.step, self.plan
-        autocast = f'{self.torch}.autocast("{self.choice.device}", dtype={self.dtype_expression})'
+        autocast = f'{self.torch}.autocast("{self.choice.device}", dtype={self.dtype_expression}'
+        if self.autocast_enabled is not None:
+            autocast += f", enabled={self.autocast_enabled}"
+        autocast += ")"
 
         def wrapper(statements: Sequence[cst.BaseStatement]) -> cst.With:
             return cst.With(

@@ -1,0 +1,213 @@
+"""AMP203 / AMP204: NVIDIA apex's mixed precision, removed from apex in 2025.
+
+AMP203 migrates ``apex.amp`` to torch.amp, the whole module in one fix (see
+transforms/apex.py for why it cannot be done a line at a time).  AMP204 covers
+the rest of apex's precision and parallel tooling: ``apex.parallel``'s
+DistributedDataParallel and ``convert_syncbn_model`` are rewritten to torch's,
+``apex.fp16_utils`` and apex's private amp state are reported with guidance.
+Everything else in apex (fused optimizers, normalization kernels) is not mixed
+precision and is left alone.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator, Sequence
+
+import libcst as cst
+
+from amplint.analysis import ModuleFacts
+from amplint.analysis.apex import APEX_AMP, APEX_FP16_UTILS, ApexUse, is_private
+from amplint.config import Settings
+from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix, Span
+from amplint.prefilter import SourceClues
+from amplint.rules.base import Rule
+from amplint.transforms.apex import MigrationBlocked, migrate_apex
+from amplint.transforms.imports import ensure_torch_imported, tidy_apex_imports
+
+REMOVED = "removed from apex in 2025"
+
+# What each apex.amp member becomes, for the finding's message.
+_AMP_REPLACEMENTS = {
+    "initialize": "a torch.amp.GradScaler, with torch.autocast around the forward pass",
+    "scale_loss": "`scaler.scale(loss).backward()`, with `scaler.step(optimizer)` and "
+    "`scaler.update()` after it",
+    "master_params": "the optimizer's own parameters, after `scaler.unscale_(optimizer)`",
+    "state_dict": "`scaler.state_dict()` (checkpoints apex wrote hold `loss_scaler0` and "
+    "do not load into a GradScaler)",
+    "load_state_dict": "`scaler.load_state_dict(...)` (checkpoints apex wrote hold "
+    "`loss_scaler0` and do not load into a GradScaler)",
+    "float_function": '`torch.amp.custom_fwd(device_type="cuda", cast_inputs=torch.float32)` '
+    "on the autograd Function it applies",
+    "half_function": '`torch.amp.custom_fwd(device_type="cuda", cast_inputs=torch.float16)` '
+    "on the autograd Function it applies, or autocast's own choice",
+    "promote_function": "autocast's own choice of dtype",
+    "register_float_function": "`.float()` on the inputs of its calls",
+    "register_half_function": "autocast's own choice of dtype",
+    "register_promote_function": "autocast's own choice of dtype",
+    "disable_casts": '`torch.autocast("cuda", enabled=False)`',
+}
+
+_DDP = "apex.parallel.DistributedDataParallel"
+_CONVERT_SYNCBN = "apex.parallel.convert_syncbn_model"
+_SYNCBN = "apex.parallel.SyncBatchNorm"
+# What AMP204's fixes leave for a module pass: apex imports nothing uses, torch.
+_PASSES = (tidy_apex_imports, ensure_torch_imported)
+# apex.parallel.DistributedDataParallel's own options; torch's DDP takes none of them.
+_APEX_DDP_OPTIONS = (
+    "message_size",
+    "delay_allreduce",
+    "shared_param",
+    "allreduce_trigger_params",
+    "retain_allreduce_buffers",
+    "allreduce_always_fp32",
+    "num_allreduce_streams",
+    "allreduce_communicators",
+    "gradient_average",
+    "gradient_predivide_factor",
+    "gradient_average_split_factor",
+    "prof",
+)
+
+
+class ApexAmp(Rule):
+    code = "AMP203"
+
+    def may_fire(self, clues: SourceClues) -> bool:
+        return "apex" in clues.text and clues.may_use("amp")
+
+    def check(self, facts: ModuleFacts, settings: Settings) -> Iterator[Diagnostic]:
+        uses = facts.apex.of(APEX_AMP)
+        if not uses:
+            return
+        blocker, fix, scaler = None, None, "scaler"
+        changes: dict[ApexUse, list[str]] = {}
+        try:
+            migration = migrate_apex(facts, facts.apex, settings)
+        except MigrationBlocked as blocked:
+            blocker = str(blocked)
+        else:
+            changes, scaler = migration.changes, migration.scaler
+            unsafe = any(changes.values())
+            module = migration.module
+            fix = Fix(
+                Applicability.UNSAFE if unsafe else Applicability.SAFE,
+                "apex.amp -> torch.amp, the whole module",
+                (Edit(facts.module, lambda _: module),),
+            )
+        for use in uses:
+            spelled = facts.module.code_for_node(use.node)
+            replacement = _AMP_REPLACEMENTS.get(use.member, "").replace("scaler.", f"{scaler}.")
+            if not replacement:
+                message = f"`{spelled}`: apex.amp was {REMOVED}"
+            else:
+                message = f"`{spelled}`: apex.amp was {REMOVED}; use {replacement}"
+            if changes.get(use):
+                message += "; not exact: " + "; ".join(changes[use])
+            if blocker is not None:
+                message += f" (not fixed: {blocker})"
+            yield Diagnostic(self.code, message, facts.span(use.node), fix)
+
+
+class ApexOther(Rule):
+    code = "AMP204"
+
+    def may_fire(self, clues: SourceClues) -> bool:
+        return "apex" in clues.text and (
+            clues.may_use("parallel") or clues.may_use("fp16_utils") or "_amp_state" in clues.text
+        )
+
+    def check(self, facts: ModuleFacts, settings: Settings) -> Iterator[Diagnostic]:
+        for use in facts.apex.uses:
+            spelled = facts.module.code_for_node(use.node)
+            span = facts.span(use.call or use.node)
+            if use.target == _DDP:
+                yield self._ddp(use, spelled, span, facts)
+            elif use.target == _CONVERT_SYNCBN and use.call is not None:
+                yield self._convert_syncbn(use, spelled, span, facts)
+            elif use.target == _SYNCBN:
+                yield Diagnostic(
+                    self.code,
+                    f"`{spelled}`: apex.parallel.SyncBatchNorm was {REMOVED}; use "
+                    "`torch.nn.SyncBatchNorm` (not fixed: its channel_last and fuse_relu "
+                    "options have no counterpart)",
+                    span,
+                )
+            elif use.module == APEX_FP16_UTILS:
+                yield Diagnostic(
+                    self.code,
+                    f"`{spelled}`: apex.fp16_utils was {REMOVED}; keep the model in float32 and "
+                    "use torch.autocast with a torch.amp.GradScaler instead of FP16_Optimizer "
+                    "and network_to_half (not fixed: the training loop changes shape)",
+                    span,
+                )
+            elif use.module == APEX_AMP and is_private(use.member):
+                yield Diagnostic(
+                    self.code,
+                    f"`{spelled}` reads apex.amp's private state, {REMOVED}; with torch.amp "
+                    "ask the GradScaler (`scaler.get_scale()`, `scaler.state_dict()`) (not fixed)",
+                    span,
+                )
+            # Anything else from apex (fused optimizers, normalization) is not
+            # mixed precision and still ships.
+
+    def _ddp(self, use: ApexUse, spelled: str, span: Span, facts: ModuleFacts) -> Diagnostic:
+        replacement = f"{_torch_name(use, facts)}.nn.parallel.DistributedDataParallel"
+        message = f"`{spelled}`: apex's DistributedDataParallel was {REMOVED}; use `{replacement}`"
+        if use.call is None:  # `isinstance(model, DDP)`: the class itself
+            new = cst.parse_expression(replacement)
+            edit = Edit(use.node, lambda _: new)
+            fix = Fix(Applicability.SAFE, f"-> {replacement}", (edit,), _PASSES)
+            return Diagnostic(self.code, message, span, fix)
+        if len([arg for arg in use.call.args if arg.keyword is None]) != 1:
+            message += (
+                " (not fixed: its positional arguments after the module mean other things to torch)"
+            )
+            return Diagnostic(self.code, message, span)
+        call = use.call.with_changes(func=cst.parse_expression(replacement))
+        dropped = [arg for arg in call.args if _keyword(arg) in _APEX_DDP_OPTIONS]
+        if dropped:
+            names = ", ".join(f"`{_keyword(arg)}`" for arg in dropped)
+            message += (
+                f"; dropped, as torch has no counterpart: {names} (torch overlaps the "
+                "all-reduce with backward in buckets)"
+            )
+            call = call.with_changes(args=_without(call.args, dropped))
+        applicability = Applicability.UNSAFE if dropped else Applicability.SAFE
+        fix = Fix(applicability, f"-> {replacement}", (Edit(use.call, lambda _: call),), _PASSES)
+        return Diagnostic(self.code, message, span, fix)
+
+    def _convert_syncbn(
+        self, use: ApexUse, spelled: str, span: Span, facts: ModuleFacts
+    ) -> Diagnostic:
+        replacement = f"{_torch_name(use, facts)}.nn.SyncBatchNorm.convert_sync_batchnorm"
+        message = f"`{spelled}`: apex.parallel was {REMOVED}; use `{replacement}`"
+        call = use.call.with_changes(func=cst.parse_expression(replacement))
+        dropped = [arg for arg in call.args if _keyword(arg) == "channel_last"]
+        kept = _without(call.args, dropped)
+        if len(kept) > 2 or any(_keyword(arg) not in (None, "process_group") for arg in kept):
+            return Diagnostic(
+                self.code, message + " (not fixed: arguments torch does not take)", span
+            )
+        if dropped:
+            message += "; `channel_last` is dropped: torch's SyncBatchNorm takes any memory format"
+            call = call.with_changes(args=kept)
+        fix = Fix(
+            Applicability.SAFE, f"-> {replacement}", (Edit(use.call, lambda _: call),), _PASSES
+        )
+        return Diagnostic(self.code, message, span, fix)
+
+
+def _torch_name(use: ApexUse, facts: ModuleFacts) -> str:
+    return facts.imports.name_for("torch", use.scope) or "torch"
+
+
+def _keyword(arg: cst.Arg) -> str | None:
+    return arg.keyword.value if arg.keyword is not None else None
+
+
+def _without(args: Sequence[cst.Arg], dropped: Sequence[cst.Arg]) -> list[cst.Arg]:
+    """`args` less `dropped`; the new last argument takes the old last one's comma."""
+    kept = [arg for arg in args if not any(arg is gone for gone in dropped)]
+    if kept and args[-1] is not kept[-1]:
+        kept[-1] = kept[-1].with_changes(comma=args[-1].comma)
+    return kept

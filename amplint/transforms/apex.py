@@ -1,0 +1,749 @@
+"""The AMP203 fix: a module written against apex.amp, migrated to torch.amp.
+
+apex.amp is global state: ``amp.initialize`` patches torch for the whole process
+and every ``amp.scale_loss`` anywhere uses the loss scaler it made.  torch.amp
+has no global state, so the migration makes that state a GradScaler and gives
+each training step the recipe AMP001 writes:
+
+1. Edits on the tree the rule saw take apex out.  ``if args.fp16: <apex> else:
+   <fp32>`` keeps its FP32 branch; ``with amp.scale_loss(loss, opt) as s:
+   s.backward()`` becomes ``loss.backward()``; ``amp.master_params(opt)`` the
+   optimizer's parameters; ``amp.initialize(...)`` a ``torch.amp.GradScaler``
+   whose ``enabled=`` is the condition the apex call ran under;
+   ``amp.state_dict()`` the scaler's.  The scaler is a local of the function
+   that called ``amp.initialize`` when everything using it is in that function,
+   and a module global otherwise, as apex's state was.
+2. The training steps of that FP32 code which reach the scaler are then planned
+   exactly as AMP001 plans a step (`InsertAmp` told to use this scaler):
+   autocast around the forward pass, ``scaler.scale(loss).backward()``,
+   ``scaler.step``, one ``scaler.update()``, ``scaler.unscale_`` before clipping.
+
+The whole module is migrated or nothing is: half an apex migration runs neither
+with apex nor without it.  So the plan is carried out when the rule checks the
+file, and anything that would be left behind (a backward apex scaled that no
+rewritten step scales) stops it with the reason.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import libcst as cst
+
+from amplint.analysis import ModuleFacts
+from amplint.analysis.apex import (
+    APEX_AMP,
+    ApexScan,
+    ApexUse,
+    assigned_names,
+    calls_to,
+    is_private,
+)
+from amplint.analysis.imports import dotted_name
+from amplint.analysis.scopes import Scope
+from amplint.analysis.statements import if_condition, name_use, string_value
+from amplint.config import Settings
+from amplint.diagnostics import Edit
+from amplint.transforms.edits import apply_edits
+from amplint.transforms.imports import IMPORT_ERRORS, ensure_torch_imported, tidy_apex_imports
+from amplint.transforms.insert_amp import (
+    SCALER_NAMES,
+    AmpChoice,
+    InsertAmp,
+    free_name,
+    scaler_obstacle,
+)
+from amplint.transforms.statements import preceded_by
+
+# apex.amp ran CUDA float16 only; its O1 is autocast with a dynamic loss scaler.
+APEX_CHOICE = AmpChoice("cuda", "float16")
+CUSTOM_FWD_SINCE = (2, 4)  # torch.amp.custom_fwd / custom_bwd
+
+# amp.initialize keywords torch.amp has no counterpart for, and what changes
+# when they are dropped; `loss_scale` and `opt_level` are handled apart.
+_DROPPED_KEYWORDS = {
+    "keep_batchnorm_fp32": "with autocast all weights stay float32",
+    "master_weights": "with autocast the weights themselves stay float32",
+    "cast_model_type": "autocast casts per op, not the model",
+    "cast_model_outputs": "autocast picks each op's output dtype",
+    "num_losses": "one GradScaler scales every loss (torch's recipe for several losses), "
+    "so an overflow in one loss skips the steps of the optimizers it reaches",
+    "min_loss_scale": "the GradScaler's scale has no lower bound",
+    "max_loss_scale": "the GradScaler's scale has no upper bound",
+}
+# Keywords that change nothing a migrated script can observe.
+_IGNORED_KEYWORDS = {"enabled", "opt_level", "loss_scale", "verbosity", "patch_torch_functions"}
+# `amp.X_function` / `amp.register_X_function`: the dtype apex forced inputs to.
+_CAST_DTYPES = {"float": "float32", "half": "float16", "promote": None}
+# What apex adds to a training step, and an FP32 branch beside it does plainly.
+_STEP_MEMBERS = {"scale_loss", "master_params"}
+_CODE = cst.Module([])
+
+
+def _code(node: cst.CSTNode) -> str:
+    return _CODE.code_for_node(node)
+
+
+def _squeezed(code: str) -> str:
+    return re.sub(r"\s+", "", code)
+
+
+def _keywords(call: cst.Call) -> dict[str, cst.Arg]:
+    return {arg.keyword.value: arg for arg in call.args if arg.keyword is not None}
+
+
+def _positional(call: cst.Call) -> list[cst.Arg]:
+    return [arg for arg in call.args if arg.keyword is None and not arg.star]
+
+
+def _atom(node: cst.BaseExpression) -> cst.BaseExpression:
+    """`node`, parenthesized unless it binds tighter than an attribute access."""
+    if isinstance(node, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)) or node.lpar:
+        return node
+    return node.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+
+
+def _conjunction(pieces: Sequence[str]) -> str | None:
+    """`a and b`, each piece parenthesized where `and` would regroup it."""
+    if not pieces:
+        return None
+    if len(pieces) == 1:
+        return pieces[0]
+    parts = []
+    for piece in pieces:
+        node = cst.parse_expression(piece)
+        loose = isinstance(node, (cst.IfExp, cst.Lambda, cst.NamedExpr)) or (
+            isinstance(node, cst.BooleanOperation) and isinstance(node.operator, cst.Or)
+        )
+        parts.append(f"({piece})" if loose else piece)
+    return " and ".join(parts)
+
+
+def _negated(test: str) -> str:
+    node = cst.parse_expression(test)
+    simple = isinstance(node, (cst.Name, cst.Attribute, cst.Call, cst.Subscript))
+    return f"not {test}" if simple else f"not ({test})"
+
+
+def _is_docstring(statement: cst.BaseStatement) -> bool:
+    return (
+        isinstance(statement, cst.SimpleStatementLine)
+        and len(statement.body) == 1
+        and isinstance(statement.body[0], cst.Expr)
+        and isinstance(statement.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
+    )
+
+
+class MigrationBlocked(Exception):
+    """Why the module cannot be migrated; the message is shown to the user."""
+
+
+@dataclass
+class _Initialization:
+    use: ApexUse
+    removable: bool  # the statement only binds what amp.initialize returns
+    condition: str | None  # when the scaler is enabled; None: always
+    init_scale: str | None  # a static apex loss scale, where GradScaler starts
+
+
+@dataclass
+class _EditBook:
+    """Rewrites and insertions per target node, composed into one Edit each."""
+
+    nodes: dict[int, cst.CSTNode] = field(default_factory=dict)
+    rewrites: dict[int, list[Callable]] = field(default_factory=dict)
+    before: dict[int, list[cst.BaseStatement]] = field(default_factory=dict)
+
+    def rewrite(self, node: cst.CSTNode, rewrite: Callable) -> None:
+        self.nodes[id(node)] = node
+        self.rewrites.setdefault(id(node), []).append(rewrite)
+
+    def insert_before(self, statement: cst.BaseStatement, new: Sequence[cst.BaseStatement]):
+        self.nodes[id(statement)] = statement
+        self.before.setdefault(id(statement), []).extend(new)
+
+    def edits(self) -> list[Edit]:
+        return [Edit(node, self._composed(key)) for key, node in self.nodes.items()]
+
+    def _composed(self, key: int) -> Callable:
+        rewrites, before = self.rewrites.get(key, []), self.before.get(key, [])
+
+        def rewrite(node):
+            for one in rewrites:
+                node = one(node)
+            if not before:
+                return node
+            if isinstance(node, cst.RemovalSentinel):
+                return cst.FlattenSentinel(before)
+            if isinstance(node, cst.FlattenSentinel):
+                nodes = list(node.nodes)
+                return cst.FlattenSentinel([*preceded_by(before, nodes[0]).nodes, *nodes[1:]])
+            return preceded_by(before, node)
+
+        return rewrite
+
+
+@dataclass
+class ApexMigration:
+    """The migrated module, the scaler it made, and what changes numerically."""
+
+    module: cst.Module
+    scaler: str
+    # Per `amp.initialize` use, and per cast helper, what does not carry over
+    # exactly: a non-empty list makes the fix unsafe.
+    changes: dict[ApexUse, list[str]]
+
+
+def migrate_apex(facts: ModuleFacts, scan: ApexScan, settings: Settings) -> ApexMigration:
+    """The module with every apex.amp use migrated; raises MigrationBlocked."""
+    return _Migrator(facts, scan, settings).run()
+
+
+class _Migrator:
+    def __init__(self, facts: ModuleFacts, scan: ApexScan, settings: Settings) -> None:
+        self.facts = facts
+        self.scan = scan
+        self.settings = settings
+        self.uses = scan.of(APEX_AMP)
+        self.book = _EditBook()
+        self.changes: dict[ApexUse, list[str]] = {}
+        self.scaler = free_name(SCALER_NAMES, facts.text)
+        self.torch = facts.imports.name_for("torch", facts.module) or "torch"
+        self.initializations: list[_Initialization] = []
+        # Uses that need the scaler in reach: scale_loss, state_dict, ...
+        self.scaler_scopes: list[Scope] = []
+        self.losses: list[str] = []  # each loss apex scaled, as its backward will spell it
+        # The function the scaler is a local of; None for a module global.
+        self.local_function: cst.FunctionDef | None = None
+
+    def code(self, node: cst.CSTNode) -> str:
+        return self.facts.module.code_for_node(node)
+
+    # -- driving ------------------------------------------------------------------
+    def run(self) -> ApexMigration:
+        obstacle = scaler_obstacle(self.facts, self.settings)
+        if obstacle is not None:
+            raise MigrationBlocked(obstacle)
+        dropped = self._keep_fp32_branches()
+        for use in self.uses:
+            if not any(id(ancestor) in dropped for ancestor in use.ancestors):
+                self._migrate(use)
+            elif use.member == "scale_loss" and use.call is not None and use.call.args:
+                # In an apex-only branch the FP32 branch replaces; its step must
+                # still end up scaled.
+                self.losses.append(self.code(_atom(use.call.args[0].value)))
+        if not self.initializations:
+            raise MigrationBlocked(
+                "no amp.initialize in this module: the GradScaler that replaces apex's "
+                "state is made where amp.initialize is called; migrate that module with it"
+            )
+        self._place_scaler()
+        module = apply_edits(self.facts.module, self.book.edits())
+        module = tidy_apex_imports(module)
+        module = self._complete_steps(module)
+        return ApexMigration(ensure_torch_imported(module), self.scaler, self.changes)
+
+    def _migrate(self, use: ApexUse) -> None:
+        member = use.member
+        if member == "initialize" and use.call is not None:
+            self._initialize(use)
+        elif member == "scale_loss" and use.call is not None:
+            self._scale_loss(use)
+        elif member == "master_params" and use.call is not None:
+            self._master_params(use)
+        elif member in ("state_dict", "load_state_dict") and use.call is not None:
+            scaler = cst.parse_expression(f"{self.scaler}.{member}")
+            self.book.rewrite(use.call, lambda call: call.with_changes(func=scaler))
+            self.scaler_scopes.append(use.scope)
+        elif member == "disable_casts" and use.call is not None and not use.call.args:
+            autocast = cst.parse_expression(f'{self.torch}.autocast("cuda", enabled=False)')
+            self.book.rewrite(use.call, lambda call: autocast)
+        elif member in ("float_function", "half_function", "promote_function"):
+            self._cast_function(use, member.split("_")[0])
+        elif member.startswith("register_") and member.endswith("_function"):
+            self._registration(use, member[len("register_") : -len("_function")])
+        elif is_private(member):
+            raise MigrationBlocked(
+                f"`{self.code(use.node)}` reads apex's private state (AMP204); "
+                "rewrite it by hand first"
+            )
+        else:
+            shown = self.code(use.call or use.node)
+            raise MigrationBlocked(f"`{shown}` has no torch.amp counterpart amplint knows")
+
+    # -- if args.fp16: <apex> else: <fp32> --------------------------------------------
+    def _keep_fp32_branches(self) -> set[int]:
+        """Plan each `if` with apex on one side only, and nothing else there, to
+        become its other side; returns the ids of the dropped branches' holders."""
+        dropped: set[int] = set()
+        for use in self.uses:
+            for index, holder in enumerate(use.ancestors):
+                if not isinstance(holder, cst.If) or not isinstance(holder.orelse, cst.Else):
+                    continue
+                inside = use.ancestors[index + 1] if index + 1 < len(use.ancestors) else None
+                in_else = inside is holder.orelse
+                apex_block = holder.orelse.body if in_else else holder.body
+                kept_block = holder.body if in_else else holder.orelse.body
+                if id(holder) in dropped or not self._only_apex(apex_block.body):
+                    continue
+                if any(self._inside(other, kept_block) for other in self.uses):
+                    continue
+                dropped.add(id(holder))
+                self.book.rewrite(holder, _replaced_by_branch(keep_body=in_else))
+        return dropped
+
+    def _inside(self, use: ApexUse, block: cst.BaseSuite) -> bool:
+        statements = {id(statement) for statement in block.body}
+        return id(use.statement) in statements or any(
+            id(ancestor) in statements for ancestor in use.ancestors
+        )
+
+    def _only_apex(self, statements: Sequence[cst.BaseStatement]) -> bool:
+        """Whether every statement is apex's half of a step (scale_loss, a clip of
+        master_params) that the other branch does in FP32; an `amp.initialize`
+        is never dropped, it becomes the scaler."""
+        step_work = [use for use in self.uses if use.member in _STEP_MEMBERS]
+        return all(
+            any(use.statement is statement or statement in use.ancestors for use in step_work)
+            and not any(
+                use.statement is statement or statement in use.ancestors
+                for use in self.uses
+                if use.member not in _STEP_MEMBERS
+            )
+            for statement in statements
+        )
+
+    # -- amp.initialize -----------------------------------------------------------
+    def _initialize(self, use: ApexUse) -> None:
+        call = use.call
+        returned = ", ".join(self.code(arg.value) for arg in _positional(call)[:2])
+        statement = use.statement
+        targets = assigned_names(statement)
+        value = statement.body[0].value if targets is not None else None
+        removable = value is call and _squeezed(targets) == _squeezed(returned)
+        if not removable:  # `return amp.initialize(model, optimizer)`: it returns what it was given
+            replacement = cst.parse_expression(returned or "None")
+            self.book.rewrite(call, lambda _: replacement)
+        conditions, changes, init_scale = self._options(call)
+        self.changes[use] = changes
+        if conditions != ["False"]:
+            conditions = self._conditions(use) + conditions
+        self.initializations.append(
+            _Initialization(use, removable, _conjunction(conditions), init_scale)
+        )
+
+    def _options(self, call: cst.Call) -> tuple[list[str], list[str], str | None]:
+        """What amp.initialize's keywords mean for the scaler: the conditions it
+        is enabled under, what changes numerically, and its initial scale."""
+        keywords = _keywords(call)
+        conditions: list[str] = []
+        changes: list[str] = []
+        enabled = keywords.get("enabled")
+        if enabled is not None:
+            conditions.append(self.code(enabled.value))
+        opt_level = keywords.get("opt_level")
+        level = string_value(opt_level.value) if opt_level is not None else "O1"
+        if level is None:
+            shown = self.code(opt_level.value)
+            conditions.append(f'{shown} != "O0"')
+            changes.append(
+                f"opt_level is `{shown}` at run time: O0 turns the scaler and autocast off, "
+                "O2 and O3 are migrated as O1 (autocast with float32 weights)"
+            )
+        elif level == "O0":
+            conditions = ["False"]  # apex's pure FP32
+        elif level in ("O2", "O3"):
+            kept = "float16 with float32 master weights" if level == "O2" else "float16"
+            changes.append(
+                f'opt_level="{level}" kept the model in {kept}; migrated as O1: the weights '
+                "stay float32 and autocast picks float16 or float32 per op (more memory, "
+                "numerically safer)"
+            )
+        for name, change in _DROPPED_KEYWORDS.items():
+            argument = keywords.get(name)
+            if argument is not None and _code(argument.value) not in ("None", "1", "False"):
+                changes.append(f"`{name}` dropped: {change}")
+        init_scale = None
+        loss_scale = keywords.get("loss_scale")
+        shown = _code(loss_scale.value) if loss_scale is not None else "None"
+        if isinstance(loss_scale and loss_scale.value, (cst.Float, cst.Integer)):
+            init_scale = shown
+            changes.append(
+                f"the static loss scale {shown} becomes the GradScaler's initial scale, "
+                "which then adapts"
+            )
+        elif shown not in ("None", '"dynamic"', "'dynamic'"):
+            changes.append(
+                f"`loss_scale={shown}` (run time) dropped: the GradScaler scales dynamically"
+            )
+        return conditions, changes, init_scale
+
+    def _conditions(self, use: ApexUse) -> list[str]:
+        """The `if` tests `use` runs under, as they must hold."""
+        pieces = []
+        chain = [*use.ancestors, use.statement]
+        for index, holder in enumerate(chain[:-1]):
+            if not isinstance(holder, cst.If):
+                continue
+            test, taken = if_condition(holder.test)
+            if chain[index + 1] is holder.orelse:
+                taken = not taken
+            pieces.append(test if taken else _negated(test))
+        return pieces
+
+    # -- where the scaler is made ---------------------------------------------------
+    def _place_scaler(self) -> None:
+        init_scopes = [init.use.scope for init in self.initializations]
+        functions = {
+            id(scope): scope for scope in init_scopes if isinstance(scope, cst.FunctionDef)
+        }
+        local = isinstance(init_scopes[0], cst.FunctionDef) and all(
+            scope is init_scopes[0] for scope in [*init_scopes, *self.scaler_scopes]
+        )
+        self.local_function = init_scopes[0] if local else None
+        for init in self.initializations:
+            self._create_scaler(init)
+        if not local:
+            for function in functions.values():
+                self._declare_global(function)
+
+    def _create_scaler(self, init: _Initialization) -> None:
+        arguments = ['"cuda"']
+        if init.init_scale is not None:
+            arguments.append(f"init_scale={init.init_scale}")
+        if init.condition is not None:
+            arguments.append(f"enabled={init.condition}")
+        line = f"{self.scaler} = {self.torch}.amp.GradScaler({', '.join(arguments)})"
+        created = cst.parse_statement(line + "\n")
+        use = init.use
+        top = use.ancestors[0] if use.ancestors else use.statement
+        if not init.removable:
+            self.book.insert_before(top, [created])
+            return
+        # The statement goes, with the `if`s around it that hold nothing else
+        # (`if args.fp16: from apex import amp; model, opt = amp.initialize(...)`).
+        vanishing: cst.BaseStatement = use.statement
+        for holder in reversed(use.ancestors):
+            if not (isinstance(holder, cst.If) and self._empties(holder, vanishing)):
+                break
+            vanishing = holder
+        if vanishing is top:  # the scaler takes its place
+            self.book.rewrite(
+                top, lambda node: created.with_changes(leading_lines=node.leading_lines)
+            )
+        else:  # made before the statement it was nested in, whichever branch runs
+            self.book.rewrite(vanishing, lambda _: cst.RemovalSentinel.REMOVE)
+            self.book.insert_before(top, [created])
+
+    def _empties(self, holder: cst.If, removed: cst.BaseStatement) -> bool:
+        """Whether `holder` holds nothing once `removed` and apex imports are gone."""
+        if holder.orelse is not None:
+            return False
+        return all(
+            statement is removed or _imports_apex_only(statement) for statement in holder.body.body
+        )
+
+    def _declare_global(self, function: cst.FunctionDef) -> None:
+        declaration = cst.SimpleStatementLine([cst.Global([cst.NameItem(cst.Name(self.scaler))])])
+
+        def declare(block: cst.IndentedBlock) -> cst.IndentedBlock:
+            body = list(block.body)
+            position = 1 if body and _is_docstring(body[0]) else 0
+            return block.with_changes(body=[*body[:position], declaration, *body[position:]])
+
+        self.book.rewrite(function.body, declare)
+
+    # -- amp.scale_loss ------------------------------------------------------------
+    def _scale_loss(self, use: ApexUse) -> None:
+        block = use.statement
+        call = use.call
+        positional = _positional(call)
+        if (
+            not isinstance(block, cst.With)
+            or len(block.items) != 1
+            or block.items[0].item is not call
+            or not isinstance(block.items[0].asname, cst.AsName)
+            or not isinstance(block.items[0].asname.name, cst.Name)
+            or not positional
+        ):
+            shown = self.code(call)
+            raise MigrationBlocked(f"`{shown}` is not used as `with {shown} as scaled_loss:`")
+        scaled = block.items[0].asname.name.value
+        loss = _atom(positional[0].value)
+        for statement in block.body.body:
+            if scaled in _names_read(statement) and not _backward_of(statement, scaled):
+                raise MigrationBlocked(
+                    f"`{scaled}` is used for more than `{scaled}.backward()` under "
+                    f"`{self.code(call)}`"
+                )
+        self.losses.append(self.code(loss))
+        self.scaler_scopes.append(use.scope)
+
+        def unscaled(node: cst.With) -> cst.FlattenSentinel:
+            statements = [
+                _with_backward_of(statement, scaled, loss) for statement in node.body.body
+            ]
+            first = statements[0].with_changes(leading_lines=node.leading_lines)
+            return cst.FlattenSentinel([first, *statements[1:]])
+
+        self.book.rewrite(block, unscaled)
+
+    # -- amp.master_params ------------------------------------------------------------
+    def _master_params(self, use: ApexUse) -> None:
+        positional = _positional(use.call)
+        if len(positional) != 1:
+            raise MigrationBlocked(f"`{self.code(use.call)}` does not name one optimizer")
+        optimizer = self.code(_atom(positional[0].value))
+        params = cst.parse_expression(
+            f'(p for group in {optimizer}.param_groups for p in group["params"])'
+        )
+        self.book.rewrite(use.call, lambda _: params)
+
+    # -- float_function, half_function, register_float_function ---------------------
+    def _cast_function(self, use: ApexUse, kind: str) -> None:
+        decorated = use.statement if use.decorator is not None else None
+        spelled = f"amp.{kind}_function"
+        if decorated is None:  # `f = amp.float_function(f)`
+            statement = use.statement
+            positional = _positional(use.call) if use.call is not None else []
+            if len(positional) != 1 or assigned_names(statement) is None:
+                raise MigrationBlocked(f"`{self.code(use.node)}` is not applied to a function")
+            target = assigned_names(statement)
+            wrapped = self.code(positional[0].value)
+            decorated = self._function_named(wrapped)
+            if target == wrapped:
+                self.book.rewrite(statement, lambda _: cst.RemovalSentinel.REMOVE)
+            else:
+                self.book.rewrite(use.call, lambda _: positional[0].value)
+        else:
+            index = next(i for i, d in enumerate(decorated.decorators) if d is use.decorator)
+            self.book.rewrite(decorated, _without_decorator(index))
+        function = self._wrapped_autograd_function(decorated)
+        dtype = _CAST_DTYPES[kind]
+        name = decorated.name.value if decorated is not None else self.code(use.node)
+        if function is not None and dtype is not None:
+            self._custom_fwd(function, dtype)
+            return
+        if kind == "float":
+            raise MigrationBlocked(
+                f"`@{spelled}` on `{name}`, which is not a wrapper of an autograd Function: "
+                f'run its body under `{self.torch}.autocast("cuda", enabled=False)` with its '
+                "tensor inputs cast by `.float()`"
+            )
+        forced = "float16" if kind == "half" else "their widest type"
+        self.changes.setdefault(use, []).append(
+            f"`{name}`'s inputs are no longer cast to {forced}: autocast picks each op's dtype"
+        )
+
+    def _function_named(self, name: str) -> cst.FunctionDef | None:
+        for statement in self.facts.module.body:
+            if isinstance(statement, cst.FunctionDef) and statement.name.value == name:
+                return statement
+        return None
+
+    def _wrapped_autograd_function(self, function: cst.FunctionDef | None):
+        """The autograd Function of this module that `function` only applies."""
+        if function is None or not isinstance(function.body, cst.IndentedBlock):
+            return None
+        body = [s for s in function.body.body if not _is_docstring(s)]
+        if len(body) != 1 or not isinstance(body[0], cst.SimpleStatementLine):
+            return None
+        small = body[0].body[0]
+        if not (
+            isinstance(small, cst.Return)
+            and isinstance(small.value, cst.Call)
+            and isinstance(small.value.func, cst.Attribute)
+            and small.value.func.attr.value == "apply"
+            and isinstance(small.value.func.value, cst.Name)
+        ):
+            return None
+        name = small.value.func.value.value
+        found = self.scan.autograd_functions.get(name)
+        if found is None or found.forward is None or found.backward is None:
+            return None
+        if len(re.findall(rf"\b{name}\.apply\b", self.facts.text)) != 1:
+            raise MigrationBlocked(
+                f"`{name}.apply` is also called without `{function.name.value}`: custom_fwd on "
+                f"`{name}` would cast those calls' inputs too"
+            )
+        return found
+
+    def _custom_fwd(self, function, dtype: str) -> None:
+        if self.settings.target_torch < CUSTOM_FWD_SINCE:
+            raise MigrationBlocked("torch.amp.custom_fwd needs torch 2.4, above target-torch")
+        forward = cst.Decorator(
+            cst.parse_expression(
+                f'{self.torch}.amp.custom_fwd(device_type="cuda", cast_inputs={self.torch}.{dtype})'
+            )
+        )
+        backward = cst.Decorator(
+            cst.parse_expression(f'{self.torch}.amp.custom_bwd(device_type="cuda")')
+        )
+        for method, decorator in ((function.forward, forward), (function.backward, backward)):
+            if any("custom_" in self.code(existing) for existing in method.decorators):
+                raise MigrationBlocked(f"`{function.node.name.value}` has custom_fwd already")
+            self.book.rewrite(
+                method,
+                lambda node, decorator=decorator: node.with_changes(
+                    decorators=[*node.decorators, decorator]
+                ),
+            )
+
+    def _registration(self, use: ApexUse, kind: str) -> None:
+        positional = _positional(use.call) if use.call is not None else []
+        name = string_value(positional[1].value) if len(positional) == 2 else None
+        owner = self.facts.imports.resolve(positional[0].value, use.scope) if positional else None
+        statement = use.statement
+        if (
+            name is None
+            or owner is None
+            or kind not in _CAST_DTYPES
+            or not isinstance(statement, cst.SimpleStatementLine)
+            or len(statement.body) != 1
+            or not isinstance(statement.body[0], cst.Expr)
+            or statement.body[0].value is not use.call
+        ):
+            raise MigrationBlocked(f"`{self.code(use.call or use.node)}` cannot be migrated")
+        self.book.rewrite(statement, lambda _: cst.RemovalSentinel.REMOVE)
+        function = f"{owner}.{name}"
+        if kind != "float":
+            self.changes.setdefault(use, []).append(
+                f"`{function}` is no longer forced to {kind}: autocast picks its dtype"
+            )
+            return
+        for call in calls_to(self.facts.module, self.facts.imports, {function}):
+            arguments = _positional(call)
+            if len(arguments) != 1 or len(arguments) != len(call.args) - len(_keywords(call)):
+                raise MigrationBlocked(
+                    f"`{self.code(call)}`: cast its tensor inputs to float32 by hand, as "
+                    f"`register_float_function` did"
+                )
+            self.book.rewrite(call, _first_argument_as_float)
+
+    # -- the training steps ---------------------------------------------------------
+    def _complete_steps(self, module: cst.Module) -> cst.Module:
+        facts = ModuleFacts(module, module.code)
+        edits = []
+        scaled: list[str] = []
+        for step in facts.training_steps.steps:
+            if not self._reaches(step.function):
+                continue
+            losses = [facts.module.code_for_node(b.loss) for b in step.backwards]
+            if step.skip is not None:
+                if any(loss in self.losses for loss in losses):
+                    raise MigrationBlocked(
+                        f"the training step of `{losses[0]}.backward()` cannot take autocast "
+                        f"and the GradScaler: {step.skip}"
+                    )
+                continue
+            insert = InsertAmp(step, facts, self.settings, APEX_CHOICE)
+            insert.use_scaler(self.scaler, self._autocast_enabled(step.function))
+            insert.plan_step()
+            edits.append(Edit(insert.target, insert.rewrite))
+            scaled += losses
+        for loss in self.losses:
+            if loss not in scaled:
+                raise MigrationBlocked(
+                    f"`{loss}.backward()` is not in a training step amplint can rewrite "
+                    "(a loop or function that also steps an optimizer)"
+                )
+            scaled.remove(loss)
+        return apply_edits(module, edits)
+
+    def _reaches(self, function: cst.FunctionDef | None) -> bool:
+        if self.local_function is None:
+            return True  # a module-level or global scaler: every step reads it
+        return function is not None and function.name.value == self.local_function.name.value
+
+    def _autocast_enabled(self, function: cst.FunctionDef | None) -> str | None:
+        conditions = {init.condition for init in self.initializations}
+        if conditions == {None}:
+            return None
+        same_scope = self.local_function is not None or (
+            function is None
+            and all(isinstance(init.use.scope, cst.Module) for init in self.initializations)
+        )
+        if same_scope and len(conditions) == 1:
+            return conditions.pop()
+        return f"{self.scaler}.is_enabled()"
+
+
+def _replaced_by_branch(keep_body: bool) -> Callable:
+    def rewrite(node: cst.If) -> cst.FlattenSentinel:
+        kept = list((node.body if keep_body else node.orelse.body).body)
+        first = kept[0].with_changes(leading_lines=[*node.leading_lines, *kept[0].leading_lines])
+        return cst.FlattenSentinel([first, *kept[1:]])
+
+    return rewrite
+
+
+def _without_decorator(index: int) -> Callable:
+    def rewrite(node: cst.FunctionDef) -> cst.FunctionDef:
+        decorators = list(node.decorators)
+        removed = decorators.pop(index)
+        if index == 0 and decorators:
+            decorators[0] = decorators[0].with_changes(leading_lines=removed.leading_lines)
+        elif index == 0:
+            node = node.with_changes(leading_lines=[*node.leading_lines, *removed.leading_lines])
+        return node.with_changes(decorators=decorators)
+
+    return rewrite
+
+
+def _first_argument_as_float(call: cst.Call) -> cst.Call:
+    first = call.args[0]
+    as_float = cst.Call(cst.Attribute(_atom(first.value), cst.Name("float")))
+    return call.with_changes(args=[first.with_changes(value=as_float), *call.args[1:]])
+
+
+def _imports_apex_only(statement: cst.BaseStatement) -> bool:
+    """`from apex import amp`, alone or in `try: ... except ImportError: ...`."""
+    if isinstance(statement, cst.SimpleStatementLine):
+        return all(
+            isinstance(small, (cst.Import, cst.ImportFrom)) and _names_apex(small)
+            for small in statement.body
+        )
+    if isinstance(statement, cst.Try) and statement.orelse is None and statement.finalbody is None:
+        return all(_imports_apex_only(s) for s in statement.body.body) and all(
+            handler.type is not None and dotted_name(handler.type) in IMPORT_ERRORS
+            for handler in statement.handlers
+        )
+    return False
+
+
+def _names_apex(statement: cst.Import | cst.ImportFrom) -> bool:
+    if isinstance(statement, cst.ImportFrom):
+        module = _code(statement.module) if statement.module is not None else ""
+        return module == "apex" or module.startswith("apex.")
+    return all(_code(alias.name).split(".")[0] == "apex" for alias in statement.names)
+
+
+def _names_read(statement: cst.CSTNode) -> set[str]:
+    return name_use(statement).read
+
+
+def _backward_of(statement: cst.BaseStatement, name: str) -> bool:
+    """`name.backward(...)` as a whole statement."""
+    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+        return False
+    small = statement.body[0]
+    return (
+        isinstance(small, cst.Expr)
+        and isinstance(small.value, cst.Call)
+        and isinstance(small.value.func, cst.Attribute)
+        and small.value.func.attr.value == "backward"
+        and isinstance(small.value.func.value, cst.Name)
+        and small.value.func.value.value == name
+    )
+
+
+def _with_backward_of(
+    statement: cst.BaseStatement, scaled: str, loss: cst.BaseExpression
+) -> cst.BaseStatement:
+    if not _backward_of(statement, scaled):
+        return statement
+    small = statement.body[0]
+    call = small.value.with_changes(func=small.value.func.with_changes(value=loss))
+    return statement.with_changes(body=[small.with_changes(value=call)])

@@ -1,0 +1,640 @@
+"""AMP203 / AMP204: apex.amp and the rest of apex's precision tooling, migrated.
+
+The fixtures are realistic apex scripts; their migrations are pinned, stable,
+free of apex, and run under torch on the CPU with apex not installed.  The
+smaller cases below pin each mapping and each refusal.
+
+Set AMPLINT_UPDATE_GOLDEN=1 to rewrite the pinned outputs after a reviewed change.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import libcst as cst
+import pytest
+
+from amplint.analysis.imports import ImportMap
+from amplint.config import Settings
+from amplint.diagnostics import Applicability
+from amplint.engine import lint_text
+from tests.helpers import ALL, FIXTURES, assert_matches_golden, codes_of, dedent, fixed, run_cli
+
+SCRIPTS = sorted((FIXTURES / "apex").glob("*.py"))
+EXPECTED = FIXTURES / "apex" / "expected"
+ids = [script.stem for script in SCRIPTS]
+
+
+def findings(text: str, settings: Settings | None = None) -> list[str]:
+    return [
+        f"{d.span.line}:{d.span.column} {d.code} {'[*] ' if d.fix else ''}{d.message}"
+        for d in lint_text(text, ALL, settings or Settings())
+    ]
+
+
+def fixed_unsafe(text: str, settings: Settings | None = None) -> str:
+    return fixed(text, settings, unsafe=True)
+
+
+# -- the fixtures ------------------------------------------------------------------
+def test_there_are_the_six_fixtures_the_issue_names() -> None:
+    assert [script.stem for script in SCRIPTS] == [
+        "bert_finetune_accum",
+        "checkpoint_amp_state",
+        "float_function_custom_op",
+        "gan_num_losses",
+        "imagenet_ddp_prefetch",
+        "o2_master_weights",
+    ]
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=ids)
+def test_findings_are_pinned(script: Path) -> None:
+    report = "\n".join(findings(script.read_text(encoding="utf-8"))) + "\n"
+    assert_matches_golden(report, EXPECTED / f"{script.stem}.findings.txt")
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=ids)
+def test_fix_matches_the_pinned_output(script: Path) -> None:
+    migrated = fixed_unsafe(script.read_text(encoding="utf-8"))
+    assert_matches_golden(migrated, EXPECTED / script.name)
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=ids)
+def test_migration_is_idempotent_clean_and_free_of_apex(script: Path) -> None:
+    migrated = (EXPECTED / script.name).read_text(encoding="utf-8")
+    assert fixed_unsafe(migrated) == migrated
+    assert codes_of(migrated) == []
+    imported = ImportMap.of(cst.parse_module(migrated)).statements
+    assert not [binding for binding in imported if binding.target.split(".")[0] == "apex"]
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=ids)
+def test_each_fixture_needs_unsafe_fixes_and_says_why(script: Path) -> None:
+    """Every fixture uses something with no exact torch.amp counterpart (O2, a
+    run-time opt_level, num_losses, half_function, apex DDP's options)."""
+    text = script.read_text(encoding="utf-8")
+    assert "AMP203" in codes_of(fixed(text))  # safe fixes alone leave apex.amp in place
+    unsafe = [
+        d
+        for d in lint_text(text, ALL, Settings())
+        if d.fix is not None and d.fix.applicability is Applicability.UNSAFE
+    ]
+    assert unsafe
+    assert any("not exact:" in d.message or "dropped" in d.message for d in unsafe)
+
+
+# A prelude that makes sure apex cannot be imported, and records what the
+# migrated script asks torch.amp for (on a CPU-only machine a CUDA GradScaler
+# and CUDA autocast turn themselves off, so only the request shows the flag).
+RECORDER = r"""
+import json, runpy, sys
+sys.modules["apex"] = None
+import torch
+seen = {"scaler_enabled": [], "scaled": 0, "autocast": []}
+make_scaler, scale = torch.amp.GradScaler.__init__, torch.amp.GradScaler.scale
+def recording_scaler(self, *args, **kwargs):
+    seen["scaler_enabled"].append(bool(kwargs.get("enabled", True)))
+    make_scaler(self, *args, **kwargs)
+def recording_scale(self, outputs):
+    seen["scaled"] += 1
+    return scale(self, outputs)
+make_autocast = torch.autocast.__init__
+def recording_autocast(self, device_type, dtype=None, enabled=True, cache_enabled=None):
+    seen["autocast"].append([device_type, str(dtype)])
+    make_autocast(self, device_type, dtype=dtype, enabled=enabled, cache_enabled=cache_enabled)
+torch.amp.GradScaler.__init__, torch.amp.GradScaler.scale = recording_scaler, recording_scale
+torch.autocast.__init__ = recording_autocast
+script, sys.argv = sys.argv[1], sys.argv[1:]
+runpy.run_path(script, run_name="__main__")
+print("AMPLINT-SEEN " + json.dumps(seen))
+"""
+
+# The flag that turns apex off in each script, where it has one.
+FP32_FLAGS = {
+    "bert_finetune_accum": ["--no_fp16"],
+    "checkpoint_amp_state": ["--opt-level", "O0"],
+    "float_function_custom_op": ["--opt_level", "O0"],
+    "gan_num_losses": ["--no-amp"],
+    "imagenet_ddp_prefetch": ["--opt-level", "O0"],
+    "o2_master_weights": None,  # a dataclass config, fp16=True
+}
+
+
+def _run_migrated(script: Path, *arguments: str) -> dict:
+    run = subprocess.run(
+        [sys.executable, "-c", RECORDER, script.name, *arguments],
+        cwd=script.parent,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "ModuleNotFoundError" not in run.stderr
+    line = next(line for line in run.stdout.splitlines() if line.startswith("AMPLINT-SEEN "))
+    return json.loads(line[len("AMPLINT-SEEN ") :])
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=ids)
+def test_migrated_script_runs_without_apex_with_fp16_on(script: Path) -> None:
+    pytest.importorskip("torch")
+    seen = _run_migrated(EXPECTED / script.name)
+    assert seen["scaler_enabled"] and all(seen["scaler_enabled"])
+    assert seen["scaled"] > 0  # every backward went through the scaler
+    assert seen["autocast"] and all(
+        entry == ["cuda", "torch.float16"] for entry in seen["autocast"]
+    )
+
+
+@pytest.mark.parametrize("script", [s for s in SCRIPTS if FP32_FLAGS[s.stem]], ids=lambda s: s.stem)
+def test_the_fp32_flag_still_turns_mixed_precision_off(script: Path) -> None:
+    pytest.importorskip("torch")
+    seen = _run_migrated(EXPECTED / script.name, *FP32_FLAGS[script.stem])
+    assert seen["scaler_enabled"] and not any(seen["scaler_enabled"])
+
+
+def test_fix_reports_every_finding_the_one_migration_resolved(tmp_path: Path) -> None:
+    script = tmp_path / "gan.py"
+    script.write_text((FIXTURES / "apex" / "gan_num_losses.py").read_text(encoding="utf-8"))
+    result = run_cli("fix", "--apply", "--unsafe-fixes", "--no-cache", script)
+    assert "Fixed 4 findings in 1 file; 0 remaining." in result.output
+
+
+# -- AMP203, case by case ------------------------------------------------------------
+LOOP = """
+    for inputs, targets in loader:
+        optimizer.zero_grad()
+        loss = criterion(model(inputs), targets)
+        with amp.scale_loss(loss, optimizer) as scaled_loss:
+            scaled_loss.backward()
+        optimizer.step()
+"""
+MIGRATED_LOOP = """
+    for inputs, targets in loader:
+        optimizer.zero_grad()
+        with torch.autocast("cuda", dtype=torch.float16{enabled}):
+            loss = criterion(model(inputs), targets)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+"""
+
+
+def _train(setup: str, loop: str = LOOP, imports: str = "import torch\nfrom apex import amp\n"):
+    return imports + "\n\ndef train(model, optimizer, loader, criterion, args):\n" + setup + loop
+
+
+def test_literal_o1_is_a_safe_fix_with_an_unconditional_scaler() -> None:
+    before = _train('    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n')
+    after = _train(
+        '    scaler = torch.amp.GradScaler("cuda")\n',
+        MIGRATED_LOOP.format(enabled=""),
+        imports="import torch\n",
+    )
+    assert fixed(before) == after
+
+
+def test_opt_level_o0_disables_the_scaler_and_autocast() -> None:
+    before = _train('    model, optimizer = amp.initialize(model, optimizer, opt_level="O0")\n')
+    migrated = fixed(before)
+    assert 'scaler = torch.amp.GradScaler("cuda", enabled=False)' in migrated
+    assert "enabled=False):" in migrated
+
+
+def test_the_flags_around_initialize_become_enabled() -> None:
+    before = _train(
+        "    if args.fp16 and not args.debug:\n"
+        "        if args.amp:\n"
+        '            model, optimizer = amp.initialize(model, optimizer, opt_level="O1", enabled=args.on)\n'
+    )
+    migrated = fixed(before)
+    condition = "args.fp16 and not args.debug and args.amp and args.on"
+    assert f'scaler = torch.amp.GradScaler("cuda", enabled={condition})' in migrated
+    assert f"enabled={condition}):" in migrated
+
+
+def test_an_else_branch_makes_the_scaler_disabled_there() -> None:
+    before = _train(
+        "    if args.fp32:\n"
+        "        pass\n"
+        "    else:\n"
+        '        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n'
+    )
+    migrated = fixed(before)
+    # The `if` still holds `pass`, so the scaler is made before it, for both branches.
+    assert (
+        'scaler = torch.amp.GradScaler("cuda", enabled=not args.fp32)\n    if args.fp32:'
+        in migrated
+    )
+
+
+def test_the_fp32_branch_is_kept_whichever_side_apex_is_on() -> None:
+    loop = """
+    for inputs, targets in loader:
+        loss = criterion(model(inputs), targets)
+        if not args.fp16:
+            loss.backward()
+        else:
+            with amp.scale_loss(loss, optimizer) as scaled_loss:
+                scaled_loss.backward()
+        optimizer.step()
+"""
+    before = _train(
+        "    if args.fp16:\n"
+        '        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n',
+        loop,
+    )
+    migrated = fixed(before)
+    assert "if not args.fp16" not in migrated
+    assert "        scaler.scale(loss).backward()\n        scaler.step(optimizer)\n" in migrated
+    assert 'scaler = torch.amp.GradScaler("cuda", enabled=args.fp16)' in migrated
+
+
+def test_an_apex_branch_with_other_work_is_not_dropped() -> None:
+    loop = """
+    for inputs, targets in loader:
+        loss = criterion(model(inputs), targets)
+        if args.fp16:
+            with amp.scale_loss(loss, optimizer) as scaled_loss:
+                scaled_loss.backward()
+            print("fp16 step")
+        else:
+            loss.backward()
+        optimizer.step()
+"""
+    before = _train(
+        '    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n', loop
+    )
+    migrated = fixed(before)
+    assert 'print("fp16 step")' in migrated
+    assert migrated.count("scaler.scale(loss).backward()") == 2
+
+
+def test_a_helper_returning_initialize_makes_a_global_scaler() -> None:
+    before = dedent("""
+        import torch
+        from apex import amp
+
+
+        def setup(model, optimizer):
+            return amp.initialize(model, optimizer, opt_level="O1")
+
+
+        def train(model, optimizer, loader, criterion):
+            for inputs, targets in loader:
+                loss = criterion(model(inputs), targets)
+                with amp.scale_loss(loss, optimizer) as scaled_loss:
+                    scaled_loss.backward()
+                optimizer.step()
+        """)
+    migrated = fixed(before)
+    assert (
+        "def setup(model, optimizer):\n"
+        "    global scaler\n"
+        '    scaler = torch.amp.GradScaler("cuda")\n'
+        "    return model, optimizer\n"
+    ) in migrated
+    assert 'torch.autocast("cuda", dtype=torch.float16):' in migrated
+    assert "scaler.scale(loss).backward()" in migrated
+    compile(migrated, "migrated.py", "exec")
+
+
+def test_a_static_loss_scale_starts_the_scaler_and_is_unsafe() -> None:
+    before = _train(
+        '    model, optimizer = amp.initialize(model, optimizer, opt_level="O1", loss_scale=512)\n'
+    )
+    assert fixed(before) == before  # unsafe: not applied without --unsafe-fixes
+    assert 'torch.amp.GradScaler("cuda", init_scale=512)' in fixed_unsafe(before)
+    (message,) = [f for f in findings(before) if "initialize" in f]
+    assert "the static loss scale 512 becomes the GradScaler's initial scale" in message
+
+
+def test_initialize_in_another_module_is_not_fixed() -> None:
+    before = _train("")
+    first, *_ = findings(before)
+    assert "not fixed: no amp.initialize in this module" in first
+    assert fixed_unsafe(before) == before
+
+
+def test_a_scaled_loss_used_for_more_than_backward_is_not_fixed() -> None:
+    loop = LOOP.replace(
+        "scaled_loss.backward()", "scaled_loss.backward()\n            print(scaled_loss.item())"
+    )
+    before = _train(
+        '    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n', loop
+    )
+    assert "is used for more than `scaled_loss.backward()`" in findings(before)[0]
+    assert fixed_unsafe(before) == before
+
+
+def test_a_backward_outside_any_training_step_is_not_fixed() -> None:
+    before = dedent("""
+        from apex import amp
+
+        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+
+
+        def backward(loss):
+            with amp.scale_loss(loss, optimizer) as scaled_loss:
+                scaled_loss.backward()
+        """)
+    assert "`loss.backward()` is not in a training step amplint can rewrite" in findings(before)[0]
+    assert fixed_unsafe(before) == before
+
+
+def test_target_torch_below_the_scaler_is_not_fixed() -> None:
+    before = _train('    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n')
+    settings = Settings(target_torch=(2, 2))
+    assert "torch.amp.GradScaler needs torch 2.3" in findings(before, settings)[0]
+    assert fixed(before, settings) == before
+
+
+def test_private_amp_state_blocks_the_migration_and_is_amp204() -> None:
+    loop = LOOP + "        print(amp._amp_state.loss_scalers[0].loss_scale())\n"
+    before = _train(
+        '    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n', loop
+    )
+    reported = findings(before)
+    assert any(f.split()[1] == "AMP204" and "scaler.get_scale()" in f for f in reported)
+    assert any("reads apex's private state" in f for f in reported if f.split()[1] == "AMP203")
+    assert fixed_unsafe(before) == before
+
+
+FUNCTION = """
+class Exp(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        y = x.exp()
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad):
+        (y,) = ctx.saved_tensors
+        return grad * y
+
+
+"""
+
+
+def test_half_function_on_a_function_wrapper_casts_inputs_to_float16() -> None:
+    before = (
+        "import torch\nfrom apex import amp\n\n"
+        + FUNCTION
+        + "@amp.half_function\ndef exp(x):\n    return Exp.apply(x)\n\n\n"
+        + 'model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n'
+    )
+    migrated = fixed(before)
+    assert (
+        "    @staticmethod\n"
+        '    @torch.amp.custom_fwd(device_type="cuda", cast_inputs=torch.float16)\n'
+        "    def forward(ctx, x):"
+    ) in migrated
+    assert '    @staticmethod\n    @torch.amp.custom_bwd(device_type="cuda")\n' in migrated
+    assert "\n\n\ndef exp(x):\n    return Exp.apply(x)\n" in migrated
+
+
+def test_float_function_on_a_plain_function_is_not_fixed() -> None:
+    before = (
+        "import torch\nfrom apex import amp\n\n\n"
+        "@amp.float_function\ndef norm(x):\n    return x.pow(2).sum().sqrt()\n\n\n"
+        'model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n'
+    )
+    (message,) = [f for f in findings(before) if "`amp.float_function`:" in f]
+    assert "not a wrapper of an autograd Function" in message
+    assert fixed_unsafe(before) == before
+
+
+def test_float_function_as_a_call_on_a_wrapper() -> None:
+    before = (
+        "import torch\nfrom apex import amp\n\n"
+        + FUNCTION
+        + "def exp(x):\n    return Exp.apply(x)\n\n\nexp = amp.float_function(exp)\n"
+        + 'model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n'
+    )
+    migrated = fixed(before)
+    assert "cast_inputs=torch.float32" in migrated
+    assert "exp = " not in migrated
+
+
+def test_register_float_function_casts_each_call_in_the_module() -> None:
+    before = dedent("""
+        import torch
+        from apex import amp
+
+        amp.register_float_function(torch, "softmax")
+        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+
+
+        def head(x):
+            return torch.softmax(x + 1, dim=-1)
+        """)
+    migrated = fixed(before)
+    assert "return torch.softmax((x + 1).float(), dim=-1)" in migrated
+    assert "register" not in migrated
+
+
+def test_register_float_function_with_several_tensor_arguments_is_not_fixed() -> None:
+    before = dedent("""
+        import torch
+        from apex import amp
+
+        amp.register_float_function(torch, "add")
+        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+        z = torch.add(x, y)
+        """)
+    assert "cast its tensor inputs to float32 by hand" in findings(before)[0]
+    assert fixed_unsafe(before) == before
+
+
+def test_disable_casts_becomes_a_disabled_autocast() -> None:
+    before = dedent("""
+        import torch
+        from apex import amp
+
+        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+        with amp.disable_casts():
+            y = model(x)
+        """)
+    assert 'with torch.autocast("cuda", enabled=False):\n    y = model(x)\n' in fixed(before)
+
+
+def test_other_apex_modules_are_left_alone() -> None:
+    text = dedent("""
+        from apex.optimizers import FusedAdam
+        from apex.normalization import FusedLayerNorm
+
+        optimizer = FusedAdam(model.parameters())
+        norm = FusedLayerNorm(64)
+        """)
+    assert codes_of(text) == []
+
+
+def test_a_function_named_amp_that_is_not_apex_is_left_alone() -> None:
+    text = dedent("""
+        import my_project.amp as amp
+
+        model, optimizer = amp.initialize(model, optimizer)
+        """)
+    assert codes_of(text) == []
+
+
+# -- AMP204 ---------------------------------------------------------------------------
+def test_apex_ddp_with_positional_options_is_not_fixed() -> None:
+    text = "import apex\n\nmodel = apex.parallel.DistributedDataParallel(model, 2**20)\n"
+    (message,) = findings(text)
+    assert "AMP204" in message and "not fixed: its positional arguments" in message
+
+
+def test_a_ddp_reference_is_replaced_safely() -> None:
+    before = dedent("""
+        import torch
+        from apex.parallel import DistributedDataParallel
+
+
+        def unwrap(model):
+            return model.module if isinstance(model, DistributedDataParallel) else model
+        """)
+    after = dedent("""
+        import torch
+
+
+        def unwrap(model):
+            return model.module if isinstance(model, torch.nn.parallel.DistributedDataParallel) else model
+        """)
+    assert fixed(before) == after
+
+
+def test_convert_syncbn_model_is_a_safe_fix_and_channel_last_is_dropped() -> None:
+    before = dedent("""
+        from apex.parallel import convert_syncbn_model
+
+        model = convert_syncbn_model(model, channel_last=True)
+        """)
+    after = dedent("""
+        import torch
+
+        model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
+        """)
+    assert fixed(before) == after
+    assert "`channel_last` is dropped" in findings(before)[0]
+
+
+def test_fp16_utils_and_apex_syncbatchnorm_are_reported_without_a_fix() -> None:
+    text = dedent("""
+        from apex.fp16_utils import FP16_Optimizer, network_to_half
+        import apex
+
+        model = network_to_half(model)
+        optimizer = FP16_Optimizer(optimizer, dynamic_loss_scale=True)
+        bn = apex.parallel.SyncBatchNorm(64)
+        """)
+    reported = findings(text)
+    assert [f.split()[1] for f in reported] == ["AMP204"] * 3
+    assert all("[*]" not in f for f in reported)
+    assert "use `torch.nn.SyncBatchNorm`" in reported[2]
+    assert fixed_unsafe(text) == text
+
+
+def test_apex_ddp_without_apex_options_is_a_safe_fix() -> None:
+    before = "import apex\n\nmodel = apex.parallel.DistributedDataParallel(model)\n"
+    after = "import torch\n\nmodel = torch.nn.parallel.DistributedDataParallel(model)\n"
+    assert fixed(before) == after
+
+
+def test_a_star_import_from_fp16_utils_is_reported() -> None:
+    text = "from apex.fp16_utils import *\n\noptimizer = FP16_Optimizer(optimizer)\n"
+    (message,) = findings(text)
+    assert message.startswith("1:6 AMP204 `apex.fp16_utils`: apex.fp16_utils was removed")
+
+
+def test_a_feature_probe_of_apex_amp_is_not_private_state() -> None:
+    text = dedent("""
+        try:
+            from apex import amp
+        except ImportError:
+            amp = None
+
+
+        def state():
+            if "state_dict" in amp.__dict__:
+                return amp.state_dict()
+        """)
+    reported = findings(text)
+    assert [f.split()[1] for f in reported] == ["AMP203", "AMP203"]
+    assert "no torch.amp counterpart" in reported[0]
+
+
+def test_full_output_shows_the_shared_diff_once(tmp_path: Path) -> None:
+    script = tmp_path / "o2.py"
+    script.write_text((FIXTURES / "apex" / "o2_master_weights.py").read_text(encoding="utf-8"))
+    result = run_cli("check", "--output-format", "full", "--no-cache", script)
+    assert result.output.count("+    scaler = torch.amp.GradScaler(") == 1
+    assert f"(the diff shown at {script.as_posix()}:75:28)" in result.output
+
+
+def test_delay_unscale_under_accumulation_steps_at_the_boundary() -> None:
+    before = dedent("""
+        import torch
+        from apex import amp
+
+        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+        for i, (inputs, targets) in enumerate(loader):
+            loss = criterion(model(inputs), targets) / accumulation
+            delay = (i + 1) % accumulation != 0
+            with amp.scale_loss(loss, [optimizer], delay_unscale=delay) as scaled_loss:
+                scaled_loss.backward()
+            if (i + 1) % accumulation == 0:
+                optimizer.step()
+                optimizer.zero_grad()
+        """)
+    after = dedent("""
+        import torch
+
+        scaler = torch.amp.GradScaler("cuda")
+        for i, (inputs, targets) in enumerate(loader):
+            with torch.autocast("cuda", dtype=torch.float16):
+                loss = criterion(model(inputs), targets) / accumulation
+            delay = (i + 1) % accumulation != 0
+            scaler.scale(loss).backward()
+            if (i + 1) % accumulation == 0:
+                scaler.step(optimizer)
+                scaler.update()
+                optimizer.zero_grad()
+        """)
+    assert fixed(before) == after
+
+
+def test_a_notebook_is_migrated_cell_by_cell(tmp_path: Path) -> None:
+    nbformat = pytest.importorskip("nbformat")
+    cells = [
+        "import torch\nfrom apex import amp",
+        "model = torch.nn.Linear(4, 2)\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        'model, optimizer = amp.initialize(model, optimizer, opt_level="O1")',
+        "%%time\nfor step in range(3):\n    optimizer.zero_grad()\n"
+        "    loss = model(torch.randn(8, 4)).pow(2).mean()\n"
+        "    with amp.scale_loss(loss, optimizer) as scaled_loss:\n"
+        "        scaled_loss.backward()\n    optimizer.step()",
+    ]
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [nbformat.v4.new_code_cell(cell) for cell in cells]
+    path = tmp_path / "apex.ipynb"
+    nbformat.write(notebook, path)
+    result = run_cli("fix", "--apply", "--no-cache", path)
+    assert "Fixed 2 findings in 1 file; 0 remaining." in result.output
+    migrated = nbformat.read(path, as_version=4)
+    nbformat.validate(migrated)
+    assert [cell.source for cell in migrated.cells] == [
+        "import torch",
+        "model = torch.nn.Linear(4, 2)\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        'scaler = torch.amp.GradScaler("cuda")',
+        "%%time\nfor step in range(3):\n    optimizer.zero_grad()\n"
+        '    with torch.autocast("cuda", dtype=torch.float16):\n'
+        "        loss = model(torch.randn(8, 4)).pow(2).mean()\n"
+        "    scaler.scale(loss).backward()\n    scaler.step(optimizer)\n    scaler.update()",
+    ]
