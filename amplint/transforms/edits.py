@@ -1,12 +1,15 @@
-"""Apply the node edits of many fixes to one tree in a single pass."""
+"""Apply the node edits of many fixes to one tree in a single pass, and collect
+the edits of one fix that touches some nodes more than once."""
 
 from __future__ import annotations
 
-from typing import Iterable
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Sequence
 
 import libcst as cst
 
 from amplint.diagnostics import Edit
+from amplint.transforms.statements import preceded_by
 
 
 class _TargetAncestors(cst.CSTVisitor):
@@ -52,3 +55,43 @@ def apply_edits(module: cst.Module, edits: Iterable[Edit]) -> cst.Module:
     ancestors = _TargetAncestors({id(edit.target) for edit in edits})
     module.visit(ancestors)
     return module.visit(_EditApplier(edits, ancestors.ancestor_ids))
+
+
+@dataclass
+class EditBook:
+    """Rewrites and insertions collected per target node, handed out as one
+    Edit per node: `apply_edits` keeps one rewrite per node, so a fix that
+    touches a statement twice (removes it, puts a line before it) composes
+    the two here instead of losing one."""
+
+    nodes: dict[int, cst.CSTNode] = field(default_factory=dict)
+    rewrites: dict[int, list[Callable]] = field(default_factory=dict)
+    before: dict[int, list[cst.BaseStatement]] = field(default_factory=dict)
+
+    def rewrite(self, node: cst.CSTNode, rewrite: Callable) -> None:
+        self.nodes[id(node)] = node
+        self.rewrites.setdefault(id(node), []).append(rewrite)
+
+    def insert_before(self, statement: cst.BaseStatement, new: Sequence[cst.BaseStatement]):
+        self.nodes[id(statement)] = statement
+        self.before.setdefault(id(statement), []).extend(new)
+
+    def edits(self) -> list[Edit]:
+        return [Edit(node, self._composed(key)) for key, node in self.nodes.items()]
+
+    def _composed(self, key: int) -> Callable:
+        rewrites, before = self.rewrites.get(key, []), self.before.get(key, [])
+
+        def rewrite(node):
+            for one in rewrites:
+                node = one(node)
+            if not before:
+                return node
+            if isinstance(node, cst.RemovalSentinel):
+                return cst.FlattenSentinel(before)
+            if isinstance(node, cst.FlattenSentinel):
+                nodes = list(node.nodes)
+                return cst.FlattenSentinel([*preceded_by(before, nodes[0]).nodes, *nodes[1:]])
+            return preceded_by(before, node)
+
+        return rewrite

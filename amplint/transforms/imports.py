@@ -224,7 +224,7 @@ def _is_future_import(statement: cst.BaseStatement) -> bool:
     )
 
 
-def _is_docstring(statement: cst.BaseStatement) -> bool:
+def is_docstring(statement: cst.BaseStatement) -> bool:
     return (
         isinstance(statement, cst.SimpleStatementLine)
         and len(statement.body) == 1
@@ -251,7 +251,7 @@ def ensure_module_import(module: cst.Module, name: str) -> cst.Module:
     body = list(module.body)
     position = 0
     while position < len(body) and (
-        (position == 0 and _is_docstring(body[position])) or _is_future_import(body[position])
+        (position == 0 and is_docstring(body[position])) or _is_future_import(body[position])
     ):
         position += 1
     new_line = cst.SimpleStatementLine(

@@ -26,28 +26,34 @@ rewritten step scales) stops it with the reason.
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import libcst as cst
 
 from amplint.analysis import ModuleFacts
-from amplint.analysis.apex import (
-    APEX_AMP,
-    ApexScan,
-    ApexUse,
-    assigned_names,
-    calls_to,
-    is_private,
-)
+from amplint.analysis.apex import APEX_AMP, ApexScan, ApexUse, assigned_names, is_private
 from amplint.analysis.imports import dotted_name
 from amplint.analysis.scopes import Scope
 from amplint.analysis.statements import if_condition, name_use, string_value
 from amplint.config import Settings
 from amplint.diagnostics import Edit
-from amplint.transforms.edits import apply_edits
-from amplint.transforms.imports import IMPORT_ERRORS, ensure_torch_imported, tidy_apex_imports
+from amplint.transforms.apex.common import (
+    MigrationBlocked,
+    atom,
+    code_of,
+    keyword_args,
+    positional_args,
+    squeezed,
+)
+from amplint.transforms.apex.functions import FunctionCasts
+from amplint.transforms.edits import EditBook, apply_edits
+from amplint.transforms.imports import (
+    IMPORT_ERRORS,
+    ensure_torch_imported,
+    is_docstring,
+    tidy_apex_imports,
+)
 from amplint.transforms.insert_amp import (
     SCALER_NAMES,
     AmpChoice,
@@ -55,11 +61,9 @@ from amplint.transforms.insert_amp import (
     free_name,
     scaler_obstacle,
 )
-from amplint.transforms.statements import preceded_by
 
 # apex.amp ran CUDA float16 only; its O1 is autocast with a dynamic loss scaler.
 APEX_CHOICE = AmpChoice("cuda", "float16")
-CUSTOM_FWD_SINCE = (2, 4)  # torch.amp.custom_fwd / custom_bwd
 
 # amp.initialize keywords torch.amp has no counterpart for, and what changes
 # when they are dropped; `loss_scale` and `opt_level` are handled apart.
@@ -73,36 +77,8 @@ _DROPPED_KEYWORDS = {
     "min_loss_scale": "the GradScaler's scale has no lower bound",
     "max_loss_scale": "the GradScaler's scale has no upper bound",
 }
-# Keywords that change nothing a migrated script can observe.
-_IGNORED_KEYWORDS = {"enabled", "opt_level", "loss_scale", "verbosity", "patch_torch_functions"}
-# `amp.X_function` / `amp.register_X_function`: the dtype apex forced inputs to.
-_CAST_DTYPES = {"float": "float32", "half": "float16", "promote": None}
 # What apex adds to a training step, and an FP32 branch beside it does plainly.
 _STEP_MEMBERS = {"scale_loss", "master_params"}
-_CODE = cst.Module([])
-
-
-def _code(node: cst.CSTNode) -> str:
-    return _CODE.code_for_node(node)
-
-
-def _squeezed(code: str) -> str:
-    return re.sub(r"\s+", "", code)
-
-
-def _keywords(call: cst.Call) -> dict[str, cst.Arg]:
-    return {arg.keyword.value: arg for arg in call.args if arg.keyword is not None}
-
-
-def _positional(call: cst.Call) -> list[cst.Arg]:
-    return [arg for arg in call.args if arg.keyword is None and not arg.star]
-
-
-def _atom(node: cst.BaseExpression) -> cst.BaseExpression:
-    """`node`, parenthesized unless it binds tighter than an attribute access."""
-    if isinstance(node, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)) or node.lpar:
-        return node
-    return node.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
 
 
 def _conjunction(pieces: Sequence[str]) -> str | None:
@@ -127,62 +103,12 @@ def _negated(test: str) -> str:
     return f"not {test}" if simple else f"not ({test})"
 
 
-def _is_docstring(statement: cst.BaseStatement) -> bool:
-    return (
-        isinstance(statement, cst.SimpleStatementLine)
-        and len(statement.body) == 1
-        and isinstance(statement.body[0], cst.Expr)
-        and isinstance(statement.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
-    )
-
-
-class MigrationBlocked(Exception):
-    """Why the module cannot be migrated; the message is shown to the user."""
-
-
 @dataclass
 class _Initialization:
     use: ApexUse
     removable: bool  # the statement only binds what amp.initialize returns
     condition: str | None  # when the scaler is enabled; None: always
     init_scale: str | None  # a static apex loss scale, where GradScaler starts
-
-
-@dataclass
-class _EditBook:
-    """Rewrites and insertions per target node, composed into one Edit each."""
-
-    nodes: dict[int, cst.CSTNode] = field(default_factory=dict)
-    rewrites: dict[int, list[Callable]] = field(default_factory=dict)
-    before: dict[int, list[cst.BaseStatement]] = field(default_factory=dict)
-
-    def rewrite(self, node: cst.CSTNode, rewrite: Callable) -> None:
-        self.nodes[id(node)] = node
-        self.rewrites.setdefault(id(node), []).append(rewrite)
-
-    def insert_before(self, statement: cst.BaseStatement, new: Sequence[cst.BaseStatement]):
-        self.nodes[id(statement)] = statement
-        self.before.setdefault(id(statement), []).extend(new)
-
-    def edits(self) -> list[Edit]:
-        return [Edit(node, self._composed(key)) for key, node in self.nodes.items()]
-
-    def _composed(self, key: int) -> Callable:
-        rewrites, before = self.rewrites.get(key, []), self.before.get(key, [])
-
-        def rewrite(node):
-            for one in rewrites:
-                node = one(node)
-            if not before:
-                return node
-            if isinstance(node, cst.RemovalSentinel):
-                return cst.FlattenSentinel(before)
-            if isinstance(node, cst.FlattenSentinel):
-                nodes = list(node.nodes)
-                return cst.FlattenSentinel([*preceded_by(before, nodes[0]).nodes, *nodes[1:]])
-            return preceded_by(before, node)
-
-        return rewrite
 
 
 @dataclass
@@ -207,7 +133,7 @@ class _Migrator:
         self.scan = scan
         self.settings = settings
         self.uses = scan.of(APEX_AMP)
-        self.book = _EditBook()
+        self.book = EditBook()
         self.changes: dict[ApexUse, list[str]] = {}
         self.scaler = free_name(SCALER_NAMES, facts.text)
         self.torch = facts.imports.name_for("torch", facts.module) or "torch"
@@ -217,6 +143,7 @@ class _Migrator:
         self.losses: list[str] = []  # each loss apex scaled, as its backward will spell it
         # The function the scaler is a local of; None for a module global.
         self.local_function: cst.FunctionDef | None = None
+        self.casts = FunctionCasts(facts, scan, settings, self.book, self.changes, self.torch)
 
     def code(self, node: cst.CSTNode) -> str:
         return self.facts.module.code_for_node(node)
@@ -233,7 +160,7 @@ class _Migrator:
             elif use.member == "scale_loss" and use.call is not None and use.call.args:
                 # In an apex-only branch the FP32 branch replaces; its step must
                 # still end up scaled.
-                self.losses.append(self.code(_atom(use.call.args[0].value)))
+                self.losses.append(self.code(atom(use.call.args[0].value)))
         if not self.initializations:
             raise MigrationBlocked(
                 "no amp.initialize in this module: the GradScaler that replaces apex's "
@@ -261,9 +188,9 @@ class _Migrator:
             autocast = cst.parse_expression(f'{self.torch}.autocast("cuda", enabled=False)')
             self.book.rewrite(use.call, lambda call: autocast)
         elif member in ("float_function", "half_function", "promote_function"):
-            self._cast_function(use, member.split("_")[0])
+            self.casts.cast_function(use, member.split("_")[0])
         elif member.startswith("register_") and member.endswith("_function"):
-            self._registration(use, member[len("register_") : -len("_function")])
+            self.casts.registration(use, member[len("register_") : -len("_function")])
         elif is_private(member):
             raise MigrationBlocked(
                 f"`{self.code(use.node)}` reads apex's private state (AMP204); "
@@ -318,11 +245,11 @@ class _Migrator:
     # -- amp.initialize -----------------------------------------------------------
     def _initialize(self, use: ApexUse) -> None:
         call = use.call
-        returned = ", ".join(self.code(arg.value) for arg in _positional(call)[:2])
+        returned = ", ".join(self.code(arg.value) for arg in positional_args(call)[:2])
         statement = use.statement
         targets = assigned_names(statement)
         value = statement.body[0].value if targets is not None else None
-        removable = value is call and _squeezed(targets) == _squeezed(returned)
+        removable = value is call and squeezed(targets) == squeezed(returned)
         if not removable:  # `return amp.initialize(model, optimizer)`: it returns what it was given
             replacement = cst.parse_expression(returned or "None")
             self.book.rewrite(call, lambda _: replacement)
@@ -337,7 +264,7 @@ class _Migrator:
     def _options(self, call: cst.Call) -> tuple[list[str], list[str], str | None]:
         """What amp.initialize's keywords mean for the scaler: the conditions it
         is enabled under, what changes numerically, and its initial scale."""
-        keywords = _keywords(call)
+        keywords = keyword_args(call)
         conditions: list[str] = []
         changes: list[str] = []
         enabled = keywords.get("enabled")
@@ -363,11 +290,11 @@ class _Migrator:
             )
         for name, change in _DROPPED_KEYWORDS.items():
             argument = keywords.get(name)
-            if argument is not None and _code(argument.value) not in ("None", "1", "False"):
+            if argument is not None and code_of(argument.value) not in ("None", "1", "False"):
                 changes.append(f"`{name}` dropped: {change}")
         init_scale = None
         loss_scale = keywords.get("loss_scale")
-        shown = _code(loss_scale.value) if loss_scale is not None else "None"
+        shown = code_of(loss_scale.value) if loss_scale is not None else "None"
         if isinstance(loss_scale and loss_scale.value, (cst.Float, cst.Integer)):
             init_scale = shown
             changes.append(
@@ -450,7 +377,7 @@ class _Migrator:
 
         def declare(block: cst.IndentedBlock) -> cst.IndentedBlock:
             body = list(block.body)
-            position = 1 if body and _is_docstring(body[0]) else 0
+            position = 1 if body and is_docstring(body[0]) else 0
             return block.with_changes(body=[*body[:position], declaration, *body[position:]])
 
         self.book.rewrite(function.body, declare)
@@ -459,7 +386,7 @@ class _Migrator:
     def _scale_loss(self, use: ApexUse) -> None:
         block = use.statement
         call = use.call
-        positional = _positional(call)
+        positional = positional_args(call)
         if (
             not isinstance(block, cst.With)
             or len(block.items) != 1
@@ -471,7 +398,7 @@ class _Migrator:
             shown = self.code(call)
             raise MigrationBlocked(f"`{shown}` is not used as `with {shown} as scaled_loss:`")
         scaled = block.items[0].asname.name.value
-        loss = _atom(positional[0].value)
+        loss = atom(positional[0].value)
         for statement in block.body.body:
             if scaled in _names_read(statement) and not _backward_of(statement, scaled):
                 raise MigrationBlocked(
@@ -492,135 +419,14 @@ class _Migrator:
 
     # -- amp.master_params ------------------------------------------------------------
     def _master_params(self, use: ApexUse) -> None:
-        positional = _positional(use.call)
+        positional = positional_args(use.call)
         if len(positional) != 1:
             raise MigrationBlocked(f"`{self.code(use.call)}` does not name one optimizer")
-        optimizer = self.code(_atom(positional[0].value))
+        optimizer = self.code(atom(positional[0].value))
         params = cst.parse_expression(
             f'(p for group in {optimizer}.param_groups for p in group["params"])'
         )
         self.book.rewrite(use.call, lambda _: params)
-
-    # -- float_function, half_function, register_float_function ---------------------
-    def _cast_function(self, use: ApexUse, kind: str) -> None:
-        decorated = use.statement if use.decorator is not None else None
-        spelled = f"amp.{kind}_function"
-        if decorated is None:  # `f = amp.float_function(f)`
-            statement = use.statement
-            positional = _positional(use.call) if use.call is not None else []
-            if len(positional) != 1 or assigned_names(statement) is None:
-                raise MigrationBlocked(f"`{self.code(use.node)}` is not applied to a function")
-            target = assigned_names(statement)
-            wrapped = self.code(positional[0].value)
-            decorated = self._function_named(wrapped)
-            if target == wrapped:
-                self.book.rewrite(statement, lambda _: cst.RemovalSentinel.REMOVE)
-            else:
-                self.book.rewrite(use.call, lambda _: positional[0].value)
-        else:
-            index = next(i for i, d in enumerate(decorated.decorators) if d is use.decorator)
-            self.book.rewrite(decorated, _without_decorator(index))
-        function = self._wrapped_autograd_function(decorated)
-        dtype = _CAST_DTYPES[kind]
-        name = decorated.name.value if decorated is not None else self.code(use.node)
-        if function is not None and dtype is not None:
-            self._custom_fwd(function, dtype)
-            return
-        if kind == "float":
-            raise MigrationBlocked(
-                f"`@{spelled}` on `{name}`, which is not a wrapper of an autograd Function: "
-                f'run its body under `{self.torch}.autocast("cuda", enabled=False)` with its '
-                "tensor inputs cast by `.float()`"
-            )
-        forced = "float16" if kind == "half" else "their widest type"
-        self.changes.setdefault(use, []).append(
-            f"`{name}`'s inputs are no longer cast to {forced}: autocast picks each op's dtype"
-        )
-
-    def _function_named(self, name: str) -> cst.FunctionDef | None:
-        for statement in self.facts.module.body:
-            if isinstance(statement, cst.FunctionDef) and statement.name.value == name:
-                return statement
-        return None
-
-    def _wrapped_autograd_function(self, function: cst.FunctionDef | None):
-        """The autograd Function of this module that `function` only applies."""
-        if function is None or not isinstance(function.body, cst.IndentedBlock):
-            return None
-        body = [s for s in function.body.body if not _is_docstring(s)]
-        if len(body) != 1 or not isinstance(body[0], cst.SimpleStatementLine):
-            return None
-        small = body[0].body[0]
-        if not (
-            isinstance(small, cst.Return)
-            and isinstance(small.value, cst.Call)
-            and isinstance(small.value.func, cst.Attribute)
-            and small.value.func.attr.value == "apply"
-            and isinstance(small.value.func.value, cst.Name)
-        ):
-            return None
-        name = small.value.func.value.value
-        found = self.scan.autograd_functions.get(name)
-        if found is None or found.forward is None or found.backward is None:
-            return None
-        if len(re.findall(rf"\b{name}\.apply\b", self.facts.text)) != 1:
-            raise MigrationBlocked(
-                f"`{name}.apply` is also called without `{function.name.value}`: custom_fwd on "
-                f"`{name}` would cast those calls' inputs too"
-            )
-        return found
-
-    def _custom_fwd(self, function, dtype: str) -> None:
-        if self.settings.target_torch < CUSTOM_FWD_SINCE:
-            raise MigrationBlocked("torch.amp.custom_fwd needs torch 2.4, above target-torch")
-        forward = cst.Decorator(
-            cst.parse_expression(
-                f'{self.torch}.amp.custom_fwd(device_type="cuda", cast_inputs={self.torch}.{dtype})'
-            )
-        )
-        backward = cst.Decorator(
-            cst.parse_expression(f'{self.torch}.amp.custom_bwd(device_type="cuda")')
-        )
-        for method, decorator in ((function.forward, forward), (function.backward, backward)):
-            if any("custom_" in self.code(existing) for existing in method.decorators):
-                raise MigrationBlocked(f"`{function.node.name.value}` has custom_fwd already")
-            self.book.rewrite(
-                method,
-                lambda node, decorator=decorator: node.with_changes(
-                    decorators=[*node.decorators, decorator]
-                ),
-            )
-
-    def _registration(self, use: ApexUse, kind: str) -> None:
-        positional = _positional(use.call) if use.call is not None else []
-        name = string_value(positional[1].value) if len(positional) == 2 else None
-        owner = self.facts.imports.resolve(positional[0].value, use.scope) if positional else None
-        statement = use.statement
-        if (
-            name is None
-            or owner is None
-            or kind not in _CAST_DTYPES
-            or not isinstance(statement, cst.SimpleStatementLine)
-            or len(statement.body) != 1
-            or not isinstance(statement.body[0], cst.Expr)
-            or statement.body[0].value is not use.call
-        ):
-            raise MigrationBlocked(f"`{self.code(use.call or use.node)}` cannot be migrated")
-        self.book.rewrite(statement, lambda _: cst.RemovalSentinel.REMOVE)
-        function = f"{owner}.{name}"
-        if kind != "float":
-            self.changes.setdefault(use, []).append(
-                f"`{function}` is no longer forced to {kind}: autocast picks its dtype"
-            )
-            return
-        for call in calls_to(self.facts.module, self.facts.imports, {function}):
-            arguments = _positional(call)
-            if len(arguments) != 1 or len(arguments) != len(call.args) - len(_keywords(call)):
-                raise MigrationBlocked(
-                    f"`{self.code(call)}`: cast its tensor inputs to float32 by hand, as "
-                    f"`register_float_function` did"
-                )
-            self.book.rewrite(call, _first_argument_as_float)
 
     # -- the training steps ---------------------------------------------------------
     def _complete_steps(self, module: cst.Module) -> cst.Module:
@@ -679,25 +485,6 @@ def _replaced_by_branch(keep_body: bool) -> Callable:
     return rewrite
 
 
-def _without_decorator(index: int) -> Callable:
-    def rewrite(node: cst.FunctionDef) -> cst.FunctionDef:
-        decorators = list(node.decorators)
-        removed = decorators.pop(index)
-        if index == 0 and decorators:
-            decorators[0] = decorators[0].with_changes(leading_lines=removed.leading_lines)
-        elif index == 0:
-            node = node.with_changes(leading_lines=[*node.leading_lines, *removed.leading_lines])
-        return node.with_changes(decorators=decorators)
-
-    return rewrite
-
-
-def _first_argument_as_float(call: cst.Call) -> cst.Call:
-    first = call.args[0]
-    as_float = cst.Call(cst.Attribute(_atom(first.value), cst.Name("float")))
-    return call.with_changes(args=[first.with_changes(value=as_float), *call.args[1:]])
-
-
 def _imports_apex_only(statement: cst.BaseStatement) -> bool:
     """`from apex import amp`, alone or in `try: ... except ImportError: ...`."""
     if isinstance(statement, cst.SimpleStatementLine):
@@ -715,9 +502,9 @@ def _imports_apex_only(statement: cst.BaseStatement) -> bool:
 
 def _names_apex(statement: cst.Import | cst.ImportFrom) -> bool:
     if isinstance(statement, cst.ImportFrom):
-        module = _code(statement.module) if statement.module is not None else ""
+        module = code_of(statement.module) if statement.module is not None else ""
         return module == "apex" or module.startswith("apex.")
-    return all(_code(alias.name).split(".")[0] == "apex" for alias in statement.names)
+    return all(code_of(alias.name).split(".")[0] == "apex" for alias in statement.names)
 
 
 def _names_read(statement: cst.CSTNode) -> set[str]:
