@@ -41,21 +41,17 @@ class ApexUse:
     scope: Scope
 
     @property
-    def member(self) -> str:
-        """`scale_loss` for apex.amp.scale_loss; "" for the module itself."""
-        for module in (APEX_AMP, APEX_PARALLEL, APEX_FP16_UTILS):
-            if self.target == module:
-                return ""
-            if self.target.startswith(module + "."):
-                return self.target[len(module) + 1 :]
-        return self.target
-
-    @property
     def module(self) -> str:
+        """`apex.amp` for apex.amp.scale_loss; "apex" for apex's other modules."""
         for module in (APEX_AMP, APEX_PARALLEL, APEX_FP16_UTILS):
             if self.target == module or self.target.startswith(module + "."):
                 return module
         return "apex"
+
+    @property
+    def member(self) -> str:
+        """`scale_loss` for apex.amp.scale_loss; "" for the module itself."""
+        return self.target[len(self.module) + 1 :]
 
 
 @dataclass(frozen=True, eq=False)
@@ -109,7 +105,7 @@ class _ApexFinder(ScopedVisitor):
         # `from apex.fp16_utils import *`: the names it binds are unknown, the
         # module is the use.
         module = dotted_name(node.module) if node.module is not None else None
-        if isinstance(node.names, cst.ImportStar) and module and module.split(".")[0] == "apex":
+        if isinstance(node.names, cst.ImportStar) and module and is_apex(module):
             statement = self._open[-1][-1]
             self.uses.append(
                 ApexUse(
@@ -167,7 +163,7 @@ class _ApexFinder(ScopedVisitor):
 
     def _record(self, node: cst.BaseExpression, call: cst.Call | None) -> bool:
         target = self.imports.resolve(node, self.scope)
-        if target is None or not (target == "apex" or target.startswith("apex.")):
+        if target is None or not is_apex(target):
             return False
         if target == "apex" and isinstance(node, cst.Name):
             return False  # `apex` alone, as in `apex.__version__`: the attribute is the use
@@ -207,6 +203,11 @@ def find_apex_uses(module: cst.Module, imports: ImportMap) -> ApexScan:
     finder = _ApexFinder(imports)
     finder.walk(module)
     return ApexScan(finder.uses, finder.functions)
+
+
+def is_apex(path: str) -> bool:
+    """Whether the dotted path `path` is apex or lies inside it."""
+    return path == "apex" or path.startswith("apex.")
 
 
 def is_private(member: str) -> bool:

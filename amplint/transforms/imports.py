@@ -13,6 +13,7 @@ from typing import Callable, Sequence
 
 import libcst as cst
 
+from amplint.analysis.apex import is_apex
 from amplint.analysis.deprecated_amp import DEPRECATED_MODULES
 from amplint.analysis.imports import Binding, ImportMap, dotted_name
 from amplint.analysis.scopes import Scope, ScopedVisitor
@@ -180,12 +181,8 @@ def _local_name(alias: cst.ImportAlias) -> str | None:
 IMPORT_ERRORS = {"ImportError", "ModuleNotFoundError"}
 
 
-def _is_apex_binding(binding: Binding) -> bool:
-    return binding.target == "apex" or binding.target.startswith("apex.")
-
-
 def tidy_apex_imports(module: cst.Module) -> cst.Module:
-    return _tidy_unused_imports(module, _is_apex_binding)
+    return _tidy_unused_imports(module, lambda binding: is_apex(binding.target))
 
 
 def tidy_deprecated_amp_imports(module: cst.Module) -> cst.Module:

@@ -32,7 +32,14 @@ from typing import Callable, Sequence
 import libcst as cst
 
 from amplint.analysis import ModuleFacts
-from amplint.analysis.apex import APEX_AMP, ApexScan, ApexUse, assigned_names, is_private
+from amplint.analysis.apex import (
+    APEX_AMP,
+    ApexScan,
+    ApexUse,
+    assigned_names,
+    is_apex,
+    is_private,
+)
 from amplint.analysis.imports import dotted_name
 from amplint.analysis.scopes import Scope
 from amplint.analysis.statements import if_condition, name_use, string_value
@@ -400,7 +407,7 @@ class _Migrator:
         scaled = block.items[0].asname.name.value
         loss = atom(positional[0].value)
         for statement in block.body.body:
-            if scaled in _names_read(statement) and not _backward_of(statement, scaled):
+            if scaled in name_use(statement).read and not _backward_of(statement, scaled):
                 raise MigrationBlocked(
                     f"`{scaled}` is used for more than `{scaled}.backward()` under "
                     f"`{self.code(call)}`"
@@ -503,12 +510,8 @@ def _imports_apex_only(statement: cst.BaseStatement) -> bool:
 def _names_apex(statement: cst.Import | cst.ImportFrom) -> bool:
     if isinstance(statement, cst.ImportFrom):
         module = code_of(statement.module) if statement.module is not None else ""
-        return module == "apex" or module.startswith("apex.")
-    return all(code_of(alias.name).split(".")[0] == "apex" for alias in statement.names)
-
-
-def _names_read(statement: cst.CSTNode) -> set[str]:
-    return name_use(statement).read
+        return is_apex(module)
+    return all(is_apex(code_of(alias.name)) for alias in statement.names)
 
 
 def _backward_of(statement: cst.BaseStatement, name: str) -> bool:
