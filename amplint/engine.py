@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import re
 import warnings
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Sequence
@@ -24,6 +25,7 @@ from amplint.notebook import Notebook, NotebookError
 from amplint.prefilter import SourceClues
 from amplint.rules import RULES
 from amplint.rules.base import Rule
+from amplint.selfcheck import new_findings, new_name_problems
 from amplint.transforms.edits import apply_edits
 
 # Each round applies every fix that does not overlap another; a fix that rewrites
@@ -234,48 +236,148 @@ class FixResult:
 def fix_text(
     text: str, codes: frozenset[str], settings: Settings, unsafe: bool = False
 ) -> FixResult:
-    """Apply fixes, re-parse and re-check until no applicable fix is left.
+    """Apply fixes, re-parse and re-check until no applicable fix is left, then
+    hold the result to the self-check (amplint.selfcheck).
 
-    Raises FixError when a round yields code that does not parse, changes
-    nothing although fixes were due, or the rounds do not converge.
+    A fix whose rewrite fails the self-check is left out, and its finding says
+    why; the others are kept.  Raises FixError when a round yields code that
+    does not parse, changes nothing although fixes were due, or the rounds do
+    not converge.
     """
     rules = selected_rules(codes)
     module = _parse(text, rules, codes)
     if isinstance(module, list):
         return FixResult(text, [], module, module)
-    applied: list[Diagnostic] = []
-    found: list[Diagnostic] = []
-    for round_number in range(MAX_FIX_ROUNDS):
-        if round_number > 0:
-            try:
-                module = cst.parse_module(text)
-            except cst.ParserSyntaxError as error:
-                message = f"a fix produced code that does not parse: {error.message}"
-                raise FixError(message) from None
-        facts = ModuleFacts(module, text)
-        diagnostics = _lint_module(facts, text, rules, settings)
-        due = [diagnostic for diagnostic in diagnostics if is_applicable(diagnostic, unsafe)]
-        if round_number == 0:
-            found = diagnostics
-            # Generating the whole module costs about a third of the parse:
-            # only a file about to change pays for proving the round trip.
-            if due and module.code != text:
-                raise FixError("libcst cannot reproduce this file byte for byte; not fixing it")
-        if not due:
-            return FixResult(text, applied, diagnostics, found)
-        due = _disjoint_fixes(due, facts)
-        fixes = list(dict.fromkeys(d.fix for d in due))
-        new_module = apply_edits(module, (edit for fix in fixes for edit in fix.edits))
-        for module_pass in dict.fromkeys(p for fix in fixes for p in fix.module_passes):
-            new_module = module_pass(new_module)
-        new_text = new_module.code
-        if new_text == text:
-            raise FixError(
-                "fixes for " + ", ".join(sorted({d.code for d in due})) + " changed nothing"
-            )
-        applied += due
-        text = new_text
-    raise FixError(f"fixes did not settle after {MAX_FIX_ROUNDS} rounds")
+    facts = ModuleFacts(module, text)
+    found = _lint_module(facts, text, rules, settings)
+    due = [diagnostic for diagnostic in found if is_applicable(diagnostic, unsafe)]
+    if not due:
+        return FixResult(text, [], found, found)
+    # Generating the whole module costs about a third of the parse: only a
+    # file about to change pays for proving the round trip.
+    if module.code != text:
+        raise FixError("libcst cannot reproduce this file byte for byte; not fixing it")
+    rounds = _FixRounds(text, module, facts, found, rules, settings, unsafe)
+    result = rounds.run(blocked=frozenset())
+    judge = _SelfCheck(text, facts, settings)
+    problems = judge.problems(result.text)
+    if not problems:
+        return result
+    # Some fix is to blame: keep the first-round fixes one at a time, each
+    # only if the rewrite with it still passes.
+    groups: dict[Fix, list[_Key]] = {}
+    for key, diagnostic in _keyed(due):
+        groups.setdefault(diagnostic.fix, []).append(key)
+    every = frozenset(key for keys in groups.values() for key in keys)
+    accepted: set[_Key] = set()
+    rejected: dict[_Key, list[str]] = {}
+    best = FixResult(text, [], found, found)
+    for keys in groups.values():
+        trial = rounds.run(blocked=every - accepted - set(keys))
+        problems = judge.problems(trial.text)
+        if problems:
+            rejected.update((key, problems) for key in keys)
+        else:
+            accepted.update(keys)
+            best = trial
+    best.remaining = [
+        _refused(diagnostic, rejected[key]) if key in rejected else diagnostic
+        for key, diagnostic in _keyed(best.remaining)
+    ]
+    return best
+
+
+# A finding as the fix rounds know it from round to round, where its position
+# moves: its code, its message and which of the findings alike it is.
+_Key = tuple[str, str, int]
+
+
+def _keyed(diagnostics: Sequence[Diagnostic]) -> list[tuple[_Key, Diagnostic]]:
+    seen: Counter[tuple[str, str]] = Counter()
+    keyed = []
+    for diagnostic in diagnostics:
+        alike = (diagnostic.code, diagnostic.message)
+        keyed.append(((*alike, seen[alike]), diagnostic))
+        seen[alike] += 1
+    return keyed
+
+
+def _refused(diagnostic: Diagnostic, problems: list[str]) -> Diagnostic:
+    why = "; ".join(problems[:2]) + (f" (and {len(problems) - 2} more)" if len(problems) > 2 else "")
+    return replace(diagnostic, message=f"{diagnostic.message}; not fixed: {why}", fix=None)
+
+
+class _FixRounds:
+    """The fix loop over one file, which may be told to leave findings alone."""
+
+    def __init__(self, text, module, facts, found, rules, settings, unsafe) -> None:
+        self.text, self.module, self.facts, self.found = text, module, facts, found
+        self.rules, self.settings, self.unsafe = rules, settings, unsafe
+
+    def run(self, blocked: frozenset[_Key]) -> FixResult:
+        text, module, facts, diagnostics = self.text, self.module, self.facts, self.found
+        applied: list[Diagnostic] = []
+        for round_number in range(MAX_FIX_ROUNDS):
+            if round_number > 0:
+                try:
+                    module = cst.parse_module(text)
+                except cst.ParserSyntaxError as error:
+                    message = f"a fix produced code that does not parse: {error.message}"
+                    raise FixError(message) from None
+                facts = ModuleFacts(module, text)
+                diagnostics = _lint_module(facts, text, self.rules, self.settings)
+            due = [
+                diagnostic
+                for key, diagnostic in _keyed(diagnostics)
+                if key not in blocked and is_applicable(diagnostic, self.unsafe)
+            ]
+            if not due:
+                return FixResult(text, applied, diagnostics, self.found)
+            due = _disjoint_fixes(due, facts)
+            fixes = list(dict.fromkeys(d.fix for d in due))
+            new_module = apply_edits(module, (edit for fix in fixes for edit in fix.edits))
+            for module_pass in dict.fromkeys(p for fix in fixes for p in fix.module_passes):
+                new_module = module_pass(new_module)
+            new_text = new_module.code
+            if new_text == text:
+                raise FixError(
+                    "fixes for " + ", ".join(sorted({d.code for d in due})) + " changed nothing"
+                )
+            applied += due
+            text = new_text
+        raise FixError(f"fixes did not settle after {MAX_FIX_ROUNDS} rounds")
+
+
+def self_check(original: str, rewritten: str, settings: Settings) -> list[str]:
+    """What keeps `rewritten` from being written as a rewrite of `original`:
+    findings and name problems it adds (empty when it passes)."""
+    module = cst.parse_module(original)
+    return _SelfCheck(original, ModuleFacts(module, original), settings).problems(rewritten)
+
+
+class _SelfCheck:
+    """Every rule, and the name checks, on a rewrite of `original`."""
+
+    def __init__(self, original: str, facts: ModuleFacts, settings: Settings) -> None:
+        self.original = original
+        self.settings = settings
+        self.rules = [rule for rule in RULES if rule.code != SYNTAX_ERROR]
+        self.before = _lint_module(facts, original, self.rules, settings)
+
+    def problems(self, rewritten: str) -> list[str]:
+        if rewritten == self.original:
+            return []
+        try:
+            module = cst.parse_module(rewritten)
+        except cst.ParserSyntaxError as error:
+            return [f"the rewrite would not parse: {error.message}"]
+        after = _lint_module(ModuleFacts(module, rewritten), rewritten, self.rules, self.settings)
+        problems = [
+            f"the rewrite would leave {d.code} at line {d.span.line} ({d.message})"
+            for d in new_findings(self.before, after)
+        ]
+        problems += [f"the rewrite would {p}" for p in new_name_problems(self.original, rewritten)]
+        return problems
 
 
 def analyse_source(
