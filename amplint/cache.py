@@ -21,10 +21,11 @@ from typing import Iterable
 import amplint
 from amplint.config import Settings
 from amplint.diagnostics import Applicability, Diagnostic, Fix, Span
+from amplint.project import still_current
 
 CACHE_DIR_NAME = ".amplint_cache"
 # Bumped when the entry format changes.
-_FORMAT = "2"  # 2: spans carry a notebook cell
+_FORMAT = "3"  # 2: spans carry a notebook cell; 3: entries name the modules they read
 
 
 @lru_cache(maxsize=None)
@@ -59,16 +60,26 @@ class ResultCache:
         return digest.hexdigest()
 
     def get(self, key: str) -> list[Diagnostic] | None:
+        """The findings stored under `key`, while every other project module
+        they were computed from is unchanged."""
         try:
             document = json.loads(self._entry(key).read_bytes())
+            depends_on = dict(document.get("depends_on", {}))
+            if depends_on and not still_current(depends_on):
+                return None
             return [_diagnostic(record) for record in document["diagnostics"]]
         except (OSError, ValueError, KeyError, IndexError, TypeError):
             return None  # absent, or damaged: compute it again
 
-    def put(self, key: str, diagnostics: Iterable[Diagnostic]) -> None:
+    def put(
+        self, key: str, diagnostics: Iterable[Diagnostic], depends_on: dict[str, str] | None = None
+    ) -> None:
         if self.write_error is not None:
             return
-        data = json.dumps({"diagnostics": [_record(d) for d in diagnostics]}).encode()
+        document = {"diagnostics": [_record(d) for d in diagnostics]}
+        if depends_on:
+            document["depends_on"] = depends_on
+        data = json.dumps(document).encode()
         try:
             self._ensure_directory()
             descriptor, temporary = tempfile.mkstemp(dir=self.directory, suffix=".tmp")

@@ -23,6 +23,7 @@ from amplint.diagnostics import SYNTAX_ERROR, Applicability, Diagnostic, Fix, Sp
 from amplint.files import SourceFile
 from amplint.notebook import Notebook, NotebookError
 from amplint.prefilter import SourceClues
+from amplint.project import ProjectView, project_view
 from amplint.rules import RULES
 from amplint.rules.base import Rule
 from amplint.selfcheck import new_findings, new_name_problems
@@ -66,6 +67,9 @@ class FileReport:
     # Asked for by `--output-format full`: each fixable finding's fix carried
     # out alone, as the code it gives (for a notebook, its cells as one module).
     previews: dict[Diagnostic, str] = field(default_factory=dict)
+    # The other project modules the findings came from (path -> sha256), so a
+    # cached result is served only while they are unchanged.
+    depends_on: dict[str, str] = field(default_factory=dict)
 
 
 def selected_rules(codes: frozenset[str]) -> list[Rule]:
@@ -180,27 +184,29 @@ def _disjoint_fixes(due: list[Diagnostic], facts: ModuleFacts) -> list[Diagnosti
     return [diagnostic for diagnostic in due if diagnostic.fix in chosen]
 
 
-def lint_text(text: str, codes: frozenset[str], settings: Settings) -> list[Diagnostic]:
-    return _lint(text, codes, settings)[0]
+def lint_text(
+    text: str, codes: frozenset[str], settings: Settings, project: ProjectView | None = None
+) -> list[Diagnostic]:
+    return _lint(text, codes, settings, project)[0]
 
 
 def _lint(
-    text: str, codes: frozenset[str], settings: Settings
+    text: str, codes: frozenset[str], settings: Settings, project: ProjectView | None = None
 ) -> tuple[list[Diagnostic], ModuleFacts | None]:
     rules = selected_rules(codes)
     module = _parse(text, rules, codes)
     if isinstance(module, list):
         return module, None
-    facts = ModuleFacts(module, text)
+    facts = ModuleFacts(module, text, project)
     return _lint_module(facts, text, rules, settings), facts
 
 
 def lint_with_previews(
-    text: str, codes: frozenset[str], settings: Settings
+    text: str, codes: frozenset[str], settings: Settings, project: ProjectView | None = None
 ) -> tuple[list[Diagnostic], dict[Diagnostic, str]]:
     """The findings, and for each fixable one the code its fix alone gives,
     from one parse."""
-    diagnostics, facts = _lint(text, codes, settings)
+    diagnostics, facts = _lint(text, codes, settings, project)
     previews: dict[Diagnostic, str] = {}
     if facts is None or not any(d.fix is not None for d in diagnostics):
         return diagnostics, previews
@@ -234,7 +240,11 @@ class FixResult:
 
 
 def fix_text(
-    text: str, codes: frozenset[str], settings: Settings, unsafe: bool = False
+    text: str,
+    codes: frozenset[str],
+    settings: Settings,
+    unsafe: bool = False,
+    project: ProjectView | None = None,
 ) -> FixResult:
     """Apply fixes, re-parse and re-check until no applicable fix is left, then
     hold the result to the self-check (amplint.selfcheck).
@@ -248,7 +258,7 @@ def fix_text(
     module = _parse(text, rules, codes)
     if isinstance(module, list):
         return FixResult(text, [], module, module)
-    facts = ModuleFacts(module, text)
+    facts = ModuleFacts(module, text, project)
     found = _lint_module(facts, text, rules, settings)
     due = [diagnostic for diagnostic in found if is_applicable(diagnostic, unsafe)]
     if not due:
@@ -324,7 +334,7 @@ class _FixRounds:
                 except cst.ParserSyntaxError as error:
                     message = f"a fix produced code that does not parse: {error.message}"
                     raise FixError(message) from None
-                facts = ModuleFacts(module, text)
+                facts = ModuleFacts(module, text, self.facts.project)
                 diagnostics = _lint_module(facts, text, self.rules, self.settings)
             due = [
                 diagnostic
@@ -361,6 +371,7 @@ class _SelfCheck:
     def __init__(self, original: str, facts: ModuleFacts, settings: Settings) -> None:
         self.original = original
         self.settings = settings
+        self.project = facts.project
         self.rules = [rule for rule in RULES if rule.code != SYNTAX_ERROR]
         self.before = _lint_module(facts, original, self.rules, settings)
 
@@ -371,7 +382,8 @@ class _SelfCheck:
             module = cst.parse_module(rewritten)
         except cst.ParserSyntaxError as error:
             return [f"the rewrite would not parse: {error.message}"]
-        after = _lint_module(ModuleFacts(module, rewritten), rewritten, self.rules, self.settings)
+        facts = ModuleFacts(module, rewritten, self.project)
+        after = _lint_module(facts, rewritten, self.rules, self.settings)
         problems = [
             f"the rewrite would leave {d.code} at line {d.span.line} ({d.message})"
             for d in new_findings(self.before, after)
@@ -387,14 +399,17 @@ def analyse_source(
     fixing: bool = False,
     unsafe: bool = False,
     previews: bool = False,
+    project_root: Path | None = None,
 ) -> FileReport:
     """Lint one file's code, or compute its fixed text when `fixing` (writing
     it is the caller's choice).  Diagnostics come back portable: no libcst
     nodes, so the report can cross process boundaries.  A notebook's come back
     placed in its cells, and its fixed text is the notebook's JSON."""
     report = FileReport(source.path)
+    project = project_view(source.path, project_root)
     try:
-        _analyse(report, source.code, codes, settings, fixing, unsafe, previews)
+        _analyse(report, source.code, codes, settings, fixing, unsafe, previews, project)
+        report.depends_on = project.consulted
         if source.notebook is not None:
             _place_in_cells(report, source.notebook)
         return report
@@ -416,19 +431,20 @@ def _analyse(
     fixing: bool,
     unsafe: bool,
     previews: bool,
+    project: ProjectView,
 ) -> FileReport:
     if not fixing:
         if previews:
-            diagnostics, report.previews = lint_with_previews(text, codes, settings)
+            diagnostics, report.previews = lint_with_previews(text, codes, settings, project)
         else:
-            diagnostics = lint_text(text, codes, settings)
+            diagnostics = lint_text(text, codes, settings, project)
         report.found = report.diagnostics = _portable(diagnostics)
         return report
     try:
-        result = fix_text(text, codes, settings, unsafe)
+        result = fix_text(text, codes, settings, unsafe, project)
     except FixError as error:
         report.error = f"not fixed, file left unchanged: {error}"
-        report.found = report.diagnostics = _portable(lint_text(text, codes, settings))
+        report.found = report.diagnostics = _portable(lint_text(text, codes, settings, project))
         return report
     report.found = _portable(result.found)
     report.applied = _portable(result.applied)

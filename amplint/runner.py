@@ -16,6 +16,7 @@ from amplint.cache import ResultCache
 from amplint.config import Settings
 from amplint.engine import FileReport, analyse_source, is_applicable, text_may_fire
 from amplint.files import Discovered, SourceError, SourceFile, discover, read_source
+from amplint.project import find_project_root
 from amplint.rules import ALL_CODES
 
 # Below this much text to analyse, starting processes costs more than it saves:
@@ -50,6 +51,7 @@ class _Work:
     source: SourceFile
     codes: frozenset[str]
     cache_key: str | None
+    project_root: Path
 
 
 def run(
@@ -93,7 +95,7 @@ def run(
         if cached is not None and not needs_fixes:
             report.diagnostics = cached
             continue
-        work.append(_Work(len(reports) - 1, source, codes, key))
+        work.append(_Work(len(reports) - 1, source, codes, key, find_project_root(found.path)))
     mode = Mode(fixing, unsafe, previews)
     for done, (item, report) in enumerate(_analyse(work, settings, mode, jobs), start=1):
         if progress is not None:
@@ -101,7 +103,7 @@ def run(
         report.source = item.source
         reports[item.index] = report
         if cache is not None and report.found is not None:
-            cache.put(item.cache_key, report.found)
+            cache.put(item.cache_key, report.found, report.depends_on)
     return reports
 
 
@@ -111,7 +113,7 @@ def run_source(source: SourceFile, settings: Settings, mode: Mode) -> FileReport
     if not text_may_fire(source.code, codes):
         report = FileReport(source.path)
     else:
-        report = _analyse_one(source, codes, settings, mode)
+        report = _analyse_one(source, codes, settings, mode, find_project_root(source.path))
     report.source = source
     return report
 
@@ -122,7 +124,7 @@ def _analyse(
     workers = min(jobs, len(work))
     if workers < 2 or sum(len(item.source.code) for item in work) < PARALLEL_MIN_CHARS:
         for item in work:
-            yield item, _analyse_one(item.source, item.codes, settings, mode)
+            yield item, _analyse_one(item.source, item.codes, settings, mode, item.project_root)
         return
     # Largest first: the longest parse starts at once instead of last.
     ordered = sorted(work, key=lambda item: len(item.source.code), reverse=True)
@@ -146,7 +148,9 @@ def _in_pool(
     try:
         with ProcessPoolExecutor(max_workers=workers) as pool:
             futures = {
-                pool.submit(_analyse_one, item.source, item.codes, settings, mode): item
+                pool.submit(
+                    _analyse_one, item.source, item.codes, settings, mode, item.project_root
+                ): item
                 for item in work
             }
             for future in as_completed(futures):
@@ -159,10 +163,10 @@ def _in_pool(
 
 
 def _analyse_one(
-    source: SourceFile, codes: frozenset[str], settings: Settings, mode: Mode
+    source: SourceFile, codes: frozenset[str], settings: Settings, mode: Mode, project_root: Path
 ) -> FileReport:
     try:
-        report = analyse_source(source, codes, settings, *mode)
+        report = analyse_source(source, codes, settings, *mode, project_root=project_root)
     except Exception as error:  # a bug must not end the run for the other files
         return FileReport(source.path, error=f"internal error: {type(error).__name__}: {error}")
     report.source = None  # the parent has it: do not send the text back

@@ -43,12 +43,16 @@ from amplint.analysis.scaler import (
 )
 from amplint.analysis.steps import StepScan, find_training_steps
 from amplint.diagnostics import Span
+from amplint.project import ProjectView
 
 
 class ModuleFacts:
-    def __init__(self, module: cst.Module, text: str) -> None:
+    def __init__(self, module: cst.Module, text: str, project: ProjectView | None = None) -> None:
         self.module = module
         self.text = text  # the source the module was parsed from
+        # The rest of the project, for questions that cross module borders;
+        # None for text with no file behind it (a rule's example, a test).
+        self.project = project
 
     @cached_property
     def imports(self) -> ImportMap:

@@ -1,0 +1,338 @@
+"""The project a file belongs to: the layer between the files and the analysis.
+
+A training step crosses module borders (the epoch loop in ``main.py`` calls
+``train_one_epoch`` in ``engine.py``; the model is wrapped in FSDP somewhere
+else), so the per-file analysis asks questions about the rest of the project
+here.  The index is read-only and lazy: it reads a module's text only when a
+question needs it, parses it with ``ast`` (never libcst, never importing it)
+only when the text can answer, and keeps both by content hash.  Every module a
+file's answers came from is recorded on that file's view, so a cached result
+is served only while those modules are unchanged.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import os
+import re
+import warnings
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+from amplint.files import DEFAULT_EXCLUDES
+
+ROOT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
+# Walking a home directory by mistake must not take minutes.
+MAX_PROJECT_FILES = 20_000
+_FSDP_WRAP = re.compile(r"\b(FullyShardedDataParallel|FSDP|fully_shard)\s*\(")
+_FSDP_MIXED_PRECISION = re.compile(r"\bMixedPrecision(Policy)?\s*\(|\bmixed_precision\s*=")
+
+
+def find_project_root(path: Path) -> Path:
+    """The nearest directory above `path` holding a project marker, else the
+    directory of `path` itself."""
+    start = path.resolve().parent
+    return _root_from(start)
+
+
+@lru_cache(maxsize=4096)
+def _root_from(directory: Path) -> Path:
+    for candidate in (directory, *directory.parents):
+        if any((candidate / marker).exists() for marker in ROOT_MARKERS):
+            return candidate
+    return directory
+
+
+@dataclass(frozen=True)
+class CallSite:
+    """A call, in another module of the project, of a function of this one."""
+
+    path: Path
+    line: int
+    caller: str  # the function (or `<module>`) the call is in
+
+
+@dataclass(frozen=True)
+class FsdpUse:
+    path: Path
+    line: int
+    mixed_precision: bool  # the same module passes an FSDP mixed-precision policy
+
+
+@dataclass
+class _Module:
+    path: Path
+    name: str  # dotted, relative to the project root
+    text: str
+    digest: str
+    _tree: ast.Module | None = field(default=None, repr=False)
+    _parsed: bool = False
+
+    @property
+    def tree(self) -> ast.Module | None:
+        if not self._parsed:
+            self._parsed = True
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    self._tree = ast.parse(self.text)
+            except (SyntaxError, ValueError, RecursionError, MemoryError):
+                self._tree = None
+        return self._tree
+
+
+class ProjectIndex:
+    """Every Python module under one project root, read on demand."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root.resolve()
+        self._paths: list[Path] | None = None
+        # path -> ((mtime, size) when read, the module or None if unreadable)
+        self._modules: dict[Path, tuple[tuple[int, int] | None, _Module | None]] = {}
+        self._fsdp: list[FsdpUse] | None = None
+
+    # -- files ----------------------------------------------------------------
+    @property
+    def paths(self) -> list[Path]:
+        if self._paths is None:
+            self._paths = []
+            skipped = set(DEFAULT_EXCLUDES) | {"site-packages", "node_modules", "__pycache__"}
+            for directory, subdirectories, files in os.walk(self.root):
+                subdirectories[:] = sorted(
+                    d for d in subdirectories if d not in skipped and not d.startswith(".")
+                )
+                for name in sorted(files):
+                    if name.endswith(".py"):
+                        self._paths.append(Path(directory, name))
+                if len(self._paths) > MAX_PROJECT_FILES:
+                    break
+        return self._paths
+
+    def module(self, path: Path) -> _Module | None:
+        """The module at `path`, read again when the file changed since (an
+        index may outlive one run: an editor, a test calling the CLI twice)."""
+        path = path.resolve()
+        try:
+            stat = path.stat()
+            version = (stat.st_mtime_ns, stat.st_size)
+        except OSError:
+            version = None
+        known = self._modules.get(path)
+        if known is None or known[0] != version:
+            if known is not None:
+                self._fsdp = None  # answers read from the old text
+            module = None
+            try:
+                data = path.read_bytes()
+                text = data.decode("utf-8-sig")
+            except (OSError, UnicodeDecodeError):
+                pass
+            else:
+                module = _Module(path, _dotted(path, self.root), text, hashlib.sha256(data).hexdigest())
+            self._modules[path] = known = (version, module)
+        return known[1]
+
+    # -- questions --------------------------------------------------------------
+    def callers(self, defining: Path, function: str) -> list[CallSite]:
+        """Calls of the module-level function `function` of `defining` from the
+        project's other modules, through the names they import it by."""
+        defining = defining.resolve()
+        target = self.module(defining)
+        if target is None:
+            return []
+        sites = []
+        for path in self.paths:
+            if path.resolve() == defining:
+                continue
+            module = self.module(path)
+            if module is None or function not in module.text or module.tree is None:
+                continue
+            sites += _calls_of(module, target, function)
+        return sites
+
+    def fsdp_uses(self) -> list[FsdpUse]:
+        """Where the project wraps a model in FSDP (a text test: the wrapper is
+        called, not merely named)."""
+        if self._fsdp is None:
+            found = []
+            for path in self.paths:
+                module = self.module(path)
+                if module is None or "FSDP" not in module.text and "fully_shard" not in module.text:
+                    continue
+                match = _FSDP_WRAP.search(module.text)
+                if match is not None:
+                    line = module.text.count("\n", 0, match.start()) + 1
+                    mixed = _FSDP_MIXED_PRECISION.search(module.text) is not None
+                    found.append(FsdpUse(module.path, line, mixed))
+            self._fsdp = found
+        return self._fsdp
+
+
+    def imports(self, importer: Path, imported: Path) -> bool:
+        """Whether the module at `importer` imports the one at `imported`."""
+        source, target = self.module(importer), self.module(imported)
+        if source is None or target is None or source.tree is None:
+            return False
+        last = target.name.rsplit(".", 1)[-1]
+        if last not in source.text:
+            return False
+        for node in ast.walk(source.tree):
+            if isinstance(node, ast.ImportFrom):
+                spelled = _absolute(node, source)
+                if _names_module(spelled, target) or any(
+                    _names_module(f"{spelled}.{alias.name}".lstrip("."), target)
+                    for alias in node.names
+                ):
+                    return True
+            elif isinstance(node, ast.Import):
+                if any(_names_module(alias.name, target) for alias in node.names):
+                    return True
+        return False
+
+
+class ProjectView:
+    """One file's window on its project; remembers what it looked at."""
+
+    def __init__(self, index: ProjectIndex, path: Path) -> None:
+        self.index = index
+        self.path = path.resolve()
+        self.consulted: dict[str, str] = {}  # path -> sha256 of the bytes read
+
+    def _note(self, path: Path) -> None:
+        module = self.index.module(path)
+        if module is not None and module.path != self.path:
+            self.consulted[str(module.path)] = module.digest
+
+    def relative(self, path: Path) -> str:
+        try:
+            return path.resolve().relative_to(self.index.root).as_posix()
+        except ValueError:
+            return str(path)
+
+    def callers(self, function: str) -> list[CallSite]:
+        sites = self.index.callers(self.path, function)
+        for site in sites:
+            self._note(site.path)
+        return sites
+
+    def fsdp_uses(self) -> list[FsdpUse]:
+        """FSDP wrapping in this module's program: a project module that imports
+        this one or that this one imports (a repository of independent examples
+        is one project but many programs)."""
+        uses = [
+            use
+            for use in self.index.fsdp_uses()
+            if use.path.resolve() == self.path
+            or self.index.imports(use.path, self.path)
+            or self.index.imports(self.path, use.path)
+        ]
+        for use in uses:
+            self._note(use.path)
+        return uses
+
+
+_INDEXES: dict[Path, ProjectIndex] = {}
+
+
+def project_view(path: Path, root: Path | None = None) -> ProjectView:
+    """The view of `path` on the project at `root` (found from `path` when
+    None); indexes are shared by every file of a project in this process."""
+    root = (root or find_project_root(path)).resolve()
+    index = _INDEXES.get(root)
+    if index is None:
+        index = _INDEXES[root] = ProjectIndex(root)
+    return ProjectView(index, path)
+
+
+def still_current(consulted: dict[str, str]) -> bool:
+    """Whether every module a cached answer came from is as it was."""
+    for path, digest in consulted.items():
+        try:
+            if hashlib.sha256(Path(path).read_bytes()).hexdigest() != digest:
+                return False
+        except OSError:
+            return False
+    return True
+
+
+# -- helpers ------------------------------------------------------------------------
+def _dotted(path: Path, root: Path) -> str:
+    try:
+        parts = list(path.relative_to(root).with_suffix("").parts)
+    except ValueError:
+        parts = [path.stem]
+    if parts and parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _absolute(node: ast.ImportFrom, importer: _Module) -> str:
+    """The module an ``from X import ...`` reads, relative dots resolved."""
+    if not node.level:
+        return node.module or ""
+    package = importer.name.split(".")
+    if importer.path.name != "__init__.py":
+        package = package[:-1]
+    package = package[: len(package) - (node.level - 1)] if node.level > 1 else package
+    return ".".join([*package, *([node.module] if node.module else [])])
+
+
+def _names_module(spelled: str, target: _Module) -> bool:
+    """Whether an import of `spelled` can mean `target`: scripts import their
+    neighbours by bare name, packages by a dotted path that may start below
+    the project root."""
+    return bool(spelled) and (target.name == spelled or target.name.endswith("." + spelled))
+
+
+def _calls_of(module: _Module, target: _Module, function: str) -> list[CallSite]:
+    """Calls in `module` of `function` defined in `target`."""
+    direct: set[str] = set()  # local names bound to the function itself
+    via_module: set[str] = set()  # local names bound to the target module
+    for node in ast.walk(module.tree):
+        if isinstance(node, ast.ImportFrom):
+            spelled = _absolute(node, module)
+            for alias in node.names:
+                if alias.name == function and _names_module(spelled, target):
+                    direct.add(alias.asname or alias.name)
+                elif _names_module(f"{spelled}.{alias.name}".lstrip("."), target):
+                    via_module.add(alias.asname or alias.name)
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if _names_module(alias.name, target):
+                    via_module.add(alias.asname or alias.name)
+    if not direct and not via_module:
+        return []
+    sites = []
+    for caller, node in _calls_with_callers(module.tree):
+        func = node.func
+        if (isinstance(func, ast.Name) and func.id in direct) or (
+            isinstance(func, ast.Attribute)
+            and func.attr == function
+            and _dotted_expression(func.value) in via_module
+        ):
+            sites.append(CallSite(module.path, node.lineno, caller))
+    return sites
+
+
+def _calls_with_callers(tree: ast.Module):
+    stack: list[tuple[str, ast.AST]] = [("<module>", tree)]
+    while stack:
+        caller, node = stack.pop()
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                stack.append((child.name, child))
+                continue
+            if isinstance(child, ast.Call):
+                yield caller, child
+            stack.append((caller, child))
+
+
+def _dotted_expression(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        base = _dotted_expression(node.value)
+        return None if base is None else f"{base}.{node.attr}"
+    return None

@@ -1,0 +1,121 @@
+"""The project model: questions that cross module borders, answered from the
+other modules of the project, and cached results that follow those modules."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from amplint.project import find_project_root, project_view
+from tests.helpers import dedent, run_cli
+
+STEP_FUNCTION = dedent(
+    """
+    import torch
+    import torch.nn.functional as F
+
+
+    def train_one_epoch(model, loader, optimizer, epoch):
+        for x, y in loader:
+            loss = F.cross_entropy(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    """
+)
+MAIN = dedent(
+    """
+    import torch
+
+    from engine import train_one_epoch
+
+
+    def main(model, loader):
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for epoch in range(3):
+            train_one_epoch(model, loader, optimizer, epoch)
+    """
+)
+
+
+def _project(tmp_path: Path, **modules: str) -> Path:
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'p'\n")
+    for name, text in modules.items():
+        path = tmp_path / f"{name.replace('.', '/')}.py"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return tmp_path
+
+
+def test_the_root_is_the_nearest_directory_with_a_marker(tmp_path: Path) -> None:
+    root = _project(tmp_path, **{"pkg.engine": STEP_FUNCTION})
+    assert find_project_root(root / "pkg" / "engine.py") == root.resolve()
+
+
+def test_callers_in_other_modules_are_found_through_their_imports(tmp_path: Path) -> None:
+    root = _project(
+        tmp_path,
+        engine=STEP_FUNCTION,
+        main=MAIN,
+        other="import engine\n\nengine.train_one_epoch(m, l, o, 1)\n",
+        unrelated="def train_one_epoch():\n    pass\n\ntrain_one_epoch()\n",
+    )
+    view = project_view(root / "engine.py")
+    sites = sorted((view.relative(site.path), site.line, site.caller) for site in view.callers(
+        "train_one_epoch"
+    ))
+    assert sites == [("main.py", 9, "main"), ("other.py", 3, "<module>")]
+    assert set(view.consulted) == {str((root / "main.py").resolve()), str((root / "other.py").resolve())}
+
+
+def test_a_step_whose_optimizer_comes_from_another_module_names_that_file(tmp_path: Path) -> None:
+    root = _project(tmp_path, engine=STEP_FUNCTION, main=MAIN)
+    result = run_cli("check", "--no-cache", root / "engine.py")
+    assert "not rewritten: `train_one_epoch` receives `optimizer` from main.py:9" in result.stdout
+    fixed = run_cli("fix", "--apply", "--no-cache", root / "engine.py")
+    assert fixed.exit_code == 1
+    assert (root / "engine.py").read_text() == STEP_FUNCTION
+
+
+def test_fsdp_in_a_module_of_the_same_program_counts(tmp_path: Path) -> None:
+    wrapper = dedent(
+        """
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, MixedPrecision
+
+        import engine
+
+        model = FSDP(model, mixed_precision=MixedPrecision(param_dtype=torch.bfloat16))
+        """
+    )
+    script = STEP_FUNCTION + "\n\ntrain_one_epoch(model, loader, torch.optim.SGD([], 0.1), 0)\n"
+    root = _project(tmp_path, engine=script, launch=wrapper, unrelated_example=MAIN)
+    result = run_cli("check", "--no-cache", root / "engine.py")
+    assert "FSDP with a mixed-precision policy (launch.py:5)" in result.stdout
+
+
+def test_fsdp_in_an_unrelated_example_of_the_same_repository_does_not(tmp_path: Path) -> None:
+    root = _project(
+        tmp_path,
+        **{
+            "mnist.main": STEP_FUNCTION.replace("def train_one_epoch", "def _unused")
+            + "\n\ndef run(model, loader):\n"
+            "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+            "    for x, y in loader:\n"
+            "        loss = F.cross_entropy(model(x), y)\n"
+            "        loss.backward()\n"
+            "        optimizer.step()\n",
+            "fsdp.t5": "from torch.distributed.fsdp import FullyShardedDataParallel as FSDP\n"
+            "model = FSDP(model)\n",
+        },
+    )
+    result = run_cli("check", "--no-cache", root / "mnist" / "main.py")
+    assert "FSDP" not in result.stdout
+
+
+def test_a_cached_result_is_recomputed_when_a_module_it_read_changes(tmp_path: Path) -> None:
+    root = _project(tmp_path, engine=STEP_FUNCTION, main=MAIN)
+    cache = tmp_path / "cache"
+    first = run_cli("check", "--cache-dir", cache, root / "engine.py")
+    assert "from main.py:9" in first.stdout
+    (root / "main.py").write_text(MAIN.replace("train_one_epoch(model", "pass  # train_one_epoch(model"))
+    second = run_cli("check", "--cache-dir", cache, root / "engine.py")
+    assert "from main.py" not in second.stdout
