@@ -88,3 +88,39 @@ def test_rewritten_for_cpu_bfloat16_trains(script: Path, tmp_path: Path, torch_i
     assert len(amp) == len(original)
     if original[-1] < original[0]:
         assert amp[-1] < amp[0], f"bf16 loss did not fall: {amp[0]} -> {amp[-1]}"
+
+
+FP16_CPU = Settings(dtype="float16", device_type="cpu")
+
+
+@pytest.mark.parametrize("script", STEPS, ids=[s.stem for s in STEPS])
+def test_rewritten_for_cpu_float16_runs_a_real_scaler(
+    script: Path, tmp_path: Path, torch_installed
+) -> None:
+    # torch 2.13 enables GradScaler("cpu"): it scales, unscales, skips and
+    # updates for real, so a missing update() after a step on some path, a
+    # second unscale_ or a step on an optimizer it never saw raises here.
+    rewritten = tmp_path / script.name
+    rewritten.write_text(fixed(script.read_text(encoding="utf-8"), FP16_CPU), encoding="utf-8")
+    assert 'GradScaler("cpu")' in rewritten.read_text()
+    amp = _losses(rewritten)
+    assert len(amp) == len(_losses(script))
+    assert math.isfinite(amp[-1])
+
+
+def test_a_resumed_run_loads_checkpoints_of_disabled_and_enabled_scalers(tmp_path: Path, torch_installed) -> None:
+    # per_epoch_train saves the scaler with the optimizer after the rewrite.
+    # On the CPU the CUDA scaler is disabled and saves an empty state, which an
+    # enabled scaler would refuse to load; the guarded restore skips it.
+    source = (FIXTURES / "fp32_steps" / "per_epoch_train.py").read_text(encoding="utf-8")
+    for name, settings in (("cuda.py", Settings()), ("cpu16.py", FP16_CPU)):
+        script = tmp_path / name
+        script.write_text(fixed(source, settings), encoding="utf-8")
+        checkpoint = tmp_path / f"{name}.pt"
+        for extra in ([], ["--resume", "--epochs", "4"]):
+            run = subprocess.run(
+                [sys.executable, script.name, "--checkpoint", str(checkpoint), *extra],
+                cwd=tmp_path, capture_output=True, text=True, timeout=300,
+            )
+            assert run.returncode == 0, run.stderr[-2000:]
+        assert "epoch 4:" in run.stdout and "epoch 1:" not in run.stdout

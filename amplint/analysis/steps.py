@@ -120,6 +120,15 @@ TENSOR_METHODS = {
     "expand",
     "repeat",
     "type_as",
+    # shapes and fresh tensors: batch preparation, not the forward pass
+    "size",
+    "dim",
+    "numel",
+    "new_zeros",
+    "new_ones",
+    "new_full",
+    "new_empty",
+    "new_tensor",
 }
 
 
@@ -359,6 +368,12 @@ class _StepFinder(ScopedVisitor):
             self.module.code_for_node(scope)
         ):
             return ALREADY_AMP
+        manual = _MANUAL_UPDATE.search(self.module.code_for_node(step.block))
+        if manual is not None:
+            return (
+                f"parameters are also updated by hand (`{manual.group(0)}...`) on some path; "
+                "a GradScaler would leave those gradients scaled"
+            )
         for optimizer_step in step.steps:
             if optimizer_step.has_closure:
                 call = self.module.code_for_node(optimizer_step.call)
@@ -485,17 +500,66 @@ class _UnsafeLossFinder(Visitor):
         if qualified is not None:
             short = qualified.replace("torch.nn.functional.", "F.").replace("torch.nn.", "nn.")
             self.found = f"`{spelled}`" if spelled == short else f"`{spelled}` ({short})"
+            return
+        helper = self.step_finder.optimizers.unsafe_helpers.get(spelled)
+        if helper is not None and isinstance(func, cst.Name):
+            self.found = f"`{spelled}` (it calls {helper})"
 
 
 def _ends_forward_search(statement: cst.BaseStatement) -> bool:
-    """Statements the forward region never reaches back over: control flow
-    (fetching a batch in a try, `if ...: continue`) and optimizer bookkeeping
-    (`zero_grad`, a previous `step`), which must stay outside autocast."""
+    """Statements the forward region never reaches back over: loops, try,
+    control flow (`if ...: continue`) and optimizer bookkeeping (`zero_grad`,
+    a previous `step`), which must stay outside autocast.  An `if` whose arms
+    only compute (`if transformer: out = model(x) else: out, h = model(x, h)`)
+    is part of the forward pass."""
+    if isinstance(statement, cst.If):
+        exits = _ExitFinder()
+        exits.walk(statement)
+        return exits.found
     if not isinstance(statement, cst.SimpleStatementLine):
         return True
     return any(
         method_name(call) in ("zero_grad", "step", "backward") for call in calls_in_line(statement)
     )
+
+
+class _ExitFinder(Visitor):
+    """Does a statement leave the block, hold a loop or try, or do optimizer
+    bookkeeping (zero_grad, step, backward) anywhere inside?"""
+
+    def __init__(self) -> None:
+        self.found = False
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if method_name(node) in ("zero_grad", "step", "backward"):
+            self.found = True
+
+    def visit_Return(self, node) -> None:
+        self.found = True
+
+    def visit_Continue(self, node) -> None:
+        self.found = True
+
+    def visit_Break(self, node) -> None:
+        self.found = True
+
+    def visit_Raise(self, node) -> None:
+        self.found = True
+
+    def visit_Yield(self, node) -> None:
+        self.found = True
+
+    def visit_For(self, node) -> None:
+        self.found = True
+
+    def visit_While(self, node) -> None:
+        self.found = True
+
+    def visit_Try(self, node) -> None:
+        self.found = True
+
+    def visit_FunctionDef(self, node) -> bool:
+        return False
 
 
 def _forward_region(
@@ -551,6 +615,8 @@ class _Optimizers:
     # Defs that call `.backward()` themselves or in a nested def: closures a
     # training step can hand to `optimizer.step`.
     backward_functions: set[str]
+    # Defs that compute a loss which raises under CUDA autocast -> that loss.
+    unsafe_helpers: dict[str, str] = field(default_factory=dict)
 
 
 class _OptimizerCollector(ScopedVisitor):
@@ -579,6 +645,13 @@ class _OptimizerCollector(ScopedVisitor):
                 self.found.unsafe_losses[name] = called
 
     def visit_Call(self, node: cst.Call) -> None:
+        called = self.imports.resolve(node.func, self.scope)
+        if called in AUTOCAST_UNSAFE_LOSSES:
+            # A loss helper: calling it runs a loss that raises under autocast.
+            short = called.replace("torch.nn.functional.", "F.").replace("torch.nn.", "nn.")
+            for scope in self.scopes:
+                if isinstance(scope, cst.FunctionDef):
+                    self.found.unsafe_helpers.setdefault(scope.name.value, short)
         if method_name(node) == "backward":
             self.found.backward_functions.update(
                 scope.name.value for scope in self.scopes if isinstance(scope, cst.FunctionDef)

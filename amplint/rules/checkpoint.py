@@ -4,8 +4,9 @@ A resumed run whose scaler starts over at 65536 skips steps while it backs off
 to the scale it had already found, and its growth tracker restarts; the
 optimizer's state it did restore then meets different gradients than it would
 have.  The fix saves ``"scaler": S.state_dict()`` next to the optimizer's
-state, and restores it behind ``if "scaler" in checkpoint:`` so checkpoints
-written before the fix still load.
+state, and restores it behind ``if checkpoint.get("scaler"):`` so checkpoints
+written before the fix (no key) and by a disabled scaler (an empty state dict,
+which an enabled scaler refuses to load) still load.
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ class ScalerNotCheckpointed(Rule):
         key, holder, scaler = resume.key, resume.checkpoint, resume.scaler
         quoted = f"{resume.quote}{key}{resume.quote}"
         restore = cst.parse_statement(
-            f"if {quoted} in {holder}:\n    {scaler}.load_state_dict({holder}[{quoted}])\n"
+            f"if {holder}.get({quoted}):\n    {scaler}.load_state_dict({holder}[{quoted}])\n"
         )
         fix = Fix(
             Applicability.SAFE,

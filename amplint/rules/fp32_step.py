@@ -16,7 +16,12 @@ from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix
 from amplint.prefilter import SourceClues
 from amplint.rules.base import Rule
 from amplint.transforms.imports import ensure_torch_imported
-from amplint.transforms.insert_amp import InsertAmp, amp_choice, scaler_obstacle
+from amplint.transforms.insert_amp import (
+    InsertAmp,
+    amp_choice,
+    fsdp_mixed_precision,
+    scaler_obstacle,
+)
 
 
 class FP32TrainingStep(Rule):
@@ -51,6 +56,13 @@ class FP32TrainingStep(Rule):
         span = facts.span(step.anchor)
         choice = amp_choice(settings)
         reason = step.skip
+        if reason is None:
+            policy = fsdp_mixed_precision(facts)
+            if policy is not None:
+                reason = (
+                    f"the model is wrapped in FSDP with a mixed-precision policy ({policy}); "
+                    "FSDP already runs it in mixed precision"
+                )
         if reason is None and step.unsafe_loss is not None and choice.device == "cuda":
             reason = (
                 f"{step.unsafe_loss} raises under CUDA autocast; compute the loss on logits "

@@ -17,6 +17,9 @@ import libcst as cst
 from amplint.analysis import ModuleFacts
 from amplint.analysis.steps import TrainingStep
 from amplint.config import Settings
+from amplint.analysis.statements import name_use
+from amplint.transforms.arguments import insert_argument, keyword_argument
+from amplint.transforms.scaler_scope import thread_through_callers, with_parameter_after
 from amplint.transforms.statements import StatementPlan
 
 SCALER_NAMES = ("scaler", "grad_scaler", "amp_scaler")
@@ -48,13 +51,27 @@ SCALER_SINCE = (2, 3)  # torch.amp.GradScaler
 
 def scaler_obstacle(facts: ModuleFacts, settings: Settings) -> str | None:
     """Why a torch.amp.GradScaler cannot be added to this module, or None."""
-    if _FSDP.search(facts.text):
+    sharded = _FSDP.search(facts.text) is not None
+    if not sharded and facts.project is not None and facts.project.fsdp_uses():
+        sharded = True
+    if sharded:
         return (
             "FSDP needs torch.distributed.fsdp.sharded_grad_scaler.ShardedGradScaler; "
             "`--dtype bfloat16` needs no scaler"
         )
     if settings.target_torch < SCALER_SINCE:
         return "torch.amp.GradScaler needs torch 2.3, above target-torch"
+    return None
+
+
+def fsdp_mixed_precision(facts: ModuleFacts) -> str | None:
+    """Where the project gives FSDP a mixed-precision policy: its steps are
+    mixed precision already, and autocast on top would be a second policy."""
+    if facts.project is None:
+        return None
+    for use in facts.project.fsdp_uses():
+        if use.mixed_precision:
+            return f"{facts.project.relative(use.path)}:{use.line}"
     return None
 
 
@@ -66,6 +83,31 @@ def free_name(candidates: Sequence[str], text: str, prefix: str = "") -> str:
 
 
 LINE_LENGTH = 88  # black's default
+
+
+def _leaves(statement: cst.BaseStatement) -> bool:
+    """A line that ends the iteration or the call: continue, break, return."""
+    return isinstance(statement, cst.SimpleStatementLine) and any(
+        isinstance(small, (cst.Continue, cst.Break, cst.Return)) for small in statement.body
+    )
+
+
+def _contains(statement: cst.CSTNode, node: cst.CSTNode | None) -> bool:
+    """Whether `node` is `statement` or inside it."""
+    if node is None:
+        return False
+    if statement is node:
+        return True
+    found = False
+
+    class _Finder(cst.CSTVisitor):
+        def on_visit(self, visited: cst.CSTNode) -> bool:
+            nonlocal found
+            found = found or visited is node
+            return not found
+
+    statement.visit(_Finder())
+    return found
 
 
 def _statement(code: str, indent: int = 0) -> cst.BaseStatement:
@@ -124,28 +166,142 @@ class InsertAmp:
         return lines
 
     def place_scaler(self) -> str | None:
-        """Plan the scaler's creation; returns why it cannot be placed, or None."""
+        """Plan the scaler's creation beside the optimizer it serves (see
+        transforms/scaler_scope.py); returns why it cannot be placed, or None."""
         step = self.step
-        if step.owner is not step.function:  # a loop body: before the outermost loop
-            text = self.code(step.function) if step.function is not None else self.facts.text
-            scaler = free_name(SCALER_NAMES, text)
-            dtype_name = free_name(("amp_dtype", "autocast_dtype"), text)
+        function = step.function
+        optimizers = list(dict.fromkeys(self.code(s.optimizer) for s in step.steps))
+        if step.class_def is not None and function.params.params:
+            method_self = function.params.params[0].name.value
+            if all(name.startswith(f"{method_self}.") for name in optimizers):
+                return self._place_on_instance()
+        if function is not None:
+            params = function.params
+            parameters = [p.name.value for p in (*params.params, *params.kwonly_params)]
+            passed = [name for name in parameters if name in optimizers]
+            if passed:
+                if step.class_def is not None:
+                    return (
+                        f"`{function.name.value}` receives `{passed[-1]}` as an argument; "
+                        "create a GradScaler beside that optimizer and pass it too"
+                    )
+                if len(passed) < len(optimizers):
+                    return "some optimizers of the step are passed in and some are not"
+                reason = self._thread_from_callers(passed)
+                if reason is None or step.owner is step.outermost_loop or step.owner is function:
+                    return reason
+                # The step's loop is inside another loop of the function (epochs
+                # around batches): the function is the whole run, and a scaler
+                # made before its loops lives as long as the training does.
+                self.plan = StatementPlan()
+        return self._place_beside_binding(optimizers)
+
+    def _place_beside_binding(self, optimizers: list[str]) -> None:
+        """A scaler in the scope that makes the optimizers: right after the
+        last statement binding one of them before the step runs there, else
+        before the step's outermost loop (or, for a step function, its def)."""
+        step = self.step
+        names = {name for name in optimizers if "." not in name}
+        if (
+            step.function is not None
+            and step.owner is not step.function
+            and not names & name_use(step.function.body).bound
+        ):
+            return self._place_global(names)
+        text = self.code(step.function) if step.function is not None else self.facts.text
+        if step.owner is not step.function:  # a loop body
+            suite = step.function.body.body if step.function is not None else self.facts.module.body
+            holder = step.outermost_loop
             self.target = step.function or self.facts.module
-            self._use(scaler, dtype_name)
-            created = self._creation("", dtype_name, scaler)
-            self._insert(self.plan.before, step.outermost_loop, created)
-            return None
-        if step.class_def is not None:
-            return self._place_on_instance()
-        # A free function called from elsewhere: the scaler lives in the scope
-        # that defines the function, so every call shares it.
-        defining_scope = self.facts.imports.parent.get(step.function) or self.facts.module
-        scaler = free_name(SCALER_NAMES, self.facts.text)
-        dtype_name = free_name(("amp_dtype", "autocast_dtype"), self.facts.text)
-        self.target = defining_scope
+        else:  # a function that is the step: a global scaler
+            suite = self.facts.module.body
+            holder = step.function
+            text = self.facts.text
+            self.target = self.facts.module
+        scaler = free_name(SCALER_NAMES, text)
+        dtype_name = free_name(("amp_dtype", "autocast_dtype"), text)
         self._use(scaler, dtype_name)
         created = self._creation("", dtype_name, scaler)
-        self._insert(self.plan.before, step.function, created)
+        top = next((s for s in suite if _contains(s, holder)), None)
+        if holder is step.function:
+            # A global optimizer may be made after the def, before the calls.
+            bindings = [s for s in suite if names & name_use(s).bound]
+        else:
+            preceding = suite[: suite.index(top)] if top is not None else []
+            bindings = [s for s in preceding if names & name_use(s).bound]
+        if bindings:
+            self._insert(self.plan.after, bindings[-1], created)
+        else:
+            self._insert(self.plan.before, holder, created)
+        return None
+
+    def _place_global(self, names: set[str]) -> None:
+        """A function whose loop steps a global optimizer (`def train(epoch)`
+        in a script): a global scaler, made right after that optimizer at
+        module level (also under `if __name__ == "__main__":`), else before
+        the function."""
+        module, function = self.facts.module, self.step.function
+        scaler = free_name(SCALER_NAMES, self.facts.text)
+        dtype_name = free_name(("amp_dtype", "autocast_dtype"), self.facts.text)
+        self.target = module
+        self._use(scaler, dtype_name)
+        created = self._creation("", dtype_name, scaler)
+        candidates = []
+        for statement in module.body:
+            candidates.append(statement)
+            if isinstance(statement, cst.If) and isinstance(statement.body, cst.IndentedBlock):
+                candidates += statement.body.body
+        bindings = [
+            s
+            for s in candidates
+            if isinstance(s, cst.SimpleStatementLine) and names & name_use(s).bound
+        ]
+        holder = self.facts.imports.parent.get(function)
+        if bindings:
+            self._insert(self.plan.after, bindings[-1], created)
+        elif holder is module:
+            self._insert(self.plan.before, function, created)
+        else:
+            return f"`{function.name.value}` steps `{sorted(names)[0]}`, made where amplint cannot see"
+        return None
+
+    def _thread_from_callers(self, passed: list[str]) -> str | None:
+        """A scaler parameter next to the step function's last optimizer
+        parameter, passed by each call and made beside each caller's optimizer."""
+        function = self.step.function
+        if self.facts.imports.parent.get(function) is not self.facts.module:
+            return f"`{function.name.value}` is nested in another function; pass a GradScaler to it"
+        thread = thread_through_callers(self.facts.module, function, passed[-1], self.facts.project)
+        if isinstance(thread, str):
+            return thread
+        scaler = free_name(SCALER_NAMES, self.facts.text)
+        dtype_name = free_name(("amp_dtype", "autocast_dtype"), self.facts.text)
+        self.target = self.facts.module
+        self._use(scaler, dtype_name)
+        if self.choice.picks_dtype_at_run_time:
+            # The dtype is chosen where the scaler is made; the step reads it back.
+            self.dtype_expression = (
+                f"{self.torch}.float16 if {scaler}.is_enabled() else {self.torch}.bfloat16"
+            )
+        self.plan.replace_node(
+            function.params,
+            lambda params: with_parameter_after(
+                params, thread.parameter.name.value, scaler, thread.keyword_only
+            ),
+        )
+        for call, position in thread.calls:
+            keyword = call.args[position].keyword is not None or thread.keyword_only
+            argument = (
+                keyword_argument(scaler, cst.Name(scaler)) if keyword else cst.Arg(cst.Name(scaler))
+            )
+            self.plan.replace_node(
+                call,
+                lambda node, position=position, argument=argument: insert_argument(
+                    node, position + 1, argument
+                ),
+            )
+        for statement in thread.creations:
+            self._insert(self.plan.after, statement, self._creation("", dtype_name, scaler))
         return None
 
     def use_scaler(self, scaler: str, enabled: str | None) -> None:
@@ -233,6 +389,15 @@ class InsertAmp:
             )
         last_step = max(step.steps, key=lambda s: s.order)
         self._insert(plan.after, last_step.statement, [f"{scaler}.update()"])
+        # A path that steps and then leaves (`continue` after a warm-up step)
+        # never reaches that update; the next step would raise.
+        for order, statement in enumerate(step.statements):
+            if order >= last_step.order or not _leaves(statement):
+                continue
+            if any(
+                s.order < order and not step.exclusive(s.order, order) for s in step.steps
+            ):
+                self._insert(plan.before, statement, [f"{scaler}.update()"])
         unscaled: set[str] = set()
         for edit in sorted(step.grad_edits, key=lambda e: e.order):
             following = [s for s in step.steps if s.order > edit.order]
