@@ -3,6 +3,8 @@
 #   make test   set up .venv with the test extra, then run the test suite
 #   make bench  time amplint check/fix on the installed torch package, next to ruff
 #   make realcode  check and fix a copy of the installed torch package; prove nothing broke
+#   make ecosystem  check and fix real training code from pinned public repositories
+#                   (tests/ecosystem/corpus.toml; clones read from ECOSYSTEM_CLONES)
 #   make fuzz   a long run of the generated-program tests (CI runs a few hundred)
 #   make verify-gpu  amplint verify on the bundled GPU examples: the README's table (needs CUDA)
 PYTHON ?= python3
@@ -12,7 +14,7 @@ BIN := $(VENV)/bin
 DEMO_SCRIPTS := fixtures/fp32_steps/nested_loops.py fixtures/deprecated_amp/legacy_train.py
 DEMO_DIR := build/demo
 
-.PHONY: demo test bench realcode fuzz verify-gpu clean
+.PHONY: demo test bench realcode ecosystem fuzz verify-gpu clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +49,12 @@ bench: $(VENV)/.installed-test
 
 realcode: $(VENV)/.installed-test
 	$(BIN)/python -m tests.realcode
+
+# Clones of the pinned repositories, never committed: <owner>+<name>/repo (as the
+# team's fetch tool leaves them), <owner>/<name> or <name>; a missing one is skipped.
+ECOSYSTEM_CLONES ?= ../.mirror
+ecosystem: $(VENV)/.installed-test
+	AMPLINT_ECOSYSTEM_CLONES=$(ECOSYSTEM_CLONES) $(BIN)/python -m tests.ecosystem $(ECOSYSTEM_ARGS)
 
 FUZZ_EXAMPLES ?= 20000
 fuzz: $(VENV)/.installed-test

@@ -1,0 +1,303 @@
+"""Run check and fix over real training code from public repositories, the way
+ruff's ecosystem check does, and hold every rewrite to the oracles.
+
+    python -m tests.ecosystem [--clones DIR] [--repo NAME] [--diffs DIR]
+    (or: make ecosystem)
+
+tests/ecosystem/corpus.toml pins each repository by commit and names its
+training files.  Clones are read from `--clones` (default: $AMPLINT_ECOSYSTEM_CLONES,
+else ../.mirror beside the checkout), as `<owner>+<name>/repo`, `<owner>/<name>`
+or `<name>`, bare or not; a missing clone is reported and skipped.  Each
+repository is exported at its commit into a scratch directory (a whole tree, so
+the project model sees the helpers and callers around each file), and the named
+files are checked, fixed in place and fixed again.
+
+Fails (exit 1) on any oracle: a rewrite that does not parse, a second fix that
+changes it, a finding of ours on the rewrite that the original did not have,
+a new undefined, unused or redefined name (pyflakes) in it, or an internal
+error.  Rewrites are compared with the sha256 each was reviewed at
+(tests/ecosystem/reviewed.toml); a changed or new one is listed for review.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import hashlib
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from amplint.config import Settings
+from amplint.files import read_source, write_source_atomic
+from amplint.runner import default_jobs, run
+from amplint.selfcheck import new_findings, name_problems
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+HERE = Path(__file__).resolve().parent / "ecosystem"
+CORPUS = HERE / "corpus.toml"
+REVIEWED = HERE / "reviewed.toml"
+_PYFLAKES = ("undefined", "unused", "redefine", "shadow", "before it is assigned")
+
+# Why a step was not rewritten, by what its message says.
+_SKIP_REASONS = (
+    ("closure", re.compile(r"closure")),
+    ("FSDP", re.compile(r"FSDP")),
+    ("loss raises under autocast", re.compile(r"raises under CUDA autocast")),
+    ("self-check refused the rewrite", re.compile(r"not fixed: the rewrite would")),
+    ("optimizer made elsewhere", re.compile(r"receives `|reaches `|from a caller|made in the calling")),
+    ("parameters updated by hand", re.compile(r"by hand|manual")),
+    ("loss not found in the step's block", re.compile(r"cannot find where|comes from the caller")),
+    ("framework or wrapper", re.compile(r"not a plain optimizer step|framework")),
+)
+
+
+@dataclass
+class FileRow:
+    repo: str
+    path: str
+    findings: Counter = field(default_factory=Counter)
+    status: str = "clean"  # rewritten / skipped / silent / clean / error
+    detail: str = ""
+    failures: list[str] = field(default_factory=list)
+    digest: str | None = None  # sha256 of the rewrite
+    original: str = field(default="", repr=False)
+    rewrite: str = field(default="", repr=False)
+
+
+def _clone(clones: Path, name: str) -> Path | None:
+    owner, repo = name.split("/")
+    for candidate in (
+        clones / f"{owner}+{repo}" / "repo",
+        clones / f"{owner}+{repo}" / "repo" / ".git",
+        clones / owner / repo,
+        clones / owner / repo / ".git",
+        clones / repo,
+    ):
+        if (candidate / "HEAD").is_file() and (candidate / "objects").is_dir():
+            return candidate
+        if (candidate / ".git" / "HEAD").is_file():
+            return candidate / ".git"
+    return None
+
+
+def _export(git_dir: Path, commit: str, into: Path) -> str | None:
+    """The repository's Python files (and notebooks) at `commit` under `into`:
+    what the project model reads.  Blobs a shallow snapshot lacks are left out.
+    Returns an error message, or None."""
+    listing = subprocess.run(
+        ["git", f"--git-dir={git_dir}", "ls-tree", "-r", "-z", commit],
+        capture_output=True,
+    )
+    if listing.returncode != 0:
+        return listing.stderr.decode(errors="replace").strip().splitlines()[-1]
+    wanted = []
+    for record in listing.stdout.split(b"\0"):
+        if not record:
+            continue
+        meta, path = record.split(b"\t", 1)
+        mode, kind, blob = meta.split()
+        if kind == b"blob" and mode != b"120000" and path.endswith((b".py", b".ipynb")):
+            wanted.append((path.decode(errors="surrogateescape"), blob.decode()))
+    batch = subprocess.run(
+        ["git", f"--git-dir={git_dir}", "cat-file", "--batch"],
+        input="".join(f"{blob}\n" for _, blob in wanted).encode(),
+        capture_output=True,
+    )
+    data, offset = batch.stdout, 0
+    for path, blob in wanted:
+        end = data.index(b"\n", offset)
+        header = data[offset:end].split()
+        offset = end + 1
+        if len(header) < 3 or header[1] != b"blob":
+            continue  # missing from the snapshot
+        size = int(header[2])
+        target = into / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data[offset : offset + size])
+        offset += size + 1
+    (into / ".git").mkdir(parents=True, exist_ok=True)  # the project root, as in a clone
+    return None
+
+
+def _has_step(text: str) -> bool:
+    return ".backward(" in text and ".step(" in text
+
+
+_ALREADY_MANAGED = re.compile(
+    r"autocast|GradScaler|scale_loss|accelerator\.backward|manual_backward|training_step"
+    r"|\.half\(\)|deepspeed|fabric\."
+)
+
+
+def check_repo(entry: dict, clones: Path, scratch: Path, jobs: int) -> list[FileRow] | str:
+    name, commit = entry["name"], entry["commit"]
+    git_dir = _clone(clones, name)
+    if git_dir is None:
+        return "missing clone"
+    tree = scratch / name.replace("/", "+")
+    error = _export(git_dir, commit, tree)
+    if error is not None:
+        return f"cannot export {commit[:12]}: {error}"
+    paths = [tree / relative for relative in entry["files"]]
+    rows = {path: FileRow(name, relative) for path, relative in zip(paths, entry["files"])}
+    present = [path for path in paths if path.exists()]
+    for path in set(paths) - set(present):
+        rows[path].status, rows[path].detail = "error", "not in the commit"
+    settings = Settings(root=tree)
+    originals = {path: read_source(path) for path in present}
+    before = {report.path: report for report in run(present, settings, jobs=jobs)}
+    fixes = {report.path: report for report in run(present, settings, fixing=True, jobs=jobs)}
+    for path in present:
+        row, report = rows[path], before[path]
+        row.findings = Counter(d.code for d in report.diagnostics)
+        fix = fixes[path]
+        for failing in (report, fix):
+            if failing.error and failing.error.startswith("internal error"):
+                row.failures.append(failing.error)
+        if fix.fixed_text is not None:
+            row.status = "rewritten"
+            row.detail = ", ".join(sorted({d.code for d in fix.applied}))
+            row.digest = hashlib.sha256(fix.fixed_text.encode()).hexdigest()
+            row.original, row.rewrite = originals[path].text, fix.fixed_text
+            write_source_atomic(fix.source, fix.fixed_text)
+            row.failures += _oracles(originals[path].code, fix, settings)
+        else:
+            skipped = [d.message for d in report.diagnostics if "not rewritten" in d.message
+                       or "not fixed" in d.message]
+            if fix.error:
+                row.status, row.detail = "skipped", fix.error
+            elif skipped:
+                row.status, row.detail = "skipped", _skip_reason(skipped[0])
+            elif not report.diagnostics and _has_step(originals[path].code) and not (
+                _ALREADY_MANAGED.search(originals[path].code)
+            ):
+                row.status = "silent"
+    for report in run([p for p in present if rows[p].status == "rewritten"], settings,
+                      fixing=True, jobs=jobs):
+        if report.fixed_text is not None:
+            rows[report.path].failures.append("a second fix changes the rewrite")
+    return [rows[path] for path in paths]
+
+
+def _oracles(original: str, fix, settings: Settings) -> list[str]:
+    """What is wrong with a rewrite that `fix` wrote to disk."""
+    from amplint.engine import lint_text
+    from amplint.rules import ALL_CODES
+
+    rewritten = read_source(fix.path).code  # a notebook's cells, joined
+    try:
+        ast.parse(rewritten)
+    except SyntaxError as error:
+        return [f"the rewrite does not parse: {error}"]
+    failures = []
+    extra = new_findings(fix.found, lint_text(rewritten, frozenset(ALL_CODES), settings))
+    failures += [f"new finding on the rewrite: {d.code} {d.message}" for d in extra]
+    names = name_problems(rewritten) - name_problems(original)
+    failures += [f"new name problem: {p}" for p in names if any(w in p for w in _PYFLAKES)]
+    return failures
+
+
+def _skip_reason(message: str) -> str:
+    for label, pattern in _SKIP_REASONS:
+        if pattern.search(message):
+            return label
+    return "other"
+
+
+def _reviewed() -> dict[str, str]:
+    if not REVIEWED.exists():
+        return {}
+    return dict(tomllib.loads(REVIEWED.read_text(encoding="utf-8")).get("reviewed", {}))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    default_clones = os.environ.get("AMPLINT_ECOSYSTEM_CLONES") or str(
+        Path(__file__).resolve().parent.parent.parent / ".mirror"
+    )
+    parser.add_argument("--clones", type=Path, default=Path(default_clones))
+    parser.add_argument("--repo", action="append", help="only these repositories")
+    parser.add_argument("--diffs", type=Path, help="write each rewrite's diff here")
+    parser.add_argument("--jobs", type=int, default=default_jobs())
+    options = parser.parse_args(argv)
+    corpus = tomllib.loads(CORPUS.read_text(encoding="utf-8"))["repo"]
+    if options.repo:
+        corpus = [entry for entry in corpus if entry["name"] in options.repo]
+    reviewed = _reviewed()
+    rows: list[FileRow] = []
+    missing: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="amplint-ecosystem-") as scratch:
+        for entry in corpus:
+            result = check_repo(entry, options.clones, Path(scratch), options.jobs)
+            if isinstance(result, str):
+                missing.append(f"{entry['name']}: {result}")
+                print(f"{entry['name']}: skipped, {result}", flush=True)
+                continue
+            if options.diffs is not None:
+                _write_diffs(options.diffs, result)
+            for row in result:
+                key = f"{row.repo}:{row.path}"
+                if row.status == "rewritten" and reviewed.get(key) != row.digest:
+                    row.detail += " [not reviewed at this output]"
+                findings = " ".join(f"{c}x{n}" if n > 1 else c for c, n in sorted(row.findings.items()))
+                print(f"{key}  {findings or '-'}  {row.status}"
+                      + (f": {row.detail}" if row.detail else ""), flush=True)
+                for failure in row.failures:
+                    print(f"    FAIL {failure}", flush=True)
+            rows += result
+    _summary(rows, missing, reviewed)
+    return 1 if any(row.failures for row in rows) else 0
+
+
+def _write_diffs(out: Path, rows: list[FileRow]) -> None:
+    """Each rewrite's diff, headed by the sha256 a review pins."""
+    import difflib
+
+    for row in rows:
+        if row.status != "rewritten":
+            continue
+        diff = difflib.unified_diff(
+            row.original.splitlines(True), row.rewrite.splitlines(True),
+            f"a/{row.path}", f"b/{row.path}",
+        )
+        target = out / row.repo.replace("/", "+") / (row.path.replace("/", "__") + ".diff")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(f"# {row.repo}:{row.path} sha256 {row.digest}\n" + "".join(diff),
+                          encoding="utf-8")
+
+
+def _summary(rows: list[FileRow], missing: list[str], reviewed: dict[str, str]) -> None:
+    repos = {row.repo for row in rows}
+    status = Counter(row.status for row in rows)
+    reasons = Counter(row.detail.split(" [")[0] for row in rows if row.status == "skipped")
+    rewritten = [row for row in rows if row.status == "rewritten"]
+    accepted = sum(reviewed.get(f"{r.repo}:{r.path}") == r.digest for r in rewritten)
+    failing = sum(bool(row.failures) for row in rows)
+    print()
+    print("| what | count |")
+    print("|---|---:|")
+    print(f"| files | {len(rows)} |")
+    print(f"| repositories | {len(repos)} (missing: {len(missing)}) |")
+    print(f"| files with findings | {sum(bool(r.findings) for r in rows)} |")
+    print(f"| rewritten | {status['rewritten']} |")
+    for reason, count in reasons.most_common():
+        print(f"| skipped: {reason} | {count} |")
+    print(f"| silent (a step, no finding, no AMP in the file) | {status['silent']} |")
+    print(f"| oracle failures | {failing} |")
+    print(f"| rewrites reviewed by hand at this output | {accepted} of {len(rewritten)} |")
+    for line in missing:
+        print(f"missing: {line}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
