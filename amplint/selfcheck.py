@@ -22,7 +22,7 @@ from amplint.diagnostics import Diagnostic
 # pyflakes messages that a rewrite must not add, by class name.
 # What a rewrite "would" do, per pyflakes message class it must not add.
 _NAME_MESSAGES = {
-    "UndefinedName": "use `{}`, which is undefined",
+    "UndefinedName": "use `{}`" + ", which is undefined",
     "UndefinedLocal": "use `{}` before it is assigned",
     "UnusedVariable": "leave `{}` assigned but never used",
     "UnusedImport": "leave `{}` imported but unused",
@@ -30,6 +30,7 @@ _NAME_MESSAGES = {
     "ImportShadowedByLoopVar": "shadow the import `{}` with a loop variable",
 }
 POSSIBLY_UNBOUND = "read `{}` where it may be unbound in `{}`"
+_UNDEFINED_TAIL = ", which is undefined"
 
 
 def new_findings(before: Sequence[Diagnostic], after: Sequence[Diagnostic]) -> list[Diagnostic]:
@@ -68,9 +69,14 @@ def name_problems(text: str) -> Counter[str]:
 
 
 def new_name_problems(before: str, after: str) -> list[str]:
-    """Name problems `after` has beyond `before`'s."""
-    extra = name_problems(after) - name_problems(before)
-    return sorted(extra)
+    """Name problems `after` has beyond `before`'s.  A name the original
+    already leaves undefined (a snippet, a star import) is the user's: more
+    uses of it are not new; every other problem counts one by one."""
+    known = name_problems(before)
+    extra = name_problems(after) - known
+    return sorted(
+        problem for problem in extra if not (problem.endswith(_UNDEFINED_TAIL) and problem in known)
+    )
 
 
 # -- possibly unbound names -----------------------------------------------------

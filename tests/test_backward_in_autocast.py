@@ -10,7 +10,7 @@ from tests.helpers import codes_of, dedent, fixed
 def test_a_block_with_only_the_backward_disappears() -> None:
     source = dedent("""
         import torch
-        loss = model(x)
+        loss = model(torch.ones(2))
         # the backward
         with torch.autocast("cuda"):
             loss.backward()
@@ -18,11 +18,23 @@ def test_a_block_with_only_the_backward_disappears() -> None:
         """)
     assert fixed(source) == dedent("""
         import torch
-        loss = model(x)
+        loss = model(torch.ones(2))
         # the backward
         loss.backward()
         optimizer.step()
         """)
+
+
+def test_a_removal_that_would_orphan_the_torch_import_is_refused() -> None:
+    # The self-check: the rewrite may not leave a name unused that was used.
+    source = dedent("""
+        import torch
+        loss = model(x)
+        with torch.autocast("cuda"):
+            loss.backward()
+        optimizer.step()
+        """)
+    assert fixed(source) == source
 
 
 @pytest.mark.parametrize(

@@ -88,7 +88,7 @@ def test_a_resume_is_guarded_for_old_checkpoints() -> None:
     result = fixed(source)
     assert (
         "    optimizer.load_state_dict(ckpt['opt_state'])\n"
-        "    if 'scaler_state' in ckpt:\n"
+        "    if ckpt.get('scaler_state'):\n"
         "        scaler.load_state_dict(ckpt['scaler_state'])\n"
     ) in result
     assert fixed(result) == result

@@ -108,19 +108,26 @@ def test_rewritten_for_cpu_float16_runs_a_real_scaler(
     assert math.isfinite(amp[-1])
 
 
-def test_a_resumed_run_loads_checkpoints_of_disabled_and_enabled_scalers(tmp_path: Path, torch_installed) -> None:
+def test_a_resumed_run_loads_checkpoints_of_disabled_and_enabled_scalers(
+    tmp_path: Path, torch_installed
+) -> None:
     # per_epoch_train saves the scaler with the optimizer after the rewrite.
-    # On the CPU the CUDA scaler is disabled and saves an empty state, which an
-    # enabled scaler would refuse to load; the guarded restore skips it.
+    # The CUDA rewrite's scaler is disabled on the CPU and saves an empty state,
+    # which the CPU float16 rewrite's enabled scaler would refuse to load
+    # ("The source state dict is empty"); the guarded restore skips it.  Then
+    # the enabled scaler's own checkpoint loads for real.
     source = (FIXTURES / "fp32_steps" / "per_epoch_train.py").read_text(encoding="utf-8")
-    for name, settings in (("cuda.py", Settings()), ("cpu16.py", FP16_CPU)):
-        script = tmp_path / name
-        script.write_text(fixed(source, settings), encoding="utf-8")
-        checkpoint = tmp_path / f"{name}.pt"
-        for extra in ([], ["--resume", "--epochs", "4"]):
-            run = subprocess.run(
-                [sys.executable, script.name, "--checkpoint", str(checkpoint), *extra],
-                cwd=tmp_path, capture_output=True, text=True, timeout=300,
-            )
-            assert run.returncode == 0, run.stderr[-2000:]
-        assert "epoch 4:" in run.stdout and "epoch 1:" not in run.stdout
+    (tmp_path / "train_cuda.py").write_text(fixed(source), encoding="utf-8")
+    (tmp_path / "train_cpu16.py").write_text(fixed(source, FP16_CPU), encoding="utf-8")
+    checkpoint = str(tmp_path / "checkpoint.pt")
+    for script, extra in (
+        ("train_cuda.py", ["--epochs", "1"]),
+        ("train_cpu16.py", ["--resume", "--epochs", "2"]),
+        ("train_cpu16.py", ["--resume", "--epochs", "3"]),
+    ):
+        run = subprocess.run(
+            [sys.executable, script, "--checkpoint", checkpoint, *extra],
+            cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        )
+        assert run.returncode == 0, run.stderr[-2000:]
+        assert f"epoch {extra[-1]}:" in run.stdout

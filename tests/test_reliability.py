@@ -149,8 +149,8 @@ def test_a_file_edited_while_fix_runs_is_not_overwritten(
     target.write_text(GOOD)
     analyse = runner.analyse_source
 
-    def user_saves_meanwhile(source, *args):
-        report = analyse(source, *args)
+    def user_saves_meanwhile(source, *args, **kwargs):
+        report = analyse(source, *args, **kwargs)
         target.write_text(GOOD + "# the user's new line\n")
         return report
 

@@ -105,9 +105,9 @@ def analysed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     names: list[str] = []
     analyse = runner.analyse_source
 
-    def counting(source, *args):
+    def counting(source, *args, **kwargs):
         names.append(source.path.name)
-        return analyse(source, *args)
+        return analyse(source, *args, **kwargs)
 
     monkeypatch.setattr(runner, "analyse_source", counting)
     return names

@@ -534,31 +534,13 @@ class _ExitFinder(Visitor):
         if method_name(node) in ("zero_grad", "step", "backward"):
             self.found = True
 
-    def visit_Return(self, node) -> None:
+    def _exit(self, node: cst.CSTNode) -> None:
         self.found = True
 
-    def visit_Continue(self, node) -> None:
-        self.found = True
+    visit_Return = visit_Continue = visit_Break = visit_Raise = visit_Yield = _exit
+    visit_For = visit_While = visit_Try = _exit
 
-    def visit_Break(self, node) -> None:
-        self.found = True
-
-    def visit_Raise(self, node) -> None:
-        self.found = True
-
-    def visit_Yield(self, node) -> None:
-        self.found = True
-
-    def visit_For(self, node) -> None:
-        self.found = True
-
-    def visit_While(self, node) -> None:
-        self.found = True
-
-    def visit_Try(self, node) -> None:
-        self.found = True
-
-    def visit_FunctionDef(self, node) -> bool:
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
         return False
 
 

@@ -19,7 +19,12 @@ from amplint.analysis.steps import TrainingStep
 from amplint.config import Settings
 from amplint.analysis.statements import name_use
 from amplint.transforms.arguments import insert_argument, keyword_argument
-from amplint.transforms.scaler_scope import thread_through_callers, with_parameter_after
+from amplint.transforms.scaler_scope import (
+    NoCallers,
+    runs_per_epoch,
+    thread_through_callers,
+    with_parameter_after,
+)
 from amplint.transforms.statements import StatementPlan
 
 SCALER_NAMES = ("scaler", "grad_scaler", "amp_scaler")
@@ -169,6 +174,9 @@ class InsertAmp:
         """Plan the scaler's creation beside the optimizer it serves (see
         transforms/scaler_scope.py); returns why it cannot be placed, or None."""
         step = self.step
+        if not self.choice.uses_scaler and not self.choice.picks_dtype_at_run_time:
+            self.target = step.owner  # bfloat16: autocast alone, nothing to place
+            return None
         function = step.function
         optimizers = list(dict.fromkeys(self.code(s.optimizer) for s in step.steps))
         if step.class_def is not None and function.params.params:
@@ -188,11 +196,15 @@ class InsertAmp:
                 if len(passed) < len(optimizers):
                     return "some optimizers of the step are passed in and some are not"
                 reason = self._thread_from_callers(passed)
-                if reason is None or step.owner is step.outermost_loop or step.owner is function:
+                if reason is None or step.owner is function:
                     return reason
-                # The step's loop is inside another loop of the function (epochs
-                # around batches): the function is the whole run, and a scaler
-                # made before its loops lives as long as the training does.
+                nested = step.owner is not step.outermost_loop
+                if not nested and not (isinstance(reason, NoCallers) and not runs_per_epoch(function)):
+                    return reason
+                # The function is the whole run: its step loop is inside another
+                # loop of it (epochs around batches), or nothing in sight calls it
+                # and nothing says it runs per epoch.  A scaler made before its
+                # loops lives as long as the training does.
                 self.plan = StatementPlan()
         return self._place_beside_binding(optimizers)
 
@@ -202,12 +214,13 @@ class InsertAmp:
         before the step's outermost loop (or, for a step function, its def)."""
         step = self.step
         names = {name for name in optimizers if "." not in name}
-        if (
-            step.function is not None
-            and step.owner is not step.function
-            and not names & name_use(step.function.body).bound
-        ):
-            return self._place_global(names)
+        if step.function is not None and step.owner is not step.function:
+            params = step.function.params
+            local = name_use(step.function.body).bound | {
+                p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params)
+            }
+            if not names & local:
+                return self._place_global(names)
         text = self.code(step.function) if step.function is not None else self.facts.text
         if step.owner is not step.function:  # a loop body
             suite = step.function.body.body if step.function is not None else self.facts.module.body

@@ -12,6 +12,7 @@ and each caller makes it right after making that optimizer; making it inside
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Sequence, Union
 
@@ -21,6 +22,21 @@ from amplint.analysis.statements import name_use
 from amplint.project import ProjectView
 
 Suite = Union[cst.Module, cst.IndentedBlock]
+
+
+class NoCallers(str):
+    """Why there is no plan, when no caller of the step function is in sight."""
+
+
+_PER_EPOCH = re.compile(r"epoch", re.I)
+
+
+def runs_per_epoch(function: cst.FunctionDef) -> bool:
+    """`train_one_epoch(...)`, `train(..., epoch)`: a function its caller runs
+    once per epoch, where a scaler made inside would restart each time."""
+    params = function.params
+    names = [p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params)]
+    return any(_PER_EPOCH.search(name) for name in [function.name.value, *names])
 
 
 @dataclass
@@ -107,7 +123,7 @@ def thread_through_callers(
     if ancestry.other_uses:
         return f"`{name}` is used other than by calling it; pass a GradScaler next to `{optimizer}`"
     if not ancestry.calls:
-        return (
+        return NoCallers(
             f"`{name}` receives `{optimizer}` from its callers and none is in this project; "
             "a GradScaler made in it would restart each call: make one beside the optimizer "
             "and pass it in"
