@@ -12,7 +12,7 @@ import pytest
 from amplint import engine
 from amplint.catalog import load_catalog
 from amplint.config import Settings
-from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix, Span
+from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix
 from amplint.engine import fix_text, self_check
 from amplint.rules import RULES
 from amplint.rules.base import Rule
