@@ -26,7 +26,7 @@ from amplint.prefilter import SourceClues
 from amplint.project import ProjectView, project_view
 from amplint.rules import RULES
 from amplint.rules.base import Rule
-from amplint.selfcheck import new_findings, new_name_problems
+from amplint.selfcheck import name_problems, new_findings, new_name_problems
 from amplint.transforms.edits import apply_edits
 
 # Each round applies every fix that does not overlap another; a fix that rewrites
@@ -313,7 +313,9 @@ def _keyed(diagnostics: Sequence[Diagnostic]) -> list[tuple[_Key, Diagnostic]]:
 
 
 def _refused(diagnostic: Diagnostic, problems: list[str]) -> Diagnostic:
-    why = "; ".join(problems[:2]) + (f" (and {len(problems) - 2} more)" if len(problems) > 2 else "")
+    why = "; ".join(problems[:2]) + (
+        f" (and {len(problems) - 2} more)" if len(problems) > 2 else ""
+    )
     return replace(diagnostic, message=f"{diagnostic.message}; not fixed: {why}", fix=None)
 
 
@@ -374,6 +376,7 @@ class _SelfCheck:
         self.project = facts.project
         self.rules = [rule for rule in RULES if rule.code != SYNTAX_ERROR]
         self.before = _lint_module(facts, original, self.rules, settings)
+        self.names_before = name_problems(original)
 
     def problems(self, rewritten: str) -> list[str]:
         if rewritten == self.original:
@@ -388,7 +391,9 @@ class _SelfCheck:
             f"the rewrite would leave {d.code} at line {d.span.line} ({d.message})"
             for d in new_findings(self.before, after)
         ]
-        problems += [f"the rewrite would {p}" for p in new_name_problems(self.original, rewritten)]
+        problems += [
+            f"the rewrite would {p}" for p in new_name_problems(self.names_before, rewritten)
+        ]
         return problems
 
 

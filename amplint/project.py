@@ -130,7 +130,9 @@ class ProjectIndex:
             except (OSError, UnicodeDecodeError):
                 pass
             else:
-                module = _Module(path, _dotted(path, self.root), text, hashlib.sha256(data).hexdigest())
+                module = _Module(
+                    path, _dotted(path, self.root), text, hashlib.sha256(data).hexdigest()
+                )
             self._modules[path] = known = (version, module)
         return known[1]
 
@@ -169,27 +171,14 @@ class ProjectIndex:
             self._fsdp = found
         return self._fsdp
 
-
     def imports(self, importer: Path, imported: Path) -> bool:
         """Whether the module at `importer` imports the one at `imported`."""
         source, target = self.module(importer), self.module(imported)
         if source is None or target is None or source.tree is None:
             return False
-        last = target.name.rsplit(".", 1)[-1]
-        if last not in source.text:
+        if target.name.rsplit(".", 1)[-1] not in source.text:
             return False
-        for node in ast.walk(source.tree):
-            if isinstance(node, ast.ImportFrom):
-                spelled = _absolute(node, source)
-                if _names_module(spelled, target) or any(
-                    _names_module(f"{spelled}.{alias.name}".lstrip("."), target)
-                    for alias in node.names
-                ):
-                    return True
-            elif isinstance(node, ast.Import):
-                if any(_names_module(alias.name, target) for alias in node.names):
-                    return True
-        return False
+        return any(True for _ in _bindings(source, target))
 
 
 class ProjectView:
@@ -286,22 +275,33 @@ def _names_module(spelled: str, target: _Module) -> bool:
     return bool(spelled) and (target.name == spelled or target.name.endswith("." + spelled))
 
 
-def _calls_of(module: _Module, target: _Module, function: str) -> list[CallSite]:
-    """Calls in `module` of `function` defined in `target`."""
-    direct: set[str] = set()  # local names bound to the function itself
-    via_module: set[str] = set()  # local names bound to the target module
+def _bindings(module: _Module, target: _Module):
+    """Each import in `module` of `target`, as (what is imported, the local
+    name): (None, name) binds the module itself, (attr, name) one of its names."""
     for node in ast.walk(module.tree):
         if isinstance(node, ast.ImportFrom):
             spelled = _absolute(node, module)
             for alias in node.names:
-                if alias.name == function and _names_module(spelled, target):
-                    direct.add(alias.asname or alias.name)
-                elif _names_module(f"{spelled}.{alias.name}".lstrip("."), target):
-                    via_module.add(alias.asname or alias.name)
+                local = alias.asname or alias.name
+                if _names_module(spelled, target):
+                    yield alias.name, local
+                if _names_module(f"{spelled}.{alias.name}".lstrip("."), target):
+                    yield None, local
         elif isinstance(node, ast.Import):
             for alias in node.names:
                 if _names_module(alias.name, target):
-                    via_module.add(alias.asname or alias.name)
+                    yield None, alias.asname or alias.name
+
+
+def _calls_of(module: _Module, target: _Module, function: str) -> list[CallSite]:
+    """Calls in `module` of `function` defined in `target`."""
+    direct: set[str] = set()  # local names bound to the function itself
+    via_module: set[str] = set()  # local names bound to the target module
+    for imported, local in _bindings(module, target):
+        if imported is None:
+            via_module.add(local)
+        elif imported == function:
+            direct.add(local)
     if not direct and not via_module:
         return []
     sites = []

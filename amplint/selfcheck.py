@@ -68,11 +68,11 @@ def name_problems(text: str) -> Counter[str]:
     return problems
 
 
-def new_name_problems(before: str, after: str) -> list[str]:
-    """Name problems `after` has beyond `before`'s.  A name the original
-    already leaves undefined (a snippet, a star import) is the user's: more
-    uses of it are not new; every other problem counts one by one."""
-    known = name_problems(before)
+def new_name_problems(known: Counter[str], after: str) -> list[str]:
+    """Name problems `after` has beyond `known`, the original's (from
+    `name_problems`, computed once for every rewrite judged).  A name the
+    original already leaves undefined (a snippet, a star import) is the
+    user's: more uses of it are not new; every other problem counts one by one."""
     extra = name_problems(after) - known
     return sorted(
         problem for problem in extra if not (problem.endswith(_UNDEFINED_TAIL) and problem in known)
@@ -226,9 +226,7 @@ class _ScopeReads:
                 return state
             return self._read_in_target(node.target, state) | _targets(node.target)
         if isinstance(node, (ast.Import, ast.ImportFrom)):
-            return state | {
-                (alias.asname or alias.name).split(".")[0] for alias in node.names
-            }
+            return state | {(alias.asname or alias.name).split(".")[0] for alias in node.names}
         for child in ast.iter_child_nodes(node):
             state = self._read(child, state)
         return state

@@ -34,7 +34,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from amplint.config import Settings
+from amplint.engine import FileReport, lint_text
 from amplint.files import read_source, write_source_atomic
+from amplint.rules import ALL_CODES
 from amplint.runner import default_jobs, run
 from amplint.selfcheck import new_findings, name_problems
 
@@ -54,7 +56,10 @@ _SKIP_REASONS = (
     ("FSDP", re.compile(r"FSDP")),
     ("loss raises under autocast", re.compile(r"raises under CUDA autocast")),
     ("self-check refused the rewrite", re.compile(r"not fixed: the rewrite would")),
-    ("optimizer made elsewhere", re.compile(r"receives `|reaches `|from a caller|made in the calling")),
+    (
+        "optimizer made elsewhere",
+        re.compile(r"receives `|reaches `|from a caller|made in the calling"),
+    ),
     ("parameters updated by hand", re.compile(r"by hand|manual")),
     ("loss not found in the step's block", re.compile(r"cannot find where|comes from the caller")),
     ("framework or wrapper", re.compile(r"not a plain optimizer step|framework")),
@@ -172,28 +177,31 @@ def check_repo(entry: dict, clones: Path, scratch: Path, jobs: int) -> list[File
             write_source_atomic(fix.source, fix.fixed_text)
             row.failures += _oracles(originals[path].code, fix, settings)
         else:
-            skipped = [d.message for d in report.diagnostics if "not rewritten" in d.message
-                       or "not fixed" in d.message]
+            skipped = [
+                d.message
+                for d in report.diagnostics
+                if "not rewritten" in d.message or "not fixed" in d.message
+            ]
             if fix.error:
                 row.status, row.detail = "skipped", fix.error
             elif skipped:
                 row.status, row.detail = "skipped", _skip_reason(skipped[0])
-            elif not report.diagnostics and _has_step(originals[path].code) and not (
-                _ALREADY_MANAGED.search(originals[path].code)
+            elif (
+                not report.diagnostics
+                and _has_step(originals[path].code)
+                and not (_ALREADY_MANAGED.search(originals[path].code))
             ):
                 row.status = "silent"
-    for report in run([p for p in present if rows[p].status == "rewritten"], settings,
-                      fixing=True, jobs=jobs):
+    for report in run(
+        [p for p in present if rows[p].status == "rewritten"], settings, fixing=True, jobs=jobs
+    ):
         if report.fixed_text is not None:
             rows[report.path].failures.append("a second fix changes the rewrite")
     return [rows[path] for path in paths]
 
 
-def _oracles(original: str, fix, settings: Settings) -> list[str]:
+def _oracles(original: str, fix: FileReport, settings: Settings) -> list[str]:
     """What is wrong with a rewrite that `fix` wrote to disk."""
-    from amplint.engine import lint_text
-    from amplint.rules import ALL_CODES
-
     rewritten = read_source(fix.path).code  # a notebook's cells, joined
     try:
         ast.parse(rewritten)
@@ -249,9 +257,14 @@ def main(argv: list[str] | None = None) -> int:
                 key = f"{row.repo}:{row.path}"
                 if row.status == "rewritten" and reviewed.get(key) != row.digest:
                     row.detail += " [not reviewed at this output]"
-                findings = " ".join(f"{c}x{n}" if n > 1 else c for c, n in sorted(row.findings.items()))
-                print(f"{key}  {findings or '-'}  {row.status}"
-                      + (f": {row.detail}" if row.detail else ""), flush=True)
+                findings = " ".join(
+                    f"{c}x{n}" if n > 1 else c for c, n in sorted(row.findings.items())
+                )
+                print(
+                    f"{key}  {findings or '-'}  {row.status}"
+                    + (f": {row.detail}" if row.detail else ""),
+                    flush=True,
+                )
                 for failure in row.failures:
                     print(f"    FAIL {failure}", flush=True)
             rows += result
@@ -267,13 +280,16 @@ def _write_diffs(out: Path, rows: list[FileRow]) -> None:
         if row.status != "rewritten":
             continue
         diff = difflib.unified_diff(
-            row.original.splitlines(True), row.rewrite.splitlines(True),
-            f"a/{row.path}", f"b/{row.path}",
+            row.original.splitlines(True),
+            row.rewrite.splitlines(True),
+            f"a/{row.path}",
+            f"b/{row.path}",
         )
         target = out / row.repo.replace("/", "+") / (row.path.replace("/", "__") + ".diff")
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(f"# {row.repo}:{row.path} sha256 {row.digest}\n" + "".join(diff),
-                          encoding="utf-8")
+        target.write_text(
+            f"# {row.repo}:{row.path} sha256 {row.digest}\n" + "".join(diff), encoding="utf-8"
+        )
 
 
 def _summary(rows: list[FileRow], missing: list[str], reviewed: dict[str, str]) -> None:

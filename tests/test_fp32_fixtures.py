@@ -127,7 +127,10 @@ def test_a_resumed_run_loads_checkpoints_of_disabled_and_enabled_scalers(
     ):
         run = subprocess.run(
             [sys.executable, script, "--checkpoint", checkpoint, *extra],
-            cwd=tmp_path, capture_output=True, text=True, timeout=300,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=300,
         )
         assert run.returncode == 0, run.stderr[-2000:]
         assert f"epoch {extra[-1]}:" in run.stdout

@@ -8,8 +8,7 @@ from pathlib import Path
 from amplint.project import find_project_root, project_view
 from tests.helpers import dedent, run_cli
 
-STEP_FUNCTION = dedent(
-    """
+STEP_FUNCTION = dedent("""
     import torch
     import torch.nn.functional as F
 
@@ -20,10 +19,8 @@ STEP_FUNCTION = dedent(
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
-    """
-)
-MAIN = dedent(
-    """
+    """)
+MAIN = dedent("""
     import torch
 
     from engine import train_one_epoch
@@ -33,8 +30,7 @@ MAIN = dedent(
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
         for epoch in range(3):
             train_one_epoch(model, loader, optimizer, epoch)
-    """
-)
+    """)
 
 
 def _project(tmp_path: Path, **modules: str) -> Path:
@@ -60,11 +56,15 @@ def test_callers_in_other_modules_are_found_through_their_imports(tmp_path: Path
         unrelated="def train_one_epoch():\n    pass\n\ntrain_one_epoch()\n",
     )
     view = project_view(root / "engine.py")
-    sites = sorted((view.relative(site.path), site.line, site.caller) for site in view.callers(
-        "train_one_epoch"
-    ))
+    sites = sorted(
+        (view.relative(site.path), site.line, site.caller)
+        for site in view.callers("train_one_epoch")
+    )
     assert sites == [("main.py", 9, "main"), ("other.py", 3, "<module>")]
-    assert set(view.consulted) == {str((root / "main.py").resolve()), str((root / "other.py").resolve())}
+    assert set(view.consulted) == {
+        str((root / "main.py").resolve()),
+        str((root / "other.py").resolve()),
+    }
 
 
 def test_a_step_whose_optimizer_comes_from_another_module_names_that_file(tmp_path: Path) -> None:
@@ -77,15 +77,13 @@ def test_a_step_whose_optimizer_comes_from_another_module_names_that_file(tmp_pa
 
 
 def test_fsdp_in_a_module_of_the_same_program_counts(tmp_path: Path) -> None:
-    wrapper = dedent(
-        """
+    wrapper = dedent("""
         from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, MixedPrecision
 
         import engine
 
         model = FSDP(model, mixed_precision=MixedPrecision(param_dtype=torch.bfloat16))
-        """
-    )
+        """)
     script = STEP_FUNCTION + "\n\ntrain_one_epoch(model, loader, torch.optim.SGD([], 0.1), 0)\n"
     root = _project(tmp_path, engine=script, launch=wrapper, unrelated_example=MAIN)
     result = run_cli("check", "--no-cache", root / "engine.py")
@@ -116,6 +114,8 @@ def test_a_cached_result_is_recomputed_when_a_module_it_read_changes(tmp_path: P
     cache = tmp_path / "cache"
     first = run_cli("check", "--cache-dir", cache, root / "engine.py")
     assert "from main.py:9" in first.stdout
-    (root / "main.py").write_text(MAIN.replace("train_one_epoch(model", "pass  # train_one_epoch(model"))
+    (root / "main.py").write_text(
+        MAIN.replace("train_one_epoch(model", "pass  # train_one_epoch(model")
+    )
     second = run_cli("check", "--cache-dir", cache, root / "engine.py")
     assert "from main.py" not in second.stdout

@@ -80,13 +80,11 @@ def rules(monkeypatch: pytest.MonkeyPatch):
     return install
 
 
-SCRIPT = dedent(
-    """
+SCRIPT = dedent("""
     import os
     good()
     bad()
-    """
-)
+    """)
 
 
 def test_a_rewrite_with_an_undefined_name_is_not_written(rules) -> None:
@@ -96,7 +94,9 @@ def test_a_rewrite_with_an_undefined_name_is_not_written(rules) -> None:
     assert result.applied == []
     [finding] = result.remaining
     assert finding.fix is None
-    assert "not fixed: the rewrite would use `undefined_thing`, which is undefined" in finding.message
+    assert (
+        "not fixed: the rewrite would use `undefined_thing`, which is undefined" in finding.message
+    )
 
 
 def test_only_the_fix_to_blame_is_left_out(rules) -> None:
@@ -130,8 +130,7 @@ def test_the_cli_writes_nothing_and_says_why(rules, tmp_path: Path) -> None:
     assert "not fixed: the rewrite would use `undefined_thing`, which is undefined" in result.stdout
 
 
-LAZY_OPTIMIZER = dedent(
-    """
+LAZY_OPTIMIZER = dedent("""
     import torch
 
 
@@ -144,8 +143,7 @@ LAZY_OPTIMIZER = dedent(
                 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
             optimizer.step()
             optimizer.zero_grad()
-    """
-)
+    """)
 
 
 def test_unscale_is_never_emitted_where_the_optimizer_may_be_unbound() -> None:
@@ -165,8 +163,7 @@ def _unbound(source: str) -> list[tuple[str, str]]:
 
 
 def test_paths_that_bind_on_every_branch_are_bound() -> None:
-    assert _unbound(
-        """
+    assert _unbound("""
         def f(flag, items):
             if flag:
                 a = 1
@@ -184,13 +181,11 @@ def test_paths_that_bind_on_every_branch_are_bound() -> None:
             if not flag:
                 return
             return a, b, c
-        """
-    ) == []
+        """) == []
 
 
 def test_paths_that_skip_a_binding_are_reported() -> None:
-    assert _unbound(
-        """
+    assert _unbound("""
         def f(flag, items):
             if flag:
                 a = 1
@@ -201,13 +196,11 @@ def test_paths_that_skip_a_binding_are_reported() -> None:
             except ValueError:
                 pass
             print(a, d, b)
-        """
-    ) == [("f", "a"), ("f", "d"), ("f", "b")]
+        """) == [("f", "a"), ("f", "d"), ("f", "b")]
 
 
 def test_a_branch_that_leaves_does_not_count() -> None:
-    assert _unbound(
-        """
+    assert _unbound("""
         def f(flag):
             if flag:
                 a = 1
@@ -220,8 +213,7 @@ def test_a_branch_that_leaves_does_not_count() -> None:
                     continue
                 print(b)
             return a
-        """
-    ) == []
+        """) == []
 
 
 def test_name_problems_counts_pyflakes_findings() -> None:

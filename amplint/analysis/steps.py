@@ -498,12 +498,17 @@ class _UnsafeLossFinder(Visitor):
         if qualified is None and self.step_finder.resolve(func) in AUTOCAST_UNSAFE_LOSSES:
             qualified = self.step_finder.resolve(func)
         if qualified is not None:
-            short = qualified.replace("torch.nn.functional.", "F.").replace("torch.nn.", "nn.")
+            short = _short_loss_name(qualified)
             self.found = f"`{spelled}`" if spelled == short else f"`{spelled}` ({short})"
             return
         helper = self.step_finder.optimizers.unsafe_helpers.get(spelled)
         if helper is not None and isinstance(func, cst.Name):
             self.found = f"`{spelled}` (it calls {helper})"
+
+
+def _short_loss_name(qualified: str) -> str:
+    """`torch.nn.functional.binary_cross_entropy` as users write it: `F.binary_cross_entropy`."""
+    return qualified.replace("torch.nn.functional.", "F.").replace("torch.nn.", "nn.")
 
 
 def _ends_forward_search(statement: cst.BaseStatement) -> bool:
@@ -630,10 +635,9 @@ class _OptimizerCollector(ScopedVisitor):
         called = self.imports.resolve(node.func, self.scope)
         if called in AUTOCAST_UNSAFE_LOSSES:
             # A loss helper: calling it runs a loss that raises under autocast.
-            short = called.replace("torch.nn.functional.", "F.").replace("torch.nn.", "nn.")
             for scope in self.scopes:
                 if isinstance(scope, cst.FunctionDef):
-                    self.found.unsafe_helpers.setdefault(scope.name.value, short)
+                    self.found.unsafe_helpers.setdefault(scope.name.value, _short_loss_name(called))
         if method_name(node) == "backward":
             self.found.backward_functions.update(
                 scope.name.value for scope in self.scopes if isinstance(scope, cst.FunctionDef)

@@ -21,6 +21,7 @@ from amplint.analysis.statements import name_use
 from amplint.transforms.arguments import insert_argument, keyword_argument
 from amplint.transforms.scaler_scope import (
     NoCallers,
+    parameter_names,
     runs_per_epoch,
     thread_through_callers,
     with_parameter_after,
@@ -56,10 +57,7 @@ SCALER_SINCE = (2, 3)  # torch.amp.GradScaler
 
 def scaler_obstacle(facts: ModuleFacts, settings: Settings) -> str | None:
     """Why a torch.amp.GradScaler cannot be added to this module, or None."""
-    sharded = _FSDP.search(facts.text) is not None
-    if not sharded and facts.project is not None and facts.project.fsdp_uses():
-        sharded = True
-    if sharded:
+    if _FSDP.search(facts.text) or (facts.project is not None and facts.project.fsdp_uses()):
         return (
             "FSDP needs torch.distributed.fsdp.sharded_grad_scaler.ShardedGradScaler; "
             "`--dtype bfloat16` needs no scaler"
@@ -199,7 +197,9 @@ class InsertAmp:
                 if reason is None or step.owner is function:
                     return reason
                 nested = step.owner is not step.outermost_loop
-                if not nested and not (isinstance(reason, NoCallers) and not runs_per_epoch(function)):
+                if not nested and not (
+                    isinstance(reason, NoCallers) and not runs_per_epoch(function)
+                ):
                     return reason
                 # The function is the whole run: its step loop is inside another
                 # loop of it (epochs around batches), or nothing in sight calls it
@@ -208,47 +208,42 @@ class InsertAmp:
                 self.plan = StatementPlan()
         return self._place_beside_binding(optimizers)
 
-    def _place_beside_binding(self, optimizers: list[str]) -> None:
+    def _place_beside_binding(self, optimizers: list[str]) -> str | None:
         """A scaler in the scope that makes the optimizers: right after the
         last statement binding one of them before the step runs there, else
         before the step's outermost loop (or, for a step function, its def)."""
         step = self.step
         names = {name for name in optimizers if "." not in name}
         if step.function is not None and step.owner is not step.function:
-            params = step.function.params
-            local = name_use(step.function.body).bound | {
-                p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params)
-            }
+            local = name_use(step.function.body).bound | set(parameter_names(step.function))
             if not names & local:
                 return self._place_global(names)
-        text = self.code(step.function) if step.function is not None else self.facts.text
         if step.owner is not step.function:  # a loop body
-            suite = step.function.body.body if step.function is not None else self.facts.module.body
+            scope = step.function or self.facts.module
+            suite = list(scope.body.body if step.function is not None else scope.body)
             holder = step.outermost_loop
-            self.target = step.function or self.facts.module
+            top = next((s for s in suite if _contains(s, holder)), None)
+            # Only what runs before the loop can make its optimizer.
+            suite = suite[: suite.index(top)] if top is not None else []
         else:  # a function that is the step: a global scaler
-            suite = self.facts.module.body
+            scope = self.facts.module
+            # A global optimizer may be made after the def, before the calls.
+            suite = list(scope.body)
             holder = step.function
-            text = self.facts.text
-            self.target = self.facts.module
+        self.target = scope
+        text = self.code(scope) if scope is not self.facts.module else self.facts.text
         scaler = free_name(SCALER_NAMES, text)
         dtype_name = free_name(("amp_dtype", "autocast_dtype"), text)
         self._use(scaler, dtype_name)
         created = self._creation("", dtype_name, scaler)
-        top = next((s for s in suite if _contains(s, holder)), None)
-        if holder is step.function:
-            # A global optimizer may be made after the def, before the calls.
-            bindings = [s for s in suite if names & name_use(s).bound]
-        else:
-            preceding = suite[: suite.index(top)] if top is not None else []
-            bindings = [s for s in preceding if names & name_use(s).bound]
+        bindings = [s for s in suite if names & name_use(s).bound]
         if bindings:
             self._insert(self.plan.after, bindings[-1], created)
         else:
             self._insert(self.plan.before, holder, created)
         return None
 
-    def _place_global(self, names: set[str]) -> None:
+    def _place_global(self, names: set[str]) -> str | None:
         """A function whose loop steps a global optimizer (`def train(epoch)`
         in a script): a global scaler, made right after that optimizer at
         module level (also under `if __name__ == "__main__":`), else before
@@ -275,7 +270,9 @@ class InsertAmp:
         elif holder is module:
             self._insert(self.plan.before, function, created)
         else:
-            return f"`{function.name.value}` steps `{sorted(names)[0]}`, made where amplint cannot see"
+            return (
+                f"`{function.name.value}` steps `{sorted(names)[0]}`, made where amplint cannot see"
+            )
         return None
 
     def _thread_from_callers(self, passed: list[str]) -> str | None:
@@ -407,9 +404,7 @@ class InsertAmp:
         for order, statement in enumerate(step.statements):
             if order >= last_step.order or not _leaves(statement):
                 continue
-            if any(
-                s.order < order and not step.exclusive(s.order, order) for s in step.steps
-            ):
+            if any(s.order < order and not step.exclusive(s.order, order) for s in step.steps):
                 self._insert(plan.before, statement, [f"{scaler}.update()"])
         unscaled: set[str] = set()
         for edit in sorted(step.grad_edits, key=lambda e: e.order):

@@ -14,14 +14,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Sequence, Union
+from typing import Sequence
 
 import libcst as cst
 
 from amplint.analysis.statements import name_use
 from amplint.project import ProjectView
-
-Suite = Union[cst.Module, cst.IndentedBlock]
 
 
 class NoCallers(str):
@@ -31,22 +29,27 @@ class NoCallers(str):
 _PER_EPOCH = re.compile(r"epoch", re.I)
 
 
+def parameter_names(function: cst.FunctionDef) -> list[str]:
+    """The names of the function's parameters, but `*args` and `**kwargs`."""
+    params = function.params
+    return [p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params)]
+
+
 def runs_per_epoch(function: cst.FunctionDef) -> bool:
     """`train_one_epoch(...)`, `train(..., epoch)`: a function its caller runs
     once per epoch, where a scaler made inside would restart each time."""
-    params = function.params
-    names = [p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params)]
-    return any(_PER_EPOCH.search(name) for name in [function.name.value, *names])
+    names = [function.name.value, *parameter_names(function)]
+    return any(_PER_EPOCH.search(name) for name in names)
 
 
 @dataclass
 class ThreadPlan:
     """How a scaler parameter reaches a step function from its callers."""
 
-    function: cst.FunctionDef
     parameter: cst.Param  # the optimizer's parameter; the scaler's goes after it
     keyword_only: bool
-    calls: list[tuple[cst.Call, int | None]] = field(default_factory=list)  # (call, index)
+    # Each call, with the index of its argument for the optimizer.
+    calls: list[tuple[cst.Call, int]] = field(default_factory=list)
     # Statements after which a caller makes its scaler (one per caller scope).
     creations: list[cst.BaseStatement] = field(default_factory=list)
 
@@ -129,7 +132,7 @@ def thread_through_callers(
             "and pass it in"
         )
     index = params.params.index(parameter) if not keyword_only else None
-    plan = ThreadPlan(function, parameter, keyword_only)
+    plan = ThreadPlan(parameter, keyword_only)
     for call, chain in ancestry.calls:
         position = _argument_position(call, optimizer, index)
         if isinstance(position, str):
