@@ -94,6 +94,25 @@ def test_a_resume_is_guarded_for_old_checkpoints() -> None:
     assert fixed(result) == result
 
 
+def test_two_optimizers_from_one_checkpoint_restore_the_scaler_once() -> None:
+    source = _source("""
+        def resume(model, optim_g, optim_d, scaler, path):
+            state = torch.load(path)
+            optim_g.load_state_dict(state["optim_g"])
+            optim_d.load_state_dict(state["optim_d"])
+            return state["epoch"]
+        """)
+    result = fixed(source)
+    assert (
+        '    optim_d.load_state_dict(state["optim_d"])\n'
+        '    if state.get("scaler"):\n'
+        '        scaler.load_state_dict(state["scaler"])\n'
+        '    return state["epoch"]\n'
+    ) in result
+    assert result.count("scaler.load_state_dict") == 1
+    assert "AMP109" not in codes_of(result)
+
+
 def test_a_scaler_out_of_reach_is_reported_without_a_fix() -> None:
     source = _source("""
         def save(model, optimizer, path):

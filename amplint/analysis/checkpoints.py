@@ -157,7 +157,9 @@ def find_checkpoints_without_scaler(module: cst.Module) -> CheckpointScan:
             found = _checkpoint(node, scaler, reachable(scope, class_def, position))
             if found is not None:
                 saves.append(found)
-    resumes = []
+    # One restore per checkpoint a scope reads: after the last of the optimizers
+    # loaded from it (a GAN's `optim_g` and `optim_d` share one scaler).
+    resumes: dict[tuple[int, str, str], ResumeWithoutScaler] = {}
     if not finder.restored:
         for statement, call, scope, class_def, position in finder.resumes:
             argument = call.args[0].value
@@ -168,18 +170,18 @@ def find_checkpoints_without_scaler(module: cst.Module) -> CheckpointScan:
             holder = dotted_name(argument.value)
             if key is None or holder is None:
                 continue
-            resumes.append(
-                ResumeWithoutScaler(
-                    statement,
-                    call,
-                    holder,
-                    scaler,
-                    scaler_key(key, set()),
-                    reachable(scope, class_def, position),
-                    index.value.quote,
-                )
+            resume = ResumeWithoutScaler(
+                statement,
+                call,
+                holder,
+                scaler,
+                scaler_key(key, set()),
+                reachable(scope, class_def, position),
+                index.value.quote,
             )
-    return CheckpointScan(saves, resumes)
+            resumes.pop((id(scope), holder, resume.key), None)
+            resumes[(id(scope), holder, resume.key)] = resume
+    return CheckpointScan(saves, list(resumes.values()))
 
 
 def _checkpoint(node: cst.Dict, scaler: str, reachable: bool) -> CheckpointWithoutScaler | None:
