@@ -107,21 +107,26 @@ def test_second_run_changes_nothing_and_reports_nothing() -> None:
             import torch.nn as nn
             criterion = nn.BCELoss()
             for x, y in loader:
-                loss = criterion(model(x), y)
+                if aux:
+                    loss = criterion(model(x), y) + aux_loss(x)
+                else:
+                    loss = criterion(model(x), y)
                 loss.backward()
                 optimizer.step()
             """,
-            "`criterion` (nn.BCELoss) raises under CUDA autocast",
+            "`criterion` (nn.BCELoss) raises under CUDA autocast and its loss is computed "
+            "in a compound statement",
         ),
         (
             """
             import torch.nn.functional as F
             for x, y in loader:
-                loss = F.binary_cross_entropy(torch.sigmoid(model(x)), y)
+                loss = sum(F.binary_cross_entropy(model(p), y) for p in x)
                 loss.backward()
                 optimizer.step()
             """,
-            "`F.binary_cross_entropy` raises under CUDA autocast",
+            "`F.binary_cross_entropy` raises under CUDA autocast and its loss is computed in "
+            "a comprehension or lambda",
         ),
         (
             """
@@ -379,3 +384,162 @@ def test_one_backward_in_each_branch_of_an_if_is_one_step() -> None:
     migrated = fixed(before)
     assert "scaler.scale(loss).backward(retain_graph=True)" in migrated
     assert "            scaler.scale(loss).backward()\n" in migrated
+
+
+CPU_TUTORIAL = dedent("""
+    import torch
+    import torch.nn as nn
+
+    x = torch.linspace(-1, 1, 100).unsqueeze(1)
+    y = x.pow(2) + 0.2 * torch.rand(x.size())
+    net = nn.Sequential(nn.Linear(1, 10), nn.ReLU(), nn.Linear(10, 1))
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.2)
+    loss_func = nn.MSELoss()
+
+    for t in range(200):
+        prediction = net(x)
+        loss = loss_func(prediction, y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    """)
+
+
+def test_a_script_that_never_leaves_the_cpu_gets_a_message_not_cuda_autocast() -> None:
+    (message,) = _messages(CPU_TUTORIAL)
+    assert "never moves its model or data off the CPU" in message
+    assert fixed(CPU_TUTORIAL) == CPU_TUTORIAL
+    # Asked for the CPU, it is rewritten for the CPU.
+    cpu = fixed(CPU_TUTORIAL, Settings(device_type="cpu", dtype="bfloat16"))
+    assert 'with torch.autocast("cpu", dtype=torch.bfloat16):' in cpu
+    # One `.to(device)` and the CUDA rewrite applies, as it does to a step
+    # whose optimizer comes from a caller (set up where the GPU may be chosen).
+    moved = CPU_TUTORIAL.replace("nn.Linear(10, 1))", "nn.Linear(10, 1)).to(device)")
+    assert 'torch.autocast("cuda"' in fixed(moved)
+    assert 'torch.autocast("cuda"' in fixed(LOOP)
+
+
+ACCELERATE_LOOP = dedent("""
+    import torch
+    from accelerate import Accelerator
+
+
+    def train(model, loader):
+        accelerator = Accelerator({precision})
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+        for batch in loader:
+            loss = model(**batch).loss
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+    """)
+
+
+def test_a_model_prepared_by_accelerate_is_left_to_its_accelerator() -> None:
+    plain = ACCELERATE_LOOP.format(precision="")
+    (message,) = _messages(plain)
+    assert 'set `Accelerator(mixed_precision="bf16")`' in message
+    assert fixed(plain) == plain
+    fp8 = ACCELERATE_LOOP.format(precision='mixed_precision="fp8"')
+    assert _messages(fp8) == []  # mixed precision already, whatever the backward
+    off = ACCELERATE_LOOP.format(precision='mixed_precision="no"')
+    assert len(_messages(off)) == 1
+
+
+@pytest.mark.parametrize(
+    ("loss_line", "expected"),
+    [
+        (
+            "loss = F.binary_cross_entropy(torch.sigmoid(model(x)), y)",
+            """
+            with torch.autocast("cuda", dtype=torch.float16):
+                model_out = torch.sigmoid(model(x))
+            loss = F.binary_cross_entropy(model_out.float(), y)
+            """,
+        ),
+        (
+            "loss = nn.BCELoss()(self_model(x).squeeze(1), y) + 0.1 * x.abs().mean()",
+            """
+            with torch.autocast("cuda", dtype=torch.float16):
+                self_model_out = self_model(x).squeeze(1)
+            loss = nn.BCELoss()(self_model_out.float(), y) + 0.1 * x.abs().mean()
+            """,
+        ),
+    ],
+)
+def test_an_autocast_unsafe_loss_is_computed_after_the_block_on_float_inputs(
+    loss_line: str, expected: str
+) -> None:
+    source = dedent(f"""
+        import torch
+        import torch.nn as nn
+        import torch.nn.functional as F
+        for x, y in loader:
+            {loss_line}
+            loss.backward()
+            optimizer.step()
+        """)
+    result = fixed(source)
+    indented = "".join("    " + line if line.strip() else line for line in dedent(expected).splitlines(True))
+    assert indented in result
+    assert fixed(result) == result
+    (message,) = _messages(source)
+    assert "so it is computed after the block on `.float()` inputs" in message
+    assert "nn.BCEWithLogitsLoss" in message
+
+
+GRADIENT_PENALTY = dedent("""
+    import torch
+    from torch import autograd
+
+
+    def compute_gradient_penalty(D, real, fake):
+        alpha = torch.rand(real.size(0), 1, device=real.device)
+        mixed = (alpha * real + (1 - alpha) * fake).requires_grad_(True)
+        out = D(mixed)
+        grads = autograd.grad(out, mixed, torch.ones_like(out), create_graph=True)[0]
+        return ((grads.norm(2, dim=1) - 1) ** 2).mean()
+
+
+    def train(D, G, loader, optimizer_D, device):
+        for real in loader:
+            real = real.to(device)
+            fake = G(torch.randn(real.size(0), 8, device=device))
+            penalty = compute_gradient_penalty(D, real, fake)
+            d_loss = -D(real).mean() + D(fake).mean() + 10 * penalty
+            d_loss.backward()
+            optimizer_D.step()
+    """)
+
+
+def test_a_gradient_penalty_keeps_float16_from_rewriting_the_step() -> None:
+    # WGAN-GP: autograd.grad inside the forward pass would see scaled outputs
+    # under a GradScaler; bfloat16 needs no scaler and is rewritten.
+    (message,) = _messages(GRADIENT_PENALTY)
+    assert "`compute_gradient_penalty` takes gradients inside the forward pass" in message
+    assert fixed(GRADIENT_PENALTY) == GRADIENT_PENALTY
+    bf16 = fixed(GRADIENT_PENALTY, Settings(dtype="bfloat16"))
+    assert 'with torch.autocast("cuda", dtype=torch.bfloat16):' in bf16
+
+
+def test_a_target_network_average_is_not_an_update_by_hand() -> None:
+    # DQN / SAC / TD3: the target network follows the online one by a Polyak
+    # average of weights, not of gradients; the online network's step is AMP.
+    source = dedent("""
+        import torch
+        import torch.nn.functional as F
+
+
+        def learn(q_network, target_network, optimizer, batches, tau, device):
+            for obs, target in batches:
+                loss = F.mse_loss(q_network(obs.to(device)), target.to(device))
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                for t, p in zip(target_network.parameters(), q_network.parameters()):
+                    t.data.copy_(tau * p.data + (1.0 - tau) * t.data)
+        """)
+    assert "scaler.step(optimizer)" in fixed(source)
+    by_hand = source.replace("tau * p.data + (1.0 - tau) * t.data", "t.data - 0.1 * p.grad")
+    assert fixed(by_hand) == by_hand

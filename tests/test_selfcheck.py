@@ -134,9 +134,9 @@ LAZY_OPTIMIZER = dedent("""
     import torch
 
 
-    def train(model, loader, criterion):
+    def train(model, loader, criterion, device):
         for step, (x, y) in enumerate(loader):
-            loss = criterion(model(x), y)
+            loss = criterion(model(x.to(device)), y.to(device))
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             if step == 0:

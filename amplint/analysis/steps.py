@@ -11,7 +11,7 @@ steps, gradient clipping, and the scope a GradScaler must live in.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator, Sequence, Union
 
 import libcst as cst
@@ -71,8 +71,16 @@ DATA_METHODS = {
     "non_blocking",
     "detach",
     "clone",
+    "type",
+    # mode switches and bookkeeping on a model, not a forward pass
+    "train",
+    "eval",
+    "requires_grad_",
+    "zero_grad",
 }
 DATA_FUNCTIONS = {"next", "iter", "len", "zip", "enumerate", "range", "dict", "list", "tuple"}
+# Libraries that never run a model: calling them samples noise or indices.
+DATA_MODULES = ("numpy.", "random.", "math.")
 _OPTIMIZER_NAME = re.compile(r"optim|^opt($|[_\dA-Z]|[dg]$)", re.I)
 _SCHEDULER_NAME = re.compile(r"sched", re.I)
 # How a GradScaler is recognised: by the name every example gives it.
@@ -81,7 +89,15 @@ _ALREADY_AMP = re.compile(
     r"autocast|GradScaler|\.scale\(|scale_loss|\.half\(\)|bfloat16|float16"
     r"|\b(loss|grad|amp)_scaler\b|\bscaler\.(scale|step|update|unscale_)\("
 )
-_MANUAL_UPDATE = re.compile(r"\.data\.(add_|sub_|copy_)|\.(add_|sub_)\([^)]*\.grad|-=\s*\w*lr")
+# A model prepared by Accelerate, whose Accelerator owns mixed precision; one
+# given a mixed_precision other than "no" runs in it already.
+_ACCELERATE = re.compile(r"\bAccelerator\(|\.prepare\(")
+_ACCELERATE_PRECISION = re.compile(r"mixed_precision\s*=\s*(?![\"']no[\"'])")
+# An update by hand uses the gradient (`p.data.add_(p.grad, alpha=-lr)`); a
+# target network's Polyak average (`t.data.copy_(tau * p.data + ...)`) does not.
+_MANUAL_UPDATE = re.compile(
+    r"\.data\.(add_|sub_|copy_)\([^\n]*grad|\.(add_|sub_)\([^)]*\.grad|-=\s*\w*lr"
+)
 
 
 # Skip reasons that are not reported. A step that already uses autocast or a
@@ -89,7 +105,12 @@ _MANUAL_UPDATE = re.compile(r"\.data\.(add_|sub_|copy_)|\.(add_|sub_)\([^)]*\.gr
 # call (`p.sum().backward()` on a bare parameter in a test) is not training.
 ALREADY_AMP = "already mixed precision"
 NO_FORWARD = "no forward pass"
-SILENT_SKIPS = (ALREADY_AMP, NO_FORWARD)
+# detectron2's `SimpleTrainer` beside its `AMPTrainer(SimpleTrainer)`: the FP32
+# class is the deliberate choice of a run that did not ask for AMP.
+AMP_RELATIVE = "a subclass or sibling class is the mixed-precision version"
+SILENT_SKIPS = (ALREADY_AMP, NO_FORWARD, AMP_RELATIVE)
+# Bases too common to make two classes siblings.
+_ROOT_BASES = {"object", "Module", "nn.Module", "torch.nn.Module", "ABC"}
 # Tensor methods: calling one is arithmetic on a result, not running a model.
 TENSOR_METHODS = {
     "sum",
@@ -120,6 +141,34 @@ TENSOR_METHODS = {
     "expand",
     "repeat",
     "type_as",
+    "cos",
+    "sin",
+    "floor",
+    "round",
+    "cumsum",
+    "add",
+    "sub",
+    "mul",
+    "div",
+    "neg",
+    "sign",
+    "chunk",
+    "ravel",
+    "std",
+    "var",
+    "prod",
+    "any",
+    "all",
+    "topk",
+    "sort",
+    "argsort",
+    "nonzero",
+    "logsumexp",
+    "split",
+    "uniform_",
+    "normal_",
+    "fill_",
+    "zero_",
     # shapes and fresh tensors: batch preparation, not the forward pass
     "size",
     "dim",
@@ -138,6 +187,7 @@ class BackwardCall:
     loss: cst.BaseExpression  # what is backpropagated: `loss` in `loss.backward()`
     top: int  # index of the step block's statement holding the call
     order: int  # position among the step block's statements, in program order
+    statement: cst.BaseStatement | None = None  # the line holding the call
 
 
 @dataclass(frozen=True, eq=False)
@@ -159,10 +209,33 @@ class GradEdit:
 
 
 @dataclass(frozen=True, eq=False)
+class UnsafeLossCall:
+    """A call of a loss CUDA autocast refuses (`nn.BCELoss`), and its tensor
+    inputs: those that run a model are computed inside autocast first."""
+
+    statement: cst.BaseStatement  # the line holding the call
+    call: cst.Call
+    inputs: tuple[cst.BaseExpression, ...]  # the prediction and the target
+    runs_model: tuple[bool, ...]  # per input
+
+
+@dataclass(frozen=True, eq=False)
 class ForwardRegion:
     first: cst.BaseStatement
     last: cst.BaseStatement
     statements: tuple[cst.BaseStatement, ...]
+    # From this index on, `statements` compute an autocast-unsafe loss (None: no
+    # such loss).  Those that call it, and the arithmetic after them, go outside
+    # autocast on `.float()` inputs; those that run a model (`in_autocast`, one
+    # flag per statement from `unsafe_from` on) stay in an autocast block.
+    unsafe_from: int | None = None
+    unsafe_calls: tuple[UnsafeLossCall, ...] = ()
+    in_autocast: tuple[bool, ...] = ()
+    # Inputs of the losses outside autocast that autocast computed (a plain
+    # name bound in a block): they get `.float()`, as the model outputs do.
+    float_inputs: tuple[cst.BaseExpression, ...] = ()
+    # Why the unsafe loss cannot be moved after the block, if it cannot.
+    unsafe_problem: str | None = None
 
 
 @dataclass(eq=False)
@@ -181,6 +254,7 @@ class TrainingStep:
     # and the branch conditions each runs under.
     statements: list[cst.BaseStatement] = field(default_factory=list)
     paths: list[Branches] = field(default_factory=list)
+    tops: list[int] = field(default_factory=list)  # the index in the block, per statement
 
     def exclusive(self, first_order: int, second_order: int) -> bool:
         """Whether the statements at these orders sit in opposite branches of one
@@ -201,6 +275,9 @@ class TrainingStep:
     skip: str | None = None
     # A loss in a forward region that raises under CUDA autocast, as spelled.
     unsafe_loss: str | None = None
+    # The call that takes gradients inside the forward pass (a gradient penalty),
+    # which a GradScaler would leave scaled.
+    gradient_penalty: str | None = None
 
 
 @dataclass(eq=False)
@@ -209,6 +286,8 @@ class StepScan:
 
     steps: list[TrainingStep]
     manual_updates: list[BackwardCall]  # backward whose block updates parameters by hand
+    # Whether the module makes a torch.optim optimizer itself: sets its training up.
+    creates_optimizer: bool = False
 
 
 class _StepFinder(ScopedVisitor):
@@ -227,6 +306,7 @@ class _StepFinder(ScopedVisitor):
         self._functions: list[cst.FunctionDef | None] = []
         self._classes: list[cst.ClassDef | None] = []
         self._loops: list[list[cst.BaseStatement]] = []
+        self._data_helpers: dict[str, bool] = {}
 
     # -- context ------------------------------------------------------------
     def enter_scope(self, scope: Scope) -> None:
@@ -291,7 +371,7 @@ class _StepFinder(ScopedVisitor):
                     if receiver_name.rsplit(".", 1)[-1] in FRAMEWORK_BACKWARD:
                         framework = True
                     else:
-                        backwards.append(BackwardCall(call, receiver, top, order))
+                        backwards.append(BackwardCall(call, receiver, top, order, statement))
                 elif method == "manual_backward":
                     framework = True
                 elif method == "step" and call.args and is_scaler(receiver):
@@ -351,6 +431,7 @@ class _StepFinder(ScopedVisitor):
             ],
             statements=[statement for _, statement, _ in flat],
             paths=[path for _, _, path in flat],
+            tops=[top for top, _, _ in flat],
         )
         step.skip = self._skip_reason(step)
         self.steps.append(step)
@@ -364,10 +445,22 @@ class _StepFinder(ScopedVisitor):
             scope = next(f for f in self._functions if f is not None)
         else:
             scope = step.outermost_loop
-        if any(s.scaler for s in step.steps) or _ALREADY_AMP.search(
-            self.module.code_for_node(scope)
-        ):
+        scope_code = self.module.code_for_node(scope)
+        if any(s.scaler for s in step.steps) or _ALREADY_AMP.search(scope_code):
             return ALREADY_AMP
+        aliases = self.optimizers.autocast_aliases
+        if any(re.search(rf"(?<![\w.]){re.escape(alias)}\b", scope_code) for alias in aliases):
+            return ALREADY_AMP  # `with ctx:` where `ctx = ... torch.autocast(...)`
+        if step.class_def is not None and self._has_amp_relative(step.class_def):
+            return AMP_RELATIVE
+        setup = self._setup_code(step)
+        if _ACCELERATE.search(setup) and "accelerat" in setup.lower():
+            if _ACCELERATE_PRECISION.search(setup):
+                return ALREADY_AMP
+            return (
+                "the model goes through Accelerate (`accelerator.prepare`), which owns its "
+                'precision: set `Accelerator(mixed_precision="bf16")` (or "fp16") instead'
+            )
         manual = _MANUAL_UPDATE.search(self.module.code_for_node(step.block))
         if manual is not None:
             return (
@@ -394,13 +487,84 @@ class _StepFinder(ScopedVisitor):
                 return f"the forward pass runs inside `{shown}.backward()`; bind the loss first"
             region = _forward_region(step.block.body, backward, lower, parameters, self._runs_model)
             if isinstance(region, str):
+                # `if i % n_critic == 0:` around the generator's whole step: its
+                # loss is computed in the same suite as its backward.
+                region = self._forward_region_in_suite(step, backward, parameters) or region
+            if isinstance(region, str):
                 return region
             if not any(self._runs_model(statement) for statement in region.statements):
                 return NO_FORWARD
-            step.unsafe_loss = step.unsafe_loss or self._autocast_unsafe_loss(region)
+            unsafe = self._autocast_unsafe_loss(region)
+            if unsafe is not None:
+                step.unsafe_loss = step.unsafe_loss or unsafe
+                region = self._with_unsafe_loss_after(region)
+            step.gradient_penalty = step.gradient_penalty or self._gradient_penalty(region)
             step.regions.append(region)
             lower = backward.top + 1
         return None
+
+    def _gradient_penalty(self, region: ForwardRegion) -> str | None:
+        """The call in the region that runs `torch.autograd.grad`, directly or
+        through a def of the module (WGAN-GP's `compute_gradient_penalty`)."""
+        calls = _AllCalls()
+        for statement in region.statements:
+            calls.walk(statement)
+        for call in calls.found:
+            if self.resolve(call.func) == "torch.autograd.grad":
+                return self.module.code_for_node(call.func)
+            if isinstance(call.func, cst.Name):
+                helper = self.optimizers.module_functions.get(call.func.value)
+                if helper is not None and _calls_autograd_grad(helper, self.resolve):
+                    return call.func.value
+        return None
+
+    def _forward_region_in_suite(
+        self, step: TrainingStep, backward: BackwardCall, parameters: set[str]
+    ) -> ForwardRegion | None:
+        """The forward region in the suite nested in the step block (an `if`
+        arm, a `with` body) that holds the backward's line, if one is found there."""
+        for suite in step.suites():
+            if suite is step.block.body:
+                continue
+            index = next((i for i, s in enumerate(suite) if s is backward.statement), None)
+            if index is None:
+                continue
+            inner = replace(backward, top=index)
+            region = _forward_region(suite, inner, 0, parameters, self._runs_model)
+            return region if isinstance(region, ForwardRegion) else None
+        return None
+
+    def _setup_code(self, step: TrainingStep) -> str:
+        """The code that runs before the step's loop in its function (or module):
+        where its model and optimizer are made and prepared.  A notebook's plain
+        loop above its Accelerate version is set up without Accelerate."""
+        scope = step.function or self.module
+        if step.outermost_loop is None:
+            return self.module.code_for_node(scope)
+        body = scope.body.body if isinstance(scope, cst.FunctionDef) else scope.body
+        loop = self.module.code_for_node(step.outermost_loop)
+        before = []
+        for statement in body:
+            code = self.module.code_for_node(statement)
+            if loop in code:
+                break
+            before.append(code)
+        return "".join(before)
+
+    def _has_amp_relative(self, class_def: cst.ClassDef) -> bool:
+        """Whether a class of the module that subclasses `class_def`, or shares
+        a base with it, uses autocast or a GradScaler."""
+        name = class_def.name.value
+        bases = _base_names(class_def) - _ROOT_BASES
+        for other in self.optimizers.classes:
+            if other is class_def:
+                continue
+            other_bases = _base_names(other)
+            if (name in other_bases or bases & other_bases) and _ALREADY_AMP.search(
+                self.module.code_for_node(other)
+            ):
+                return True
+        return False
 
     def _passes_closure(self, call: cst.Call) -> bool:
         """`step(closure)`, `step(lambda: ...)`, `step(partial(f, ...))`, or a def's
@@ -430,6 +594,17 @@ class _StepFinder(ScopedVisitor):
         finder.walk(node)
         return finder.found
 
+    def is_data_helper(self, name: str) -> bool:
+        """Whether `name` is a module-level def that runs no model: `ring(n)`
+        sampling points with torch, `sample_noise(b)`.  Calling one prepares a
+        batch; the forward region does not stretch up to it."""
+        if name not in self._data_helpers:
+            self._data_helpers[name] = False  # a recursive helper counts as a model
+            definition = self.optimizers.module_functions.get(name)
+            if definition is not None:
+                self._data_helpers[name] = not self._runs_model(definition.body)
+        return self._data_helpers[name]
+
     def _autocast_unsafe_loss(self, region: ForwardRegion) -> str | None:
         for statement in region.statements:
             finder = _UnsafeLossFinder(self, self.optimizers.unsafe_losses)
@@ -437,6 +612,61 @@ class _StepFinder(ScopedVisitor):
             if finder.found is not None:
                 return finder.found
         return None
+
+    def _with_unsafe_loss_after(self, region: ForwardRegion) -> ForwardRegion:
+        """`region` with its unsafe-loss statements marked to go after the
+        autocast block, as PyTorch's AMP notes do it: the model calls among the
+        loss's inputs are computed in the block, the loss on `.float()` of them
+        after it.  Or with the reason that cannot be done."""
+        calls: list[UnsafeLossCall] = []
+        unsafe_from = None
+        in_autocast: list[bool] = []
+        for index, statement in enumerate(region.statements):
+            finder = _UnsafeLossFinder(self, self.optimizers.unsafe_losses)
+            finder.walk(statement)
+            if finder.found is not None and unsafe_from is None:
+                unsafe_from = index
+            if unsafe_from is None:
+                continue
+            in_autocast.append(not finder.calls and self._runs_model(statement))
+            if finder.calls and not isinstance(statement, cst.SimpleStatementLine):
+                return replace(region, unsafe_problem="its loss is computed in a compound statement")
+            if finder.nested:
+                return replace(
+                    region, unsafe_problem="its loss is computed in a comprehension or lambda"
+                )
+            for call in finder.calls:
+                inputs = _loss_inputs(call, every_positional=id(call) in finder.helpers)
+                runs = tuple(self._runs_model(value) for value in inputs)
+                calls.append(UnsafeLossCall(statement, call, inputs, runs))
+        if (
+            unsafe_from == 0
+            and not any(in_autocast)
+            and not any(any(c.runs_model) for c in calls)
+        ):
+            return replace(region, unsafe_problem="no model call would be left inside autocast")
+        in_block = [True] * unsafe_from + in_autocast
+        statements = region.statements
+        from_blocks = set().union(
+            *(name_use(s).bound for s, inside in zip(statements, in_block) if inside)
+        )
+        float_inputs = [
+            value
+            for call in calls
+            for value, runs_model in zip(call.inputs, call.runs_model)
+            if not runs_model and name_use(value).read & from_blocks
+        ]
+        seen = {id(value) for value in float_inputs} | {id(call.call) for call in calls}
+        for statement, inside in zip(statements, in_block):
+            if not inside:
+                float_inputs += _loss_arguments_from(statement, from_blocks, seen)
+        return replace(
+            region,
+            unsafe_from=unsafe_from,
+            unsafe_calls=tuple(calls),
+            in_autocast=tuple(in_autocast),
+            float_inputs=tuple(float_inputs),
+        )
 
 
 def looks_like_optimizer(name: str) -> bool:
@@ -468,9 +698,15 @@ class _ModelCallFinder(Visitor):
         func = node.func
         if isinstance(func, cst.Attribute) and func.attr.value in DATA_METHODS | TENSOR_METHODS:
             return
-        if isinstance(func, cst.Name) and func.value in DATA_FUNCTIONS:
+        if isinstance(func, cst.Name) and (
+            func.value in DATA_FUNCTIONS
+            or func.value in self.step_finder.optimizers.torch_aliases
+            or self.step_finder.is_data_helper(func.value)
+        ):
             return
         resolved = self.step_finder.resolve(func)
+        if resolved is not None and resolved.startswith(DATA_MODULES):
+            return
         if (
             resolved is None
             or not resolved.startswith("torch.")
@@ -480,16 +716,39 @@ class _ModelCallFinder(Visitor):
 
 
 class _UnsafeLossFinder(Visitor):
-    """The first call in a statement to a loss that raises under CUDA autocast."""
+    """The calls in a statement to a loss that raises under CUDA autocast;
+    `found` describes the first."""
 
     def __init__(self, step_finder: _StepFinder, unsafe_names: dict[str, str]) -> None:
         self.step_finder = step_finder
         self.unsafe_names = unsafe_names
         self.found: str | None = None
+        self.calls: list[cst.Call] = []
+        self.helpers: set[int] = set()  # ids of calls of project helpers, not of the loss
+        self.nested = False  # one is inside a comprehension or a lambda
+        self._scopes = 0
+
+    def _enter(self, node: cst.CSTNode) -> None:
+        self._scopes += 1
+
+    def _leave(self, node: cst.CSTNode) -> None:
+        self._scopes -= 1
+
+    visit_Lambda = visit_ListComp = visit_SetComp = visit_DictComp = visit_GeneratorExp = _enter
+    leave_Lambda = leave_ListComp = leave_SetComp = leave_DictComp = leave_GeneratorExp = _leave
 
     def visit_Call(self, node: cst.Call) -> None:
-        if self.found is not None:
+        description = self._describe(node)
+        if description is None:
             return
+        self.calls.append(node)
+        if "(it calls" in description:
+            self.helpers.add(id(node))
+        self.nested = self.nested or self._scopes > 0
+        if self.found is None:
+            self.found = description
+
+    def _describe(self, node: cst.Call) -> str | None:
         func = (
             node.func.func if isinstance(node.func, cst.Call) else node.func
         )  # nn.BCELoss()(p, t)
@@ -499,11 +758,68 @@ class _UnsafeLossFinder(Visitor):
             qualified = self.step_finder.resolve(func)
         if qualified is not None:
             short = _short_loss_name(qualified)
-            self.found = f"`{spelled}`" if spelled == short else f"`{spelled}` ({short})"
-            return
+            return f"`{spelled}`" if spelled == short else f"`{spelled}` ({short})"
         helper = self.step_finder.optimizers.unsafe_helpers.get(spelled)
         if helper is not None and isinstance(func, cst.Name):
-            self.found = f"`{spelled}` (it calls {helper})"
+            return f"`{spelled}` (it calls {helper})"
+        return None
+
+
+_LOSS_NAME = re.compile(r"loss|criterion", re.I)
+
+
+def _loss_arguments_from(
+    statement: cst.BaseStatement, names: set[str], seen: set[int]
+) -> list[cst.BaseExpression]:
+    """Plain-name arguments, bound in an autocast block, of the loss calls in
+    `statement` (`auxiliary_loss(real_aux, labels)`) other than those in `seen`."""
+    calls = _AllCalls()
+    calls.walk(statement)
+    found = []
+    for call in calls.found:
+        if id(call) in seen or not _LOSS_NAME.search(dotted_name(call.func) or ""):
+            continue
+        for arg in call.args:
+            if isinstance(arg.value, cst.Name) and arg.value.value in names and not arg.star:
+                found.append(arg.value)
+    return found
+
+
+def _calls_autograd_grad(function: cst.FunctionDef, resolve) -> bool:
+    calls = _AllCalls()
+    calls.walk(function)
+    return any(resolve(call.func) == "torch.autograd.grad" for call in calls.found)
+
+
+class _AllCalls(Visitor):
+    def __init__(self) -> None:
+        self.found: list[cst.Call] = []
+
+    def visit_Call(self, node: cst.Call) -> None:
+        self.found.append(node)
+
+
+def _loss_inputs(call: cst.Call, every_positional: bool) -> tuple[cst.BaseExpression, ...]:
+    """The prediction and the target of a loss call: its first two positional
+    arguments, or `input=` / `target=`; for a helper computing the loss (a VAE's
+    `loss_function(recon, x, mu, logvar)`) every positional argument.  Numbers
+    and strings are no tensors."""
+    positional = [arg.value for arg in call.args if arg.keyword is None and not arg.star]
+    if not every_positional:
+        positional = positional[:2]
+    keywords = {
+        arg.keyword.value: arg.value
+        for arg in call.args
+        if arg.keyword is not None and arg.keyword.value in ("input", "target")
+    }
+    inputs = positional + [keywords[k] for k in ("input", "target") if k in keywords]
+    return tuple(
+        value
+        for value in inputs
+        if not isinstance(value, (cst.Integer, cst.Float, cst.SimpleString, cst.Name))
+        or isinstance(value, cst.Name)
+        and value.value not in ("None", "True", "False")
+    )
 
 
 def _short_loss_name(qualified: str) -> str:
@@ -512,41 +828,34 @@ def _short_loss_name(qualified: str) -> str:
 
 
 def _ends_forward_search(statement: cst.BaseStatement) -> bool:
-    """Statements the forward region never reaches back over: loops, try,
-    control flow (`if ...: continue`) and optimizer bookkeeping (`zero_grad`,
-    a previous `step`), which must stay outside autocast.  An `if` whose arms
-    only compute (`if transformer: out = model(x) else: out, h = model(x, h)`)
-    is part of the forward pass."""
-    if isinstance(statement, cst.If):
-        exits = _ExitFinder()
-        exits.walk(statement)
-        return exits.found
-    if not isinstance(statement, cst.SimpleStatementLine):
+    """Statements the forward region never reaches back over: another step's
+    `backward` or `step` (which must stay outside autocast) and definitions.
+    Anything else between the model call and the loss (`zero_grad`, logging, a
+    profiling range, `if bad: continue`, a metric under `torch.no_grad()`) is
+    harmless under autocast, and stopping there would leave the model call,
+    the part that pays, outside the block."""
+    if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
         return True
-    return any(
-        method_name(call) in ("zero_grad", "step", "backward") for call in calls_in_line(statement)
-    )
+    finder = _StepCallFinder()
+    finder.walk(statement)
+    return finder.found
 
 
-class _ExitFinder(Visitor):
-    """Does a statement leave the block, hold a loop or try, or do optimizer
-    bookkeeping (zero_grad, step, backward) anywhere inside?"""
+class _StepCallFinder(Visitor):
+    """Does a statement call `.backward(...)` or `.step(...)` anywhere inside?"""
 
     def __init__(self) -> None:
         self.found = False
 
     def visit_Call(self, node: cst.Call) -> None:
-        if method_name(node) in ("zero_grad", "step", "backward"):
+        if method_name(node) in ("step", "backward"):
             self.found = True
-
-    def _exit(self, node: cst.CSTNode) -> None:
-        self.found = True
-
-    visit_Return = visit_Continue = visit_Break = visit_Raise = visit_Yield = _exit
-    visit_For = visit_While = visit_Try = _exit
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
         return False
+
+
+_FETCHES = (cst.For, cst.While, cst.Try)
 
 
 def _forward_region(
@@ -565,7 +874,7 @@ def _forward_region(
         if not use.bound & loss_names:
             continue
         if (
-            not isinstance(body[index], cst.SimpleStatementLine)
+            isinstance(body[index], cst.If)
             and use.read & loss_names
             and not runs_model(body[index])
         ):
@@ -587,7 +896,9 @@ def _forward_region(
         use = name_use(body[index])
         if use.bound & needed:
             needed |= use.read
-            if runs_model(body[index]):  # not just making or moving a batch
+            # Not just making or moving a batch; a loop or `try` that binds an
+            # input (`try: x = next(it) except StopIteration: ...`) fetches data.
+            if runs_model(body[index]) and not isinstance(body[index], _FETCHES):
                 first = index
     statements = tuple(body[first : last + 1])
     return ForwardRegion(body[first], body[last], statements)
@@ -599,24 +910,48 @@ class _Optimizers:
     schedulers: set[str]
     unsafe_losses: dict[str, str]  # name bound to an autocast-unsafe loss -> its class
     functions: set[str]  # names of every def in the module: candidates for closures
+    module_functions: dict[str, cst.FunctionDef]  # the defs at the module's top level
+    # Module globals naming a torch callable: `Tensor = torch.cuda.FloatTensor
+    # if cuda else torch.FloatTensor`, as GAN collections write it.
+    torch_aliases: set[str]
     # Defs that call `.backward()` themselves or in a nested def: closures a
     # training step can hand to `optimizer.step`.
     backward_functions: set[str]
     # Defs that compute a loss which raises under CUDA autocast -> that loss.
     unsafe_helpers: dict[str, str] = field(default_factory=dict)
+    created: bool = False  # some torch.optim optimizer is made in the module
+    # Names bound to an autocast context or factory: `ctx = nullcontext() if cpu
+    # else torch.autocast(...)`, `amp_autocast = partial(torch.autocast, ...)`.
+    autocast_aliases: set[str] = field(default_factory=set)
+    classes: list[cst.ClassDef] = field(default_factory=list)  # every class of the module
 
 
 class _OptimizerCollector(ScopedVisitor):
     def __init__(self, imports: ImportMap) -> None:
         super().__init__()
         self.imports = imports
-        self.found = _Optimizers(set(), set(), {}, set(), set())
+        self.found = _Optimizers(set(), set(), {}, set(), {}, set(), set())
 
     def enter_scope(self, scope: Scope) -> None:
+        if isinstance(scope, cst.ClassDef):
+            self.found.classes.append(scope)
         if isinstance(scope, cst.FunctionDef):
             self.found.functions.add(scope.name.value)
+            if len(self.scopes) == 2:  # the module, then this def
+                self.found.module_functions[scope.name.value] = scope
 
     def visit_Assign(self, node: cst.Assign) -> None:
+        if _mentions_autocast(node.value):
+            for target in node.targets:
+                name = dotted_name(target.target)
+                if name is not None:
+                    self.found.autocast_aliases.add(name)
+        if isinstance(self.scope, cst.Module) and self._names_torch(node.value):
+            self.found.torch_aliases.update(
+                target.target.value
+                for target in node.targets
+                if isinstance(target.target, cst.Name)
+            )
         if not isinstance(node.value, cst.Call):
             return
         called = self.imports.resolve(node.value.func, self.scope) or ""
@@ -628,8 +963,16 @@ class _OptimizerCollector(ScopedVisitor):
                 self.found.schedulers.add(name)
             elif called.startswith("torch.optim."):
                 self.found.names.add(name)
+                self.found.created = True
             elif called in AUTOCAST_UNSAFE_LOSSES:
                 self.found.unsafe_losses[name] = called
+
+    def _names_torch(self, value: cst.BaseExpression) -> bool:
+        if isinstance(value, cst.IfExp):
+            return self._names_torch(value.body) and self._names_torch(value.orelse)
+        if not isinstance(value, (cst.Name, cst.Attribute)):
+            return False
+        return (self.imports.resolve(value, self.scope) or "").startswith("torch.")
 
     def visit_Call(self, node: cst.Call) -> None:
         called = self.imports.resolve(node.func, self.scope)
@@ -648,6 +991,24 @@ class _OptimizerCollector(ScopedVisitor):
                 self.found.names.add(name)
 
 
+def _base_names(class_def: cst.ClassDef) -> set[str]:
+    return {name for base in class_def.bases if (name := dotted_name(base.value)) is not None}
+
+
+def _mentions_autocast(value: cst.BaseExpression) -> bool:
+    finder = _AutocastMention()
+    finder.walk(value)
+    return finder.found
+
+
+class _AutocastMention(Visitor):
+    def __init__(self) -> None:
+        self.found = False
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.found = self.found or "autocast" in node.value
+
+
 def _optimizer_names(module: cst.Module, imports: ImportMap) -> _Optimizers:
     collector = _OptimizerCollector(imports)
     collector.walk(module)
@@ -657,4 +1018,4 @@ def _optimizer_names(module: cst.Module, imports: ImportMap) -> _Optimizers:
 def find_training_steps(module: cst.Module, imports: ImportMap) -> StepScan:
     finder = _StepFinder(module, imports)
     finder.walk(module)
-    return StepScan(finder.steps, finder.manual_updates)
+    return StepScan(finder.steps, finder.manual_updates, finder.optimizers.created)

@@ -20,6 +20,7 @@ from amplint.transforms.insert_amp import (
     InsertAmp,
     amp_choice,
     fsdp_mixed_precision,
+    runs_on_cpu_only,
     scaler_obstacle,
 )
 
@@ -63,10 +64,25 @@ class FP32TrainingStep(Rule):
                     f"the model is wrapped in FSDP with a mixed-precision policy ({policy}); "
                     "FSDP already runs it in mixed precision"
                 )
-        if reason is None and step.unsafe_loss is not None and choice.device == "cuda":
+        if reason is None and choice.device == "cuda" and runs_on_cpu_only(step, facts):
             reason = (
-                f"{step.unsafe_loss} raises under CUDA autocast; compute the loss on logits "
-                "with nn.BCEWithLogitsLoss or F.binary_cross_entropy_with_logits"
+                "the script never moves its model or data off the CPU, where CUDA autocast "
+                "does nothing; `--device-type cpu --dtype bfloat16` rewrites it for the CPU"
+            )
+        unsafe_loss = step.unsafe_loss if choice.device == "cuda" else None
+        if reason is None and unsafe_loss is not None:
+            problem = next((r.unsafe_problem for r in step.regions if r.unsafe_problem), None)
+            if problem is not None:
+                reason = (
+                    f"{unsafe_loss} raises under CUDA autocast and {problem}; compute the "
+                    "loss on logits with nn.BCEWithLogitsLoss or "
+                    "F.binary_cross_entropy_with_logits"
+                )
+        if reason is None and choice.uses_scaler and step.gradient_penalty is not None:
+            reason = (
+                f"`{step.gradient_penalty}` takes gradients inside the forward pass (a "
+                "gradient penalty), which a GradScaler leaves scaled: scale and unscale them "
+                "by hand as in PyTorch's AMP examples, or use `--dtype bfloat16`"
             )
         if reason is None and choice.uses_scaler:
             reason = scaler_obstacle(facts, settings)
@@ -86,6 +102,13 @@ class FP32TrainingStep(Rule):
         else:
             advice = f"wrap the forward pass in torch.autocast with {choice.dtype}"
             done = f"autocast ({choice.dtype}) around the forward pass"
+        if unsafe_loss is not None:
+            advice += (
+                f"; {unsafe_loss} raises under CUDA autocast, so it is computed after the "
+                "block on `.float()` inputs (the loss on logits, nn.BCEWithLogitsLoss, is "
+                "the better long-term change)"
+            )
+            done += ", the BCE loss after the block in float32"
         fix = Fix(
             Applicability.SAFE,
             done,

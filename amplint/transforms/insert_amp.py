@@ -15,7 +15,8 @@ from typing import Sequence
 import libcst as cst
 
 from amplint.analysis import ModuleFacts
-from amplint.analysis.steps import TrainingStep
+from amplint.analysis.imports import dotted_name
+from amplint.analysis.steps import ForwardRegion, TrainingStep
 from amplint.config import Settings
 from amplint.analysis.statements import name_use
 from amplint.transforms.arguments import insert_argument, keyword_argument
@@ -67,6 +68,26 @@ def scaler_obstacle(facts: ModuleFacts, settings: Settings) -> str | None:
     return None
 
 
+# Any sign that a script runs on something other than the CPU: CUDA, a device
+# variable, an accelerator, a `.to(...)` move, a launcher's rank.
+_LEAVES_THE_CPU = re.compile(r"cuda|device|accelerat|\bmps\b|xpu|gpu|\.to\(|local_rank", re.I)
+
+
+def runs_on_cpu_only(step: TrainingStep, facts: ModuleFacts) -> bool:
+    """Whether the script sets its step up here and never leaves the CPU
+    (tutorials on toy data): CUDA autocast and a CUDA scaler would be no-ops
+    there.  A step whose optimizer comes from the caller is set up elsewhere,
+    where the model may well be moved to a GPU."""
+    if not facts.training_steps.creates_optimizer or _LEAVES_THE_CPU.search(facts.text):
+        return False
+    given = set(parameter_names(step.function)) if step.function is not None else set()
+    for optimizer_step in step.steps:
+        root = (dotted_name(optimizer_step.optimizer) or "").split(".")[0]
+        if root in given and root != "self":
+            return False
+    return True
+
+
 def fsdp_mixed_precision(facts: ModuleFacts) -> str | None:
     """Where the project gives FSDP a mixed-precision policy: its steps are
     mixed precision already, and autocast on top would be a second policy."""
@@ -113,6 +134,34 @@ def _contains(statement: cst.CSTNode, node: cst.CSTNode | None) -> bool:
     return found
 
 
+def _output_names(value: cst.BaseExpression) -> list[str]:
+    """Names for the output of the model call in `value`, after the model:
+    `discriminator(fake)` -> `discriminator_out`, `self.D(x)` -> `D_out`."""
+    node = value
+    while isinstance(node, (cst.Call, cst.Attribute, cst.Subscript)):
+        if isinstance(node, cst.Call) and isinstance(node.func, (cst.Name, cst.Attribute)):
+            inner = node.func.value if isinstance(node.func, cst.Name) else node.func.attr.value
+            if inner not in ("float", "view", "squeeze", "reshape", "sigmoid", "flatten"):
+                base = inner
+                break
+            node = node.func.value if isinstance(node.func, cst.Attribute) else node.func
+        elif isinstance(node, cst.Call):
+            node = node.func
+        else:
+            node = node.value
+    else:
+        base = "model"
+    stem = f"{base.strip('_')}_out"
+    return [stem, *(f"{stem}_{n}" for n in range(2, 10))]
+
+
+def _as_float(value: cst.BaseExpression) -> cst.BaseExpression:
+    """`value.float()`, in parentheses where the expression needs them."""
+    if not isinstance(value, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)):
+        value = value.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+    return cst.Call(func=cst.Attribute(value=value, attr=cst.Name("float")))
+
+
 def _statement(code: str, indent: int = 0) -> cst.BaseStatement:
     """One inserted line, laid out as black would at that indentation."""
     if indent + len(code) > LINE_LENGTH:
@@ -142,6 +191,9 @@ class InsertAmp:
         self.scaler: str | None = None  # how the step refers to its scaler
         # `enabled=` of the autocast, when a scaler made elsewhere decides it.
         self.autocast_enabled: str | None = None
+        # Names given to model outputs computed ahead of an unsafe loss, over
+        # every region of the step: each stays one thing.
+        self._output_names_taken: set[str] = set()
         self.dtype_expression = {
             "float16": f"{self.torch}.float16",
             "bfloat16": f"{self.torch}.bfloat16",
@@ -382,7 +434,10 @@ class InsertAmp:
             )
 
         for region in step.regions if autocast_regions else ():
-            plan.wrap(region.first, region.last, wrapper)
+            if region.unsafe_from is not None and self.choice.device == "cuda":
+                self._loss_after_block(region, wrapper)
+            else:
+                plan.wrap(region.first, region.last, wrapper)
         if self.scaler is None:
             return
         scaler = self.scaler
@@ -398,7 +453,15 @@ class InsertAmp:
                 ),
             )
         last_step = max(step.steps, key=lambda s: s.order)
-        self._insert(plan.after, last_step.statement, [f"{scaler}.update()"])
+        # One update per iteration that stepped: after the last step where every
+        # step runs under its conditions (accumulation: all under one `if`);
+        # else after the block statement holding it, so an iteration that steps
+        # only the critic, not the generator under `if i % n_critic == 0`, updates too.
+        last_path = step.paths[last_step.order]
+        anchor = last_step.statement
+        if any(not step.paths[s.order] >= last_path for s in step.steps):
+            anchor = step.block.body[step.tops[last_step.order]]
+        self._insert(plan.after, anchor, [f"{scaler}.update()"])
         # A path that steps and then leaves (`continue` after a warm-up step)
         # never reaches that update; the next step would raise.
         for order, statement in enumerate(step.statements):
@@ -406,8 +469,16 @@ class InsertAmp:
                 continue
             if any(s.order < order and not step.exclusive(s.order, order) for s in step.steps):
                 self._insert(plan.before, statement, [f"{scaler}.update()"])
+        # Unscale right before the first clip: a clip reads the gradients' norm,
+        # which scaling changes.  Edits before it (an all-reduce of the
+        # gradients, a division by the world size) are linear and run on scaled
+        # gradients as they would on unscaled ones, and an all-reduce must come
+        # first so every rank's unscale_ sees the same infs.  Without a clip,
+        # before the first edit.
+        edits = sorted(step.grad_edits, key=lambda e: e.order)
+        edits = [e for e in edits if e.clip is not None] or edits
         unscaled: set[str] = set()
-        for edit in sorted(step.grad_edits, key=lambda e: e.order):
+        for edit in edits:
             following = [s for s in step.steps if s.order > edit.order]
             if not following:
                 continue
@@ -416,6 +487,45 @@ class InsertAmp:
                 continue
             unscaled.add(optimizer)
             self._insert(plan.before, edit.statement, [f"{scaler}.unscale_({optimizer})"])
+
+    def _loss_after_block(self, region: ForwardRegion, wrapper) -> None:
+        """Autocast around the region's statements that run a model; its unsafe
+        loss, and the arithmetic after it, outside on `.float()` inputs.  The
+        model calls among the loss's inputs are bound to new names at the end
+        of the autocast block right before the loss (a block of their own if
+        none is there)."""
+        statements = region.statements
+        hoisted: dict[int, list[cst.BaseStatement]] = {}  # by id of the loss statement
+        indent = self.facts.span(region.first).column - 1 + 4
+        in_block = [True] * region.unsafe_from + list(region.in_autocast)
+        for value in region.float_inputs:
+            self.plan.replace_node(value, _as_float)
+        for unsafe in region.unsafe_calls:
+            for value, runs_model in zip(unsafe.inputs, unsafe.runs_model):
+                if runs_model:
+                    taken = " ".join(self._output_names_taken)
+                    name = free_name(_output_names(value), f"{self.facts.text} {taken}")
+                    self._output_names_taken.add(name)
+                    line = _statement(f"{name} = {self.code(value)}", indent)
+                    hoisted.setdefault(id(unsafe.statement), []).append(line)
+                    replacement = cst.parse_expression(f"{name}.float()")
+                    self.plan.replace_node(value, lambda _, new=replacement: new)
+        # Runs of statements inside autocast, as [first, last, extra lines].
+        blocks: list[list] = []
+        for index, statement in enumerate(statements):
+            previous_in_block = index > 0 and in_block[index - 1]
+            if in_block[index]:
+                if previous_in_block:
+                    blocks[-1][1] = statement
+                else:
+                    blocks.append([statement, statement, []])
+            elif id(statement) in hoisted:
+                if previous_in_block:
+                    blocks[-1][2].extend(hoisted[id(statement)])
+                else:
+                    self.plan.before(statement, wrapper(hoisted[id(statement)]))
+        for first, last, extra in blocks:
+            self.plan.wrap(first, last, lambda body, extra=extra: wrapper([*body, *extra]))
 
     def _scaled_backward(self, call: cst.Call) -> cst.Call:
         scale = cst.Call(
