@@ -543,3 +543,28 @@ def test_a_target_network_average_is_not_an_update_by_hand() -> None:
     assert "scaler.step(optimizer)" in fixed(source)
     by_hand = source.replace("tau * p.data + (1.0 - tau) * t.data", "t.data - 0.1 * p.grad")
     assert fixed(by_hand) == by_hand
+
+
+def test_cpu_float16_is_declined_for_recurrent_layers() -> None:
+    source = dedent("""
+        import torch
+        import torch.nn as nn
+
+        model = nn.LSTM(8, 16, batch_first=True).to(device)
+        head = nn.Linear(16, 1).to(device)
+        optimizer = torch.optim.Adam([*model.parameters(), *head.parameters()])
+        for x, y in loader:
+            out, _ = model(x.to(device))
+            loss = nn.functional.mse_loss(head(out[:, -1]), y.to(device))
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        """)
+    cpu16 = Settings(device_type="cpu", dtype="float16")
+    (message,) = _messages(source, cpu16)
+    assert "`nn.LSTM` has no float16 kernel on most CPUs" in message
+    assert fixed(source, cpu16) == source
+    assert 'autocast("cpu", dtype=torch.bfloat16)' in fixed(
+        source, Settings(device_type="cpu", dtype="bfloat16")
+    )
+    assert 'autocast("cuda", dtype=torch.float16)' in fixed(source)

@@ -7,6 +7,7 @@ reported with the reason and left alone.
 
 from __future__ import annotations
 
+import re
 from typing import Iterator
 
 from amplint.analysis import ModuleFacts
@@ -23,6 +24,11 @@ from amplint.transforms.insert_amp import (
     runs_on_cpu_only,
     scaler_obstacle,
 )
+
+
+# Recurrent layers: CPU autocast runs them in float16 only where the CPU has
+# native float16 (AVX512-FP16, AMX-FP16); elsewhere their forward raises.
+_RECURRENT = re.compile(r"\b((?:nn\.)?(?:LSTM|GRU|RNN))\(")
 
 
 class FP32TrainingStep(Rule):
@@ -69,6 +75,13 @@ class FP32TrainingStep(Rule):
                 "the script never moves its model or data off the CPU, where CUDA autocast "
                 "does nothing; `--device-type cpu --dtype bfloat16` rewrites it for the CPU"
             )
+        if reason is None and choice.device == "cpu" and choice.dtype == "float16":
+            recurrent = _RECURRENT.search(facts.text)
+            if recurrent is not None:
+                reason = (
+                    f"`{recurrent.group(1)}` has no float16 kernel on most CPUs (oneDNN raises "
+                    '"could not create a primitive descriptor"); `--dtype bfloat16` runs it'
+                )
         unsafe_loss = step.unsafe_loss if choice.device == "cuda" else None
         if reason is None and unsafe_loss is not None:
             problem = next((r.unsafe_problem for r in step.regions if r.unsafe_problem), None)
