@@ -155,7 +155,7 @@ def test_harness_counts_skipped_steps_and_records_unscaled_losses(tmp_path: Path
     result = json.loads(out.read_text())
     printed = [float(line) for line in status.stdout.split()]
     assert result["finished"] == "script" and result["steps"] == 3
-    assert result["skipped_steps"] == 3
+    assert result["skipped_steps"] == 3 and result["skipped_at"] == [0, 1, 2]
     assert result["losses"] == pytest.approx(printed)  # unscaled, and unchanged: no update ran
     assert result["loss_scale"] == 2.0**124  # halved once per skipped step
 
@@ -201,6 +201,21 @@ def test_comparison_figures() -> None:
     assert comparison.speedup == 2.0 and comparison.mem_ratio == 0.6
     assert comparison.loss_gap == pytest.approx(0.01)
     assert comparison.parity_ok and comparison.passed
+
+
+def test_parity_compares_losses_after_as_many_updates() -> None:
+    # The scaler skips its first two steps while it lowers its scale: the AMP
+    # run's losses repeat there and then follow the baseline's two steps late.
+    # Step by step that is a 20 % gap on a falling loss; update by update, none.
+    thresholds = Thresholds(steps=8, warmup=1, last=3, rtol=0.05, min_speedup=None)
+    falling = [8.0, 6.0, 4.5, 3.4, 2.5, 1.9, 1.4, 1.05]
+    baseline = _run(falling, [1.0] * 7)
+    amp = _run([8.0, 8.0, 8.0, *falling[1:6]], [1.0] * 7)
+    amp["skipped_at"], amp["skipped_steps"] = [0, 1], 2
+    comparison = Comparison(baseline, amp, thresholds, speed_meaningful=False)
+    assert comparison.loss_gap == 0.0 and comparison.passed
+    del amp["skipped_at"]  # as a step-by-step comparison would see it
+    assert Comparison(baseline, amp, thresholds, speed_meaningful=False).loss_gap > 0.2
 
 
 def test_comparison_fails_on_nan_and_on_a_slow_rewrite() -> None:

@@ -30,6 +30,15 @@ def _losses(run: dict) -> list[float]:
     return [float(loss) for loss in run["losses"]]  # "nan" / "inf" come back as strings
 
 
+def _losses_per_update(run: dict) -> list[float]:
+    """The run's losses without those of the steps its scaler skipped: the k-th
+    is the loss before the k-th update of the parameters.  A GradScaler skips
+    its first steps while it lowers its scale from 65536; compared step by step,
+    an AMP run of a fast-falling loss would look a few steps behind."""
+    skipped = set(run.get("skipped_at", ()))
+    return [loss for index, loss in enumerate(_losses(run)) if index not in skipped]
+
+
 def median_step_s(run: dict, warmup: int) -> float | None:
     # step_times_s[i] is the time from step i to step i+1 (the first step's
     # start is the script's start, import and set-up included: never timed).
@@ -64,8 +73,9 @@ class Comparison:
         return amp / base if base and amp else None
 
     def last_losses(self, run: dict) -> list[float]:
-        steps = min(len(self.baseline["losses"]), len(self.amp["losses"]))
-        return _losses(run)[:steps][-self.thresholds.last :]
+        """The run's losses over the last updates both runs made."""
+        updates = min(len(_losses_per_update(self.baseline)), len(_losses_per_update(self.amp)))
+        return _losses_per_update(run)[:updates][-self.thresholds.last :]
 
     def mean_last_loss(self, run: dict) -> float | None:
         losses = self.last_losses(run)
@@ -114,7 +124,7 @@ class Comparison:
         elif not self.parity_ok and self.loss_gap is not None:
             reasons.append(
                 f"loss parity: the AMP run's mean loss over the last {self.thresholds.last} "
-                f"steps differs from the baseline's by {self.loss_gap:.1%} "
+                f"updates differs from the baseline's by {self.loss_gap:.1%} "
                 f"(allowed: {self.thresholds.rtol:.1%}, --rtol)"
             )
         if not self.speed_ok:

@@ -48,6 +48,7 @@ class Recorder:
         self.progress_path = progress_path
         self.steps = 0
         self.skipped = 0
+        self.skipped_at: list[int] = []  # the steps (from 0) the scaler skipped
         self.losses: list = []  # one per step, as tensors until the end (no sync per step)
         self.step_times: list[float] = []
         self._pending: list = []  # losses backpropagated since the last step
@@ -70,6 +71,7 @@ class Recorder:
         self.steps += 1
         if skipped:
             self.skipped += 1
+            self.skipped_at.append(self.steps - 1)
         if self._pending:
             self.losses.append(self.torch.stack(self._pending).mean())
             self._pending = []
@@ -106,6 +108,7 @@ class Recorder:
             "finished": finished,  # "steps": stopped after --steps; "script": it ended first
             "steps": self.steps,
             "skipped_steps": self.skipped,
+            "skipped_at": self.skipped_at,
             "losses": [loss if math.isfinite(loss) else str(loss) for loss in losses],
             "step_times_s": self.step_times,
             "peak_mem_bytes": torch.cuda.max_memory_allocated() if self.cuda else None,
