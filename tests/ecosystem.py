@@ -1,7 +1,7 @@
 """Run check and fix over real training code from public repositories, the way
 ruff's ecosystem check does, and hold every rewrite to the oracles.
 
-    python -m tests.ecosystem [--clones DIR] [--repo NAME] [--diffs DIR]
+    python -m tests.ecosystem [--clones DIR] [--repo NAME] [--diffs DIR] [--no-runs]
     (or: make ecosystem)
 
 tests/ecosystem/corpus.toml pins each repository by commit and names its
@@ -17,6 +17,8 @@ changes it, a finding of ours on the rewrite that the original did not have,
 a new undefined, unused or redefined name (pyflakes) in it, or an internal
 error.  Rewrites are compared with the sha256 each was reviewed at
 (tests/ecosystem/reviewed.toml); a changed or new one is listed for review.
+Then the runnable subset (tests/ecosystem_runnable.py) trains a dozen of the
+scripts and their rewrites on the CPU, unless `--no-runs` or `--repo` is given.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ _PYFLAKES = ("undefined", "unused", "redefine", "shadow", "before it is assigned
 # Why a step was not rewritten, by what its message says.
 _SKIP_REASONS = (
     ("closure", re.compile(r"closure")),
+    ("gradient penalty", re.compile(r"gradient penalty")),
     ("FSDP", re.compile(r"FSDP")),
     ("loss raises under autocast", re.compile(r"raises under CUDA autocast")),
     ("self-check refused the rewrite", re.compile(r"not fixed: the rewrite would")),
@@ -62,7 +65,12 @@ _SKIP_REASONS = (
     ),
     ("parameters updated by hand", re.compile(r"by hand|manual")),
     ("loss not found in the step's block", re.compile(r"cannot find where|comes from the caller")),
-    ("framework or wrapper", re.compile(r"not a plain optimizer step|framework")),
+    (
+        "framework or wrapper",
+        re.compile(r"not a plain optimizer step|framework|goes through Accelerate"),
+    ),
+    ("CPU-only script", re.compile(r"never moves its model or data off the CPU")),
+    ("apex name with no torch counterpart", re.compile(r"no torch\.amp counterpart")),
 )
 
 
@@ -237,6 +245,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repo", action="append", help="only these repositories")
     parser.add_argument("--diffs", type=Path, help="write each rewrite's diff here")
     parser.add_argument("--jobs", type=int, default=default_jobs())
+    parser.add_argument(
+        "--no-runs",
+        action="store_true",
+        help="skip the runnable subset (tests/ecosystem_runnable.py: minutes of CPU)",
+    )
     options = parser.parse_args(argv)
     corpus = tomllib.loads(CORPUS.read_text(encoding="utf-8"))["repo"]
     if options.repo:
@@ -268,8 +281,17 @@ def main(argv: list[str] | None = None) -> int:
                 for failure in row.failures:
                     print(f"    FAIL {failure}", flush=True)
             rows += result
-    _summary(rows, missing, reviewed)
-    return 1 if any(row.failures for row in rows) else 0
+    runs = None
+    if not options.no_runs and not options.repo:
+        # Imported here: the runnable subset reads this module's corpus helpers.
+        from tests.ecosystem_runnable import print_table, run_subset
+
+        print()
+        runs = [row for row in run_subset(options.clones, jobs=options.jobs) if not row.skipped]
+        print_table(runs)
+    _summary(rows, missing, reviewed, runs)
+    runs_failed = runs is not None and not all(row.passed for row in runs)
+    return 1 if any(row.failures for row in rows) or runs_failed else 0
 
 
 def _write_diffs(out: Path, rows: list[FileRow]) -> None:
@@ -292,7 +314,9 @@ def _write_diffs(out: Path, rows: list[FileRow]) -> None:
         )
 
 
-def _summary(rows: list[FileRow], missing: list[str], reviewed: dict[str, str]) -> None:
+def _summary(
+    rows: list[FileRow], missing: list[str], reviewed: dict[str, str], runs: list | None
+) -> None:
     repos = {row.repo for row in rows}
     status = Counter(row.status for row in rows)
     reasons = Counter(row.detail.split(" [")[0] for row in rows if row.status == "skipped")
@@ -310,6 +334,9 @@ def _summary(rows: list[FileRow], missing: list[str], reviewed: dict[str, str]) 
         print(f"| skipped: {reason} | {count} |")
     print(f"| silent (a step, no finding, no AMP in the file) | {status['silent']} |")
     print(f"| oracle failures | {failing} |")
+    if runs is not None:
+        passed = sum(row.passed for row in runs)
+        print(f"| runnable subset passed (CPU: default, bf16, fp16; verify) | {passed} of {len(runs)} |")
     print(f"| rewrites reviewed by hand at this output | {accepted} of {len(rewritten)} |")
     for line in missing:
         print(f"missing: {line}")
