@@ -17,7 +17,8 @@ import libcst as cst
 from amplint.analysis.autocast import ANY_AUTOCAST, disabled, keyword_value, spelled_device_type
 from amplint.analysis.imports import ImportMap
 from amplint.analysis.statements import calls_in_line, method_name, name_use
-from amplint.analysis.steps import DATA_FUNCTIONS, DATA_METHODS, TrainingStep
+from amplint.analysis.forward import DATA_FUNCTIONS, DATA_METHODS
+from amplint.analysis.steps import TrainingStep
 from amplint.analysis.visitor import Visitor
 
 FLOAT16 = {"torch.float16", "torch.half"}

@@ -4,19 +4,26 @@ A training step is a block (a loop body or a function body) in which a loss goes
 through ``.backward()`` and an optimizer goes through ``.step()``.  Statements in
 ``if`` / ``with`` / ``try`` inside the block belong to it; nested loops and
 functions are blocks of their own.  Everything the AMP rules need hangs off it:
-the forward region autocast wraps, the backward calls to scale, the optimizer
-steps, gradient clipping, and the scope a GradScaler must live in.
+the forward region autocast wraps (analysis/forward.py), the backward calls to
+scale, the optimizer steps, gradient clipping, and the scope a GradScaler must
+live in.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
-from typing import Callable, Iterator, Sequence, Union
+from dataclasses import dataclass, field
+from typing import Iterator, Sequence, Union
 
 import libcst as cst
 
-from amplint.analysis.autocast import UNSAFE_LOSS_CLASSES, UNSAFE_LOSS_FUNCTIONS
+from amplint.analysis.forward import (
+    AUTOCAST_UNSAFE_LOSSES,
+    ForwardRegion,
+    ModelCalls,
+    forward_region,
+    short_loss_name,
+)
 from amplint.analysis.imports import ImportMap, dotted_name
 from amplint.analysis.scopes import Scope, ScopedVisitor
 from amplint.analysis.statements import (
@@ -27,7 +34,6 @@ from amplint.analysis.statements import (
     exclusive,
     statements_in_order,
     method_name,
-    name_use,
 )
 from amplint.analysis.visitor import Visitor
 
@@ -41,46 +47,8 @@ CLIP_FUNCTIONS = {
     "torch.nn.utils.clip_grad.clip_grad_norm_",
     "torch.nn.utils.clip_grad.clip_grad_value_",
 }
-# Losses that raise "unsafe to autocast" under CUDA autocast.
-AUTOCAST_UNSAFE_LOSSES = UNSAFE_LOSS_CLASSES | UNSAFE_LOSS_FUNCTIONS
 # Receivers of `.backward(loss)` that belong to a framework owning precision.
 FRAMEWORK_BACKWARD = {"accelerator", "booster", "engine", "model_engine", "fabric"}
-# Calls that only move or reshape data: such statements feed the loss, but they
-# are input preparation, not the forward pass.
-DATA_METHODS = {
-    "to",
-    "cuda",
-    "cpu",
-    "float",
-    "double",
-    "long",
-    "int",
-    "bool",
-    "view",
-    "reshape",
-    "squeeze",
-    "unsqueeze",
-    "permute",
-    "contiguous",
-    "flatten",
-    "items",
-    "keys",
-    "values",
-    "get",
-    "pin_memory",
-    "non_blocking",
-    "detach",
-    "clone",
-    "type",
-    # mode switches and bookkeeping on a model, not a forward pass
-    "train",
-    "eval",
-    "requires_grad_",
-    "zero_grad",
-}
-DATA_FUNCTIONS = {"next", "iter", "len", "zip", "enumerate", "range", "dict", "list", "tuple"}
-# Libraries that never run a model: calling them samples noise or indices.
-DATA_MODULES = ("numpy.", "random.", "math.")
 _OPTIMIZER_NAME = re.compile(r"optim|^opt($|[_\dA-Z]|[dg]$)", re.I)
 _SCHEDULER_NAME = re.compile(r"sched", re.I)
 # How a GradScaler is recognised: by the name every example gives it.
@@ -111,74 +79,6 @@ AMP_RELATIVE = "a subclass or sibling class is the mixed-precision version"
 SILENT_SKIPS = (ALREADY_AMP, NO_FORWARD, AMP_RELATIVE)
 # Bases too common to make two classes siblings.
 _ROOT_BASES = {"object", "Module", "nn.Module", "torch.nn.Module", "ABC"}
-# Tensor methods: calling one is arithmetic on a result, not running a model.
-TENSOR_METHODS = {
-    "sum",
-    "mean",
-    "pow",
-    "exp",
-    "log",
-    "abs",
-    "sqrt",
-    "norm",
-    "clamp",
-    "max",
-    "min",
-    "softmax",
-    "log_softmax",
-    "sigmoid",
-    "tanh",
-    "relu",
-    "matmul",
-    "mm",
-    "bmm",
-    "item",
-    "argmax",
-    "gather",
-    "masked_fill",
-    "transpose",
-    "t",
-    "expand",
-    "repeat",
-    "type_as",
-    "cos",
-    "sin",
-    "floor",
-    "round",
-    "cumsum",
-    "add",
-    "sub",
-    "mul",
-    "div",
-    "neg",
-    "sign",
-    "chunk",
-    "ravel",
-    "std",
-    "var",
-    "prod",
-    "any",
-    "all",
-    "topk",
-    "sort",
-    "argsort",
-    "nonzero",
-    "logsumexp",
-    "split",
-    "uniform_",
-    "normal_",
-    "fill_",
-    "zero_",
-    # shapes and fresh tensors: batch preparation, not the forward pass
-    "size",
-    "dim",
-    "numel",
-    "new_zeros",
-    "new_ones",
-    "new_full",
-    "new_empty",
-    "new_tensor",
-}
 
 
 @dataclass(frozen=True, eq=False)
@@ -206,36 +106,6 @@ class GradEdit:
     statement: cst.BaseStatement  # a clip call's line, or a loop editing `.grad`
     order: int
     clip: cst.Call | None = None  # the `clip_grad_norm_(...)`-like call, if it is one
-
-
-@dataclass(frozen=True, eq=False)
-class UnsafeLossCall:
-    """A call of a loss CUDA autocast refuses (`nn.BCELoss`), and its tensor
-    inputs: those that run a model are computed inside autocast first."""
-
-    statement: cst.BaseStatement  # the line holding the call
-    call: cst.Call
-    inputs: tuple[cst.BaseExpression, ...]  # the prediction and the target
-    runs_model: tuple[bool, ...]  # per input
-
-
-@dataclass(frozen=True, eq=False)
-class ForwardRegion:
-    first: cst.BaseStatement
-    last: cst.BaseStatement
-    statements: tuple[cst.BaseStatement, ...]
-    # From this index on, `statements` compute an autocast-unsafe loss (None: no
-    # such loss).  Those that call it, and the arithmetic after them, go outside
-    # autocast on `.float()` inputs; those that run a model (`in_autocast`, one
-    # flag per statement from `unsafe_from` on) stay in an autocast block.
-    unsafe_from: int | None = None
-    unsafe_calls: tuple[UnsafeLossCall, ...] = ()
-    in_autocast: tuple[bool, ...] = ()
-    # Inputs of the losses outside autocast that autocast computed (a plain
-    # name bound in a block): they get `.float()`, as the model outputs do.
-    float_inputs: tuple[cst.BaseExpression, ...] = ()
-    # Why the unsafe loss cannot be moved after the block, if it cannot.
-    unsafe_problem: str | None = None
 
 
 @dataclass(eq=False)
@@ -298,6 +168,14 @@ class _StepFinder(ScopedVisitor):
         self.module = module
         self.imports = imports
         self.optimizers = _optimizer_names(module, imports)
+        self.calls = ModelCalls(
+            module,
+            self.resolve,
+            self.optimizers.module_functions,
+            self.optimizers.torch_aliases,
+            self.optimizers.unsafe_losses,
+            self.optimizers.unsafe_helpers,
+        )
         self.steps: list[TrainingStep] = []
         self.manual_updates: list[BackwardCall] = []
         # Per scope: the function it is (None for a class or the module), the
@@ -306,7 +184,6 @@ class _StepFinder(ScopedVisitor):
         self._functions: list[cst.FunctionDef | None] = []
         self._classes: list[cst.ClassDef | None] = []
         self._loops: list[list[cst.BaseStatement]] = []
-        self._data_helpers: dict[str, bool] = {}
 
     # -- context ------------------------------------------------------------
     def enter_scope(self, scope: Scope) -> None:
@@ -482,40 +359,32 @@ class _StepFinder(ScopedVisitor):
         for index, backward in enumerate(step.backwards):
             if index and backward.top == step.backwards[index - 1].top:
                 continue  # `if a: loss.backward() else: ...`: the same statement, one region
-            if self._runs_model(backward.loss):
+            if self.calls.runs_model(backward.loss):
                 shown = self.module.code_for_node(backward.loss)
                 return f"the forward pass runs inside `{shown}.backward()`; bind the loss first"
-            region = _forward_region(step.block.body, backward, lower, parameters, self._runs_model)
+            region = forward_region(
+                step.block.body,
+                backward.loss,
+                backward.top,
+                lower,
+                parameters,
+                self.calls.runs_model,
+            )
             if isinstance(region, str):
                 # `if i % n_critic == 0:` around the generator's whole step: its
                 # loss is computed in the same suite as its backward.
                 region = self._forward_region_in_suite(step, backward, parameters) or region
             if isinstance(region, str):
                 return region
-            if not any(self._runs_model(statement) for statement in region.statements):
+            if not any(self.calls.runs_model(statement) for statement in region.statements):
                 return NO_FORWARD
-            unsafe = self._autocast_unsafe_loss(region)
+            unsafe = self.calls.unsafe_loss(region)
             if unsafe is not None:
                 step.unsafe_loss = step.unsafe_loss or unsafe
-                region = self._with_unsafe_loss_after(region)
-            step.gradient_penalty = step.gradient_penalty or self._gradient_penalty(region)
+                region = self.calls.with_unsafe_loss_after(region)
+            step.gradient_penalty = step.gradient_penalty or self.calls.gradient_penalty(region)
             step.regions.append(region)
             lower = backward.top + 1
-        return None
-
-    def _gradient_penalty(self, region: ForwardRegion) -> str | None:
-        """The call in the region that runs `torch.autograd.grad`, directly or
-        through a def of the module (WGAN-GP's `compute_gradient_penalty`)."""
-        calls = _AllCalls()
-        for statement in region.statements:
-            calls.walk(statement)
-        for call in calls.found:
-            if self.resolve(call.func) == "torch.autograd.grad":
-                return self.module.code_for_node(call.func)
-            if isinstance(call.func, cst.Name):
-                helper = self.optimizers.module_functions.get(call.func.value)
-                if helper is not None and _calls_autograd_grad(helper, self.resolve):
-                    return call.func.value
         return None
 
     def _forward_region_in_suite(
@@ -529,8 +398,9 @@ class _StepFinder(ScopedVisitor):
             index = next((i for i, s in enumerate(suite) if s is backward.statement), None)
             if index is None:
                 continue
-            inner = replace(backward, top=index)
-            region = _forward_region(suite, inner, 0, parameters, self._runs_model)
+            region = forward_region(
+                suite, backward.loss, index, 0, parameters, self.calls.runs_model
+            )
             return region if isinstance(region, ForwardRegion) else None
         return None
 
@@ -587,87 +457,6 @@ class _StepFinder(ScopedVisitor):
             return finder.found
         return dotted_name(argument) in self.optimizers.backward_functions
 
-    def _runs_model(self, node: cst.CSTNode) -> bool:
-        """Whether `node` calls something other than torch itself, data moves
-        and tensor arithmetic: a model, a loss module, a helper computing the loss."""
-        finder = _ModelCallFinder(self)
-        finder.walk(node)
-        return finder.found
-
-    def is_data_helper(self, name: str) -> bool:
-        """Whether `name` is a module-level def that runs no model: `ring(n)`
-        sampling points with torch, `sample_noise(b)`.  Calling one prepares a
-        batch; the forward region does not stretch up to it."""
-        if name not in self._data_helpers:
-            self._data_helpers[name] = False  # a recursive helper counts as a model
-            definition = self.optimizers.module_functions.get(name)
-            if definition is not None:
-                self._data_helpers[name] = not self._runs_model(definition.body)
-        return self._data_helpers[name]
-
-    def _autocast_unsafe_loss(self, region: ForwardRegion) -> str | None:
-        for statement in region.statements:
-            finder = _UnsafeLossFinder(self, self.optimizers.unsafe_losses)
-            finder.walk(statement)
-            if finder.found is not None:
-                return finder.found
-        return None
-
-    def _with_unsafe_loss_after(self, region: ForwardRegion) -> ForwardRegion:
-        """`region` with its unsafe-loss statements marked to go after the
-        autocast block, as PyTorch's AMP notes do it: the model calls among the
-        loss's inputs are computed in the block, the loss on `.float()` of them
-        after it.  Or with the reason that cannot be done."""
-        calls: list[UnsafeLossCall] = []
-        unsafe_from = None
-        in_autocast: list[bool] = []
-        for index, statement in enumerate(region.statements):
-            finder = _UnsafeLossFinder(self, self.optimizers.unsafe_losses)
-            finder.walk(statement)
-            if finder.found is not None and unsafe_from is None:
-                unsafe_from = index
-            if unsafe_from is None:
-                continue
-            in_autocast.append(not finder.calls and self._runs_model(statement))
-            if finder.calls and not isinstance(statement, cst.SimpleStatementLine):
-                return replace(region, unsafe_problem="its loss is computed in a compound statement")
-            if finder.nested:
-                return replace(
-                    region, unsafe_problem="its loss is computed in a comprehension or lambda"
-                )
-            for call in finder.calls:
-                inputs = _loss_inputs(call, every_positional=id(call) in finder.helpers)
-                runs = tuple(self._runs_model(value) for value in inputs)
-                calls.append(UnsafeLossCall(statement, call, inputs, runs))
-        if (
-            unsafe_from == 0
-            and not any(in_autocast)
-            and not any(any(c.runs_model) for c in calls)
-        ):
-            return replace(region, unsafe_problem="no model call would be left inside autocast")
-        in_block = [True] * unsafe_from + in_autocast
-        statements = region.statements
-        from_blocks = set().union(
-            *(name_use(s).bound for s, inside in zip(statements, in_block) if inside)
-        )
-        float_inputs = [
-            value
-            for call in calls
-            for value, runs_model in zip(call.inputs, call.runs_model)
-            if not runs_model and name_use(value).read & from_blocks
-        ]
-        seen = {id(value) for value in float_inputs} | {id(call.call) for call in calls}
-        for statement, inside in zip(statements, in_block):
-            if not inside:
-                float_inputs += _loss_arguments_from(statement, from_blocks, seen)
-        return replace(
-            region,
-            unsafe_from=unsafe_from,
-            unsafe_calls=tuple(calls),
-            in_autocast=tuple(in_autocast),
-            float_inputs=tuple(float_inputs),
-        )
-
 
 def looks_like_optimizer(name: str) -> bool:
     """`optimizer`, `self.opt_g`, `optim`: named like one, whatever it holds."""
@@ -687,221 +476,6 @@ class _BackwardFinder(Visitor):
     def visit_Call(self, node: cst.Call) -> None:
         if method_name(node) == "backward":
             self.found = True
-
-
-class _ModelCallFinder(Visitor):
-    def __init__(self, step_finder: _StepFinder) -> None:
-        self.step_finder = step_finder
-        self.found = False
-
-    def visit_Call(self, node: cst.Call) -> None:
-        func = node.func
-        if isinstance(func, cst.Attribute) and func.attr.value in DATA_METHODS | TENSOR_METHODS:
-            return
-        if isinstance(func, cst.Name) and (
-            func.value in DATA_FUNCTIONS
-            or func.value in self.step_finder.optimizers.torch_aliases
-            or self.step_finder.is_data_helper(func.value)
-        ):
-            return
-        resolved = self.step_finder.resolve(func)
-        if resolved is not None and resolved.startswith(DATA_MODULES):
-            return
-        if (
-            resolved is None
-            or not resolved.startswith("torch.")
-            or resolved.startswith("torch.nn.functional.")
-        ):
-            self.found = True
-
-
-class _UnsafeLossFinder(Visitor):
-    """The calls in a statement to a loss that raises under CUDA autocast;
-    `found` describes the first."""
-
-    def __init__(self, step_finder: _StepFinder, unsafe_names: dict[str, str]) -> None:
-        self.step_finder = step_finder
-        self.unsafe_names = unsafe_names
-        self.found: str | None = None
-        self.calls: list[cst.Call] = []
-        self.helpers: set[int] = set()  # ids of calls of project helpers, not of the loss
-        self.nested = False  # one is inside a comprehension or a lambda
-        self._scopes = 0
-
-    def _enter(self, node: cst.CSTNode) -> None:
-        self._scopes += 1
-
-    def _leave(self, node: cst.CSTNode) -> None:
-        self._scopes -= 1
-
-    visit_Lambda = visit_ListComp = visit_SetComp = visit_DictComp = visit_GeneratorExp = _enter
-    leave_Lambda = leave_ListComp = leave_SetComp = leave_DictComp = leave_GeneratorExp = _leave
-
-    def visit_Call(self, node: cst.Call) -> None:
-        description = self._describe(node)
-        if description is None:
-            return
-        self.calls.append(node)
-        if "(it calls" in description:
-            self.helpers.add(id(node))
-        self.nested = self.nested or self._scopes > 0
-        if self.found is None:
-            self.found = description
-
-    def _describe(self, node: cst.Call) -> str | None:
-        func = (
-            node.func.func if isinstance(node.func, cst.Call) else node.func
-        )  # nn.BCELoss()(p, t)
-        spelled = self.step_finder.module.code_for_node(func)
-        qualified = self.unsafe_names.get(dotted_name(func) or "")
-        if qualified is None and self.step_finder.resolve(func) in AUTOCAST_UNSAFE_LOSSES:
-            qualified = self.step_finder.resolve(func)
-        if qualified is not None:
-            short = _short_loss_name(qualified)
-            return f"`{spelled}`" if spelled == short else f"`{spelled}` ({short})"
-        helper = self.step_finder.optimizers.unsafe_helpers.get(spelled)
-        if helper is not None and isinstance(func, cst.Name):
-            return f"`{spelled}` (it calls {helper})"
-        return None
-
-
-_LOSS_NAME = re.compile(r"loss|criterion", re.I)
-
-
-def _loss_arguments_from(
-    statement: cst.BaseStatement, names: set[str], seen: set[int]
-) -> list[cst.BaseExpression]:
-    """Plain-name arguments, bound in an autocast block, of the loss calls in
-    `statement` (`auxiliary_loss(real_aux, labels)`) other than those in `seen`."""
-    calls = _AllCalls()
-    calls.walk(statement)
-    found = []
-    for call in calls.found:
-        if id(call) in seen or not _LOSS_NAME.search(dotted_name(call.func) or ""):
-            continue
-        for arg in call.args:
-            if isinstance(arg.value, cst.Name) and arg.value.value in names and not arg.star:
-                found.append(arg.value)
-    return found
-
-
-def _calls_autograd_grad(function: cst.FunctionDef, resolve) -> bool:
-    calls = _AllCalls()
-    calls.walk(function)
-    return any(resolve(call.func) == "torch.autograd.grad" for call in calls.found)
-
-
-class _AllCalls(Visitor):
-    def __init__(self) -> None:
-        self.found: list[cst.Call] = []
-
-    def visit_Call(self, node: cst.Call) -> None:
-        self.found.append(node)
-
-
-def _loss_inputs(call: cst.Call, every_positional: bool) -> tuple[cst.BaseExpression, ...]:
-    """The prediction and the target of a loss call: its first two positional
-    arguments, or `input=` / `target=`; for a helper computing the loss (a VAE's
-    `loss_function(recon, x, mu, logvar)`) every positional argument.  Numbers
-    and strings are no tensors."""
-    positional = [arg.value for arg in call.args if arg.keyword is None and not arg.star]
-    if not every_positional:
-        positional = positional[:2]
-    keywords = {
-        arg.keyword.value: arg.value
-        for arg in call.args
-        if arg.keyword is not None and arg.keyword.value in ("input", "target")
-    }
-    inputs = positional + [keywords[k] for k in ("input", "target") if k in keywords]
-    return tuple(
-        value
-        for value in inputs
-        if not isinstance(value, (cst.Integer, cst.Float, cst.SimpleString, cst.Name))
-        or isinstance(value, cst.Name)
-        and value.value not in ("None", "True", "False")
-    )
-
-
-def _short_loss_name(qualified: str) -> str:
-    """`torch.nn.functional.binary_cross_entropy` as users write it: `F.binary_cross_entropy`."""
-    return qualified.replace("torch.nn.functional.", "F.").replace("torch.nn.", "nn.")
-
-
-def _ends_forward_search(statement: cst.BaseStatement) -> bool:
-    """Statements the forward region never reaches back over: another step's
-    `backward` or `step` (which must stay outside autocast) and definitions.
-    Anything else between the model call and the loss (`zero_grad`, logging, a
-    profiling range, `if bad: continue`, a metric under `torch.no_grad()`) is
-    harmless under autocast, and stopping there would leave the model call,
-    the part that pays, outside the block."""
-    if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
-        return True
-    finder = _StepCallFinder()
-    finder.walk(statement)
-    return finder.found
-
-
-class _StepCallFinder(Visitor):
-    """Does a statement call `.backward(...)` or `.step(...)` anywhere inside?"""
-
-    def __init__(self) -> None:
-        self.found = False
-
-    def visit_Call(self, node: cst.Call) -> None:
-        if method_name(node) in ("step", "backward"):
-            self.found = True
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-        return False
-
-
-_FETCHES = (cst.For, cst.While, cst.Try)
-
-
-def _forward_region(
-    body: Sequence[cst.BaseStatement],
-    backward: BackwardCall,
-    lower: int,
-    parameters: set[str],
-    runs_model: Callable[[cst.CSTNode], bool],
-) -> ForwardRegion | str:
-    """The statements from the first that computes towards the loss to the one
-    that binds it, all at the top level of the step block."""
-    loss_names = name_use(backward.loss).read
-    last = None
-    for index in range(backward.top - 1, lower - 1, -1):
-        use = name_use(body[index])
-        if not use.bound & loss_names:
-            continue
-        if (
-            isinstance(body[index], cst.If)
-            and use.read & loss_names
-            and not runs_model(body[index])
-        ):
-            # `if n_gpu > 1: loss = loss.mean()`: arithmetic on a loss computed
-            # above, which stays outside autocast as in torch's recipe.
-            continue
-        last = index
-        break
-    if last is None:
-        shown = cst.Module([]).code_for_node(backward.loss)
-        if loss_names and loss_names <= parameters:
-            return f"`{shown}` comes from the caller; autocast belongs where the forward pass runs"
-        return f"cannot find where `{shown}` is computed in the same block as its backward"
-    needed = set(name_use(body[last]).read)
-    first = last
-    for index in range(last - 1, lower - 1, -1):
-        if _ends_forward_search(body[index]):
-            break
-        use = name_use(body[index])
-        if use.bound & needed:
-            needed |= use.read
-            # Not just making or moving a batch; a loop or `try` that binds an
-            # input (`try: x = next(it) except StopIteration: ...`) fetches data.
-            if runs_model(body[index]) and not isinstance(body[index], _FETCHES):
-                first = index
-    statements = tuple(body[first : last + 1])
-    return ForwardRegion(body[first], body[last], statements)
 
 
 @dataclass
@@ -980,7 +554,7 @@ class _OptimizerCollector(ScopedVisitor):
             # A loss helper: calling it runs a loss that raises under autocast.
             for scope in self.scopes:
                 if isinstance(scope, cst.FunctionDef):
-                    self.found.unsafe_helpers.setdefault(scope.name.value, _short_loss_name(called))
+                    self.found.unsafe_helpers.setdefault(scope.name.value, short_loss_name(called))
         if method_name(node) == "backward":
             self.found.backward_functions.update(
                 scope.name.value for scope in self.scopes if isinstance(scope, cst.FunctionDef)

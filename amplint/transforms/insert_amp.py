@@ -16,7 +16,8 @@ import libcst as cst
 
 from amplint.analysis import ModuleFacts
 from amplint.analysis.imports import dotted_name
-from amplint.analysis.steps import ForwardRegion, TrainingStep
+from amplint.analysis.forward import ForwardRegion
+from amplint.analysis.steps import TrainingStep
 from amplint.config import Settings
 from amplint.analysis.statements import name_use
 from amplint.transforms.arguments import insert_argument, keyword_argument

@@ -1,0 +1,493 @@
+"""The forward region of a training step: the statements autocast wraps.
+
+It runs from the first statement that runs the model towards the loss to the one
+that binds the loss, in the step block or in the suite holding the backward.
+What "runs the model" means is `ModelCalls`' business: a call of anything but
+torch itself, data moves, tensor arithmetic, numpy and the module's own helpers
+that run no model.  A loss CUDA autocast refuses (BCELoss) splits the region:
+its inputs are computed in autocast, the loss after the block on `.float()`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from typing import Callable, Sequence
+
+import libcst as cst
+
+from amplint.analysis.autocast import UNSAFE_LOSS_CLASSES, UNSAFE_LOSS_FUNCTIONS
+from amplint.analysis.imports import dotted_name
+from amplint.analysis.statements import method_name, name_use
+from amplint.analysis.visitor import Visitor
+
+# Losses that raise "unsafe to autocast" under CUDA autocast.
+AUTOCAST_UNSAFE_LOSSES = UNSAFE_LOSS_CLASSES | UNSAFE_LOSS_FUNCTIONS
+
+# Calls that only move or reshape data: such statements feed the loss, but they
+# are input preparation, not the forward pass.
+DATA_METHODS = {
+    "to",
+    "cuda",
+    "cpu",
+    "float",
+    "double",
+    "long",
+    "int",
+    "bool",
+    "view",
+    "reshape",
+    "squeeze",
+    "unsqueeze",
+    "permute",
+    "contiguous",
+    "flatten",
+    "items",
+    "keys",
+    "values",
+    "get",
+    "pin_memory",
+    "non_blocking",
+    "detach",
+    "clone",
+    "type",
+    # mode switches and bookkeeping on a model, not a forward pass
+    "train",
+    "eval",
+    "requires_grad_",
+    "zero_grad",
+}
+DATA_FUNCTIONS = {"next", "iter", "len", "zip", "enumerate", "range", "dict", "list", "tuple"}
+# Libraries that never run a model: calling them samples noise or indices.
+DATA_MODULES = ("numpy.", "random.", "math.")
+
+# Tensor methods: calling one is arithmetic on a result, not running a model.
+TENSOR_METHODS = {
+    "sum",
+    "mean",
+    "pow",
+    "exp",
+    "log",
+    "abs",
+    "sqrt",
+    "norm",
+    "clamp",
+    "max",
+    "min",
+    "softmax",
+    "log_softmax",
+    "sigmoid",
+    "tanh",
+    "relu",
+    "matmul",
+    "mm",
+    "bmm",
+    "item",
+    "argmax",
+    "gather",
+    "masked_fill",
+    "transpose",
+    "t",
+    "expand",
+    "repeat",
+    "type_as",
+    "cos",
+    "sin",
+    "floor",
+    "round",
+    "cumsum",
+    "add",
+    "sub",
+    "mul",
+    "div",
+    "neg",
+    "sign",
+    "chunk",
+    "ravel",
+    "std",
+    "var",
+    "prod",
+    "any",
+    "all",
+    "topk",
+    "sort",
+    "argsort",
+    "nonzero",
+    "logsumexp",
+    "split",
+    "uniform_",
+    "normal_",
+    "fill_",
+    "zero_",
+    # shapes and fresh tensors: batch preparation, not the forward pass
+    "size",
+    "dim",
+    "numel",
+    "new_zeros",
+    "new_ones",
+    "new_full",
+    "new_empty",
+    "new_tensor",
+}
+
+
+@dataclass(frozen=True, eq=False)
+class UnsafeLossCall:
+    """A call of a loss CUDA autocast refuses (`nn.BCELoss`), and its tensor
+    inputs: those that run a model are computed inside autocast first."""
+
+    statement: cst.BaseStatement  # the line holding the call
+    call: cst.Call
+    inputs: tuple[cst.BaseExpression, ...]  # the prediction and the target
+    runs_model: tuple[bool, ...]  # per input
+
+
+@dataclass(frozen=True, eq=False)
+class ForwardRegion:
+    first: cst.BaseStatement
+    last: cst.BaseStatement
+    statements: tuple[cst.BaseStatement, ...]
+    # From this index on, `statements` compute an autocast-unsafe loss (None: no
+    # such loss).  Those that call it, and the arithmetic after them, go outside
+    # autocast on `.float()` inputs; those that run a model (`in_autocast`, one
+    # flag per statement from `unsafe_from` on) stay in an autocast block.
+    unsafe_from: int | None = None
+    unsafe_calls: tuple[UnsafeLossCall, ...] = ()
+    in_autocast: tuple[bool, ...] = ()
+    # Inputs of the losses outside autocast that autocast computed (a plain
+    # name bound in a block): they get `.float()`, as the model outputs do.
+    float_inputs: tuple[cst.BaseExpression, ...] = ()
+    # Why the unsafe loss cannot be moved after the block, if it cannot.
+    unsafe_problem: str | None = None
+
+
+class ModelCalls:
+    """Which calls of one module run a model, as opposed to making, moving or
+    computing on data; and which of them are losses CUDA autocast refuses."""
+
+    def __init__(
+        self,
+        module: cst.Module,
+        resolve: Callable[[cst.BaseExpression], str | None],
+        module_functions: dict[str, cst.FunctionDef],
+        torch_aliases: set[str],
+        unsafe_names: dict[str, str],
+        unsafe_helpers: dict[str, str],
+    ) -> None:
+        self.module = module
+        self.resolve = resolve  # a name's qualified name where it is used
+        self.module_functions = module_functions  # the defs at the module's top level
+        self.torch_aliases = torch_aliases  # globals naming a torch callable
+        self.unsafe_names = unsafe_names  # name bound to an autocast-unsafe loss -> its class
+        self.unsafe_helpers = unsafe_helpers  # def computing such a loss -> the loss
+        self._data_helpers: dict[str, bool] = {}
+
+    def runs_model(self, node: cst.CSTNode) -> bool:
+        """Whether `node` calls something other than torch itself, data moves
+        and tensor arithmetic: a model, a loss module, a helper computing the loss."""
+        finder = _ModelCallFinder(self)
+        finder.walk(node)
+        return finder.found
+
+    def is_data_helper(self, name: str) -> bool:
+        """Whether `name` is a module-level def that runs no model: `ring(n)`
+        sampling points with torch, `sample_noise(b)`.  Calling one prepares a
+        batch; the forward region does not stretch up to it."""
+        if name not in self._data_helpers:
+            self._data_helpers[name] = False  # a recursive helper counts as a model
+            definition = self.module_functions.get(name)
+            if definition is not None:
+                self._data_helpers[name] = not self.runs_model(definition.body)
+        return self._data_helpers[name]
+
+    def unsafe_loss(self, region: ForwardRegion) -> str | None:
+        for statement in region.statements:
+            finder = _UnsafeLossFinder(self)
+            finder.walk(statement)
+            if finder.found is not None:
+                return finder.found
+        return None
+
+    def with_unsafe_loss_after(self, region: ForwardRegion) -> ForwardRegion:
+        """`region` with its unsafe-loss statements marked to go after the
+        autocast block, as PyTorch's AMP notes do it: the model calls among the
+        loss's inputs are computed in the block, the loss on `.float()` of them
+        after it.  Or with the reason that cannot be done."""
+        calls: list[UnsafeLossCall] = []
+        unsafe_from = None
+        in_autocast: list[bool] = []
+        for index, statement in enumerate(region.statements):
+            finder = _UnsafeLossFinder(self)
+            finder.walk(statement)
+            if finder.found is not None and unsafe_from is None:
+                unsafe_from = index
+            if unsafe_from is None:
+                continue
+            in_autocast.append(not finder.calls and self.runs_model(statement))
+            if finder.calls and not isinstance(statement, cst.SimpleStatementLine):
+                return replace(
+                    region, unsafe_problem="its loss is computed in a compound statement"
+                )
+            if finder.nested:
+                return replace(
+                    region, unsafe_problem="its loss is computed in a comprehension or lambda"
+                )
+            for call in finder.calls:
+                inputs = _loss_inputs(call, every_positional=id(call) in finder.helpers)
+                runs = tuple(self.runs_model(value) for value in inputs)
+                calls.append(UnsafeLossCall(statement, call, inputs, runs))
+        if unsafe_from == 0 and not any(in_autocast) and not any(any(c.runs_model) for c in calls):
+            return replace(region, unsafe_problem="no model call would be left inside autocast")
+        in_block = [True] * unsafe_from + in_autocast
+        statements = region.statements
+        from_blocks = set().union(
+            *(name_use(s).bound for s, inside in zip(statements, in_block) if inside)
+        )
+        float_inputs = [
+            value
+            for call in calls
+            for value, runs_model in zip(call.inputs, call.runs_model)
+            if not runs_model and name_use(value).read & from_blocks
+        ]
+        seen = {id(value) for value in float_inputs} | {id(call.call) for call in calls}
+        for statement, inside in zip(statements, in_block):
+            if not inside:
+                float_inputs += _loss_arguments_from(statement, from_blocks, seen)
+        return replace(
+            region,
+            unsafe_from=unsafe_from,
+            unsafe_calls=tuple(calls),
+            in_autocast=tuple(in_autocast),
+            float_inputs=tuple(float_inputs),
+        )
+
+    def gradient_penalty(self, region: ForwardRegion) -> str | None:
+        """The call in the region that runs `torch.autograd.grad`, directly or
+        through a def of the module (WGAN-GP's `compute_gradient_penalty`)."""
+        calls = _AllCalls()
+        for statement in region.statements:
+            calls.walk(statement)
+        for call in calls.found:
+            if self.resolve(call.func) == "torch.autograd.grad":
+                return self.module.code_for_node(call.func)
+            if isinstance(call.func, cst.Name):
+                helper = self.module_functions.get(call.func.value)
+                if helper is not None and _calls_autograd_grad(helper, self.resolve):
+                    return call.func.value
+        return None
+
+
+class _ModelCallFinder(Visitor):
+    def __init__(self, calls: ModelCalls) -> None:
+        self.calls = calls
+        self.found = False
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if isinstance(func, cst.Attribute) and func.attr.value in DATA_METHODS | TENSOR_METHODS:
+            return
+        if isinstance(func, cst.Name) and (
+            func.value in DATA_FUNCTIONS
+            or func.value in self.calls.torch_aliases
+            or self.calls.is_data_helper(func.value)
+        ):
+            return
+        resolved = self.calls.resolve(func)
+        if resolved is not None and resolved.startswith(DATA_MODULES):
+            return
+        if (
+            resolved is None
+            or not resolved.startswith("torch.")
+            or resolved.startswith("torch.nn.functional.")
+        ):
+            self.found = True
+
+
+class _UnsafeLossFinder(Visitor):
+    """The calls in a statement to a loss that raises under CUDA autocast;
+    `found` describes the first."""
+
+    def __init__(self, model_calls: ModelCalls) -> None:
+        self.model_calls = model_calls
+        self.found: str | None = None
+        self.calls: list[cst.Call] = []
+        self.helpers: set[int] = set()  # ids of calls of project helpers, not of the loss
+        self.nested = False  # one is inside a comprehension or a lambda
+        self._scopes = 0
+
+    def _enter(self, node: cst.CSTNode) -> None:
+        self._scopes += 1
+
+    def _leave(self, node: cst.CSTNode) -> None:
+        self._scopes -= 1
+
+    visit_Lambda = visit_ListComp = visit_SetComp = visit_DictComp = visit_GeneratorExp = _enter
+    leave_Lambda = leave_ListComp = leave_SetComp = leave_DictComp = leave_GeneratorExp = _leave
+
+    def visit_Call(self, node: cst.Call) -> None:
+        description = self._describe(node)
+        if description is None:
+            return
+        self.calls.append(node)
+        if "(it calls" in description:
+            self.helpers.add(id(node))
+        self.nested = self.nested or self._scopes > 0
+        if self.found is None:
+            self.found = description
+
+    def _describe(self, node: cst.Call) -> str | None:
+        func = (
+            node.func.func if isinstance(node.func, cst.Call) else node.func
+        )  # nn.BCELoss()(p, t)
+        spelled = self.model_calls.module.code_for_node(func)
+        qualified = self.model_calls.unsafe_names.get(dotted_name(func) or "")
+        if qualified is None and self.model_calls.resolve(func) in AUTOCAST_UNSAFE_LOSSES:
+            qualified = self.model_calls.resolve(func)
+        if qualified is not None:
+            short = short_loss_name(qualified)
+            return f"`{spelled}`" if spelled == short else f"`{spelled}` ({short})"
+        helper = self.model_calls.unsafe_helpers.get(spelled)
+        if helper is not None and isinstance(func, cst.Name):
+            return f"`{spelled}` (it calls {helper})"
+        return None
+
+
+_LOSS_NAME = re.compile(r"loss|criterion", re.I)
+
+
+def _loss_arguments_from(
+    statement: cst.BaseStatement, names: set[str], seen: set[int]
+) -> list[cst.BaseExpression]:
+    """Plain-name arguments, bound in an autocast block, of the loss calls in
+    `statement` (`auxiliary_loss(real_aux, labels)`) other than those in `seen`."""
+    calls = _AllCalls()
+    calls.walk(statement)
+    found = []
+    for call in calls.found:
+        if id(call) in seen or not _LOSS_NAME.search(dotted_name(call.func) or ""):
+            continue
+        for arg in call.args:
+            if isinstance(arg.value, cst.Name) and arg.value.value in names and not arg.star:
+                found.append(arg.value)
+    return found
+
+
+def _calls_autograd_grad(function: cst.FunctionDef, resolve) -> bool:
+    calls = _AllCalls()
+    calls.walk(function)
+    return any(resolve(call.func) == "torch.autograd.grad" for call in calls.found)
+
+
+class _AllCalls(Visitor):
+    def __init__(self) -> None:
+        self.found: list[cst.Call] = []
+
+    def visit_Call(self, node: cst.Call) -> None:
+        self.found.append(node)
+
+
+def _loss_inputs(call: cst.Call, every_positional: bool) -> tuple[cst.BaseExpression, ...]:
+    """The prediction and the target of a loss call: its first two positional
+    arguments, or `input=` / `target=`; for a helper computing the loss (a VAE's
+    `loss_function(recon, x, mu, logvar)`) every positional argument.  Numbers
+    and strings are no tensors."""
+    positional = [arg.value for arg in call.args if arg.keyword is None and not arg.star]
+    if not every_positional:
+        positional = positional[:2]
+    keywords = {
+        arg.keyword.value: arg.value
+        for arg in call.args
+        if arg.keyword is not None and arg.keyword.value in ("input", "target")
+    }
+    inputs = positional + [keywords[k] for k in ("input", "target") if k in keywords]
+    return tuple(
+        value
+        for value in inputs
+        if not isinstance(value, (cst.Integer, cst.Float, cst.SimpleString, cst.Name))
+        or isinstance(value, cst.Name)
+        and value.value not in ("None", "True", "False")
+    )
+
+
+def short_loss_name(qualified: str) -> str:
+    """`torch.nn.functional.binary_cross_entropy` as users write it: `F.binary_cross_entropy`."""
+    return qualified.replace("torch.nn.functional.", "F.").replace("torch.nn.", "nn.")
+
+
+def _ends_forward_search(statement: cst.BaseStatement) -> bool:
+    """Statements the forward region never reaches back over: another step's
+    `backward` or `step` (which must stay outside autocast) and definitions.
+    Anything else between the model call and the loss (`zero_grad`, logging, a
+    profiling range, `if bad: continue`, a metric under `torch.no_grad()`) is
+    harmless under autocast, and stopping there would leave the model call,
+    the part that pays, outside the block."""
+    if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+        return True
+    finder = _StepCallFinder()
+    finder.walk(statement)
+    return finder.found
+
+
+class _StepCallFinder(Visitor):
+    """Does a statement call `.backward(...)` or `.step(...)` anywhere inside?"""
+
+    def __init__(self) -> None:
+        self.found = False
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if method_name(node) in ("step", "backward"):
+            self.found = True
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return False
+
+
+_FETCHES = (cst.For, cst.While, cst.Try)
+
+
+def forward_region(
+    body: Sequence[cst.BaseStatement],
+    loss: cst.BaseExpression,
+    top: int,
+    lower: int,
+    parameters: set[str],
+    runs_model: Callable[[cst.CSTNode], bool],
+) -> ForwardRegion | str:
+    """The statements of `body` from the first that computes towards `loss` to
+    the one that binds it, above `body[top]` (the line backpropagating it) and
+    not above `body[lower]`; or why there are none."""
+    loss_names = name_use(loss).read
+    last = None
+    for index in range(top - 1, lower - 1, -1):
+        use = name_use(body[index])
+        if not use.bound & loss_names:
+            continue
+        if (
+            isinstance(body[index], cst.If)
+            and use.read & loss_names
+            and not runs_model(body[index])
+        ):
+            # `if n_gpu > 1: loss = loss.mean()`: arithmetic on a loss computed
+            # above, which stays outside autocast as in torch's recipe.
+            continue
+        last = index
+        break
+    if last is None:
+        shown = cst.Module([]).code_for_node(loss)
+        if loss_names and loss_names <= parameters:
+            return f"`{shown}` comes from the caller; autocast belongs where the forward pass runs"
+        return f"cannot find where `{shown}` is computed in the same block as its backward"
+    needed = set(name_use(body[last]).read)
+    first = last
+    for index in range(last - 1, lower - 1, -1):
+        if _ends_forward_search(body[index]):
+            break
+        use = name_use(body[index])
+        if use.bound & needed:
+            needed |= use.read
+            # Not just making or moving a batch; a loop or `try` that binds an
+            # input (`try: x = next(it) except StopIteration: ...`) fetches data.
+            if runs_model(body[index]) and not isinstance(body[index], _FETCHES):
+                first = index
+    statements = tuple(body[first : last + 1])
+    return ForwardRegion(body[first], body[last], statements)
