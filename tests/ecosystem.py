@@ -336,7 +336,9 @@ def _summary(
     print(f"| oracle failures | {failing} |")
     if runs is not None:
         passed = sum(row.passed for row in runs)
-        print(f"| runnable subset passed (CPU: default, bf16, fp16; verify) | {passed} of {len(runs)} |")
+        print(
+            f"| runnable subset passed (CPU: default, bf16, fp16; verify) | {passed} of {len(runs)} |"
+        )
     print(f"| rewrites reviewed by hand at this output | {accepted} of {len(rewritten)} |")
     for line in missing:
         print(f"missing: {line}")

@@ -112,7 +112,13 @@ class Adapter:
 
 
 _FIELDS = {"REPO": "repo", "PATH": "path", "ARGV": "argv", "EDITS": "edits"}
-_FIELDS |= {"FILES": "files", "ENV": "env", "STEPS": "steps", "DECLINED": "declined", "RTOL": "rtol"}
+_FIELDS |= {
+    "FILES": "files",
+    "ENV": "env",
+    "STEPS": "steps",
+    "DECLINED": "declined",
+    "RTOL": "rtol",
+}
 
 
 def _corpus() -> dict[str, dict]:

@@ -481,7 +481,9 @@ def test_an_autocast_unsafe_loss_is_computed_after_the_block_on_float_inputs(
             optimizer.step()
         """)
     result = fixed(source)
-    indented = "".join("    " + line if line.strip() else line for line in dedent(expected).splitlines(True))
+    indented = "".join(
+        "    " + line if line.strip() else line for line in dedent(expected).splitlines(True)
+    )
     assert indented in result
     assert fixed(result) == result
     (message,) = _messages(source)

@@ -25,7 +25,6 @@ from amplint.transforms.insert_amp import (
     scaler_obstacle,
 )
 
-
 # Recurrent layers: CPU autocast runs them in float16 only where the CPU has
 # native float16 (AVX512-FP16, AMX-FP16); elsewhere their forward raises.
 _RECURRENT = re.compile(r"\b((?:nn\.)?(?:LSTM|GRU|RNN))\(")
