@@ -54,6 +54,40 @@ def test_an_update_anywhere_else_in_the_module_silences_it() -> None:
     assert "AMP104" not in codes_of(source)
 
 
+def test_an_update_of_another_functions_own_scaler_does_not_count() -> None:
+    # Per scaler, not per module: `finetune` makes its own scaler and never
+    # lets it out, so `pretrain`'s update of its own `scaler` is not this one's.
+    source = dedent("""
+        import torch
+
+
+        def pretrain(model, loader, optimizer):
+            scaler = torch.amp.GradScaler("cuda")
+            for x in loader:
+                with torch.autocast("cuda"):
+                    loss = model(x).mean()
+                scaler.scale(loss).backward()
+                scaler.step(optimizer)
+                scaler.update()
+
+
+        def finetune(model, loader, optimizer):
+            scaler = torch.amp.GradScaler("cuda")
+            for x in loader:
+                with torch.autocast("cuda"):
+                    loss = model(x).mean()
+                scaler.scale(loss).backward()
+                scaler.step(optimizer)
+        """)
+    assert codes_of(source) == ["AMP104"]
+    assert fixed(source).count("scaler.update()") == 2
+    # Handed to a helper, the scaler may be updated there: not for a guess.
+    escaped = source.replace(
+        "scaler.step(optimizer)\n", "scaler.step(optimizer)\n        end(scaler)\n"
+    )
+    assert "AMP104" not in codes_of(escaped)
+
+
 def test_an_update_between_backward_and_step_moves_after_the_last_step() -> None:
     source = dedent("""
         import torch

@@ -228,6 +228,7 @@ class MissingUpdate:
 
     last_step: ScalerCall
     scaler: str
+    function: cst.FunctionDef | None = None  # the function holding the step
 
 
 @dataclass(frozen=True, eq=False)
@@ -281,7 +282,7 @@ def find_missing_updates(uses: list[ScalerUse]) -> list[MissingUpdate]:
                 for later in steps + use.calls_of("update")
             )
             if not followed:
-                found.append(MissingUpdate(call, use.scaler))
+                found.append(MissingUpdate(call, use.scaler, use.step.function))
                 break  # one finding per step block: the update goes after the last step
     return found
 

@@ -31,6 +31,28 @@ def update_after(statement: cst.BaseStatement, scaler: str) -> Edit:
     return Edit(statement, lambda node: followed_by(node, [update]))
 
 
+def _owned_by(function: cst.FunctionDef | None, scaler: str, facts: ModuleFacts) -> bool:
+    """Whether `scaler` is a local of `function` that nothing else can reach: it
+    binds it, never receives, passes, returns or stores it (only calls its
+    methods), and updates it nowhere.  Then an update in another function is
+    another scaler's, and does not excuse this one."""
+    if function is None or "." in scaler:
+        return False
+    params = function.params
+    if scaler in {
+        p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params)
+    }:
+        return False
+    code = facts.module.code_for_node(function)
+    name = re.escape(scaler)
+    if re.search(rf"\b{name}\s*\.\s*update\s*\(", code):
+        return False
+    if not re.search(rf"(?<![\w.]){name}\s*=[^=]", code):
+        return False  # not bound here: a global
+    # Any use but `scaler.method(...)` and its own binding lets the object escape.
+    return not re.search(rf"(?<![\w.]){name}\b(?!\s*\.|\s*=[^=])", code)
+
+
 class MissingScalerUpdate(Rule):
     code = "AMP104"
 
@@ -48,7 +70,7 @@ class MissingScalerUpdate(Rule):
     def _missing(self, missing: MissingUpdate, facts: ModuleFacts) -> Diagnostic | None:
         scaler = missing.scaler
         updated = rf"\b{re.escape(scaler)}\s*\.\s*update\s*\("
-        if re.search(updated, facts.text):
+        if re.search(updated, facts.text) and not _owned_by(missing.function, scaler, facts):
             return None  # updated elsewhere (a caller, another method): not for a guess
         step = facts.module.code_for_node(missing.last_step.call)
         message = (
