@@ -32,7 +32,9 @@ _FSDP_MIXED_PRECISION = re.compile(r"\bMixedPrecision(Policy)?\s*\(|\bmixed_prec
 
 def find_project_root(path: Path) -> Path:
     """The nearest directory above `path` holding a project marker, else the
-    directory of `path` itself."""
+    directory of `path` itself (whose subdirectories are then not read: with no
+    marker nothing says where the project ends, and a script in /tmp or
+    ~/Downloads must not read everything below)."""
     start = path.resolve().parent
     return _root_from(start)
 
@@ -99,9 +101,12 @@ class ProjectIndex:
         if self._paths is None:
             self._paths = []
             skipped = set(DEFAULT_EXCLUDES) | {"site-packages", "node_modules", "__pycache__"}
+            marked = any((self.root / marker).exists() for marker in ROOT_MARKERS)
             for directory, subdirectories, files in os.walk(self.root):
                 subdirectories[:] = sorted(
-                    d for d in subdirectories if d not in skipped and not d.startswith(".")
+                    d
+                    for d in subdirectories
+                    if marked and d not in skipped and not d.startswith(".")
                 )
                 for name in sorted(files):
                     if name.endswith(".py"):

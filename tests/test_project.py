@@ -47,6 +47,17 @@ def test_the_root_is_the_nearest_directory_with_a_marker(tmp_path: Path) -> None
     assert find_project_root(root / "pkg" / "engine.py") == root.resolve()
 
 
+def test_without_a_marker_only_the_files_beside_the_script_are_read(tmp_path: Path) -> None:
+    # A script in /tmp or ~/Downloads: nothing says where its project ends, so
+    # the directories below it are not read (a caller there is not seen).
+    (tmp_path / "engine.py").write_text(STEP_FUNCTION)
+    (tmp_path / "main.py").write_text(MAIN)
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "caller.py").write_text(MAIN)
+    view = project_view(tmp_path / "engine.py")
+    assert [view.relative(site.path) for site in view.callers("train_one_epoch")] == ["main.py"]
+
+
 def test_callers_in_other_modules_are_found_through_their_imports(tmp_path: Path) -> None:
     root = _project(
         tmp_path,
