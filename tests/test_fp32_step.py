@@ -570,3 +570,95 @@ def test_cpu_float16_is_declined_for_recurrent_layers() -> None:
         source, Settings(device_type="cpu", dtype="bfloat16")
     )
     assert 'autocast("cuda", dtype=torch.float16)' in fixed(source)
+
+
+@pytest.mark.parametrize(
+    ("model_code", "words"),
+    [
+        (
+            "scores = scores.masked_fill(mask == 0, -1e10)",
+            "`masked_fill(..., -1e10)` cannot hold its value in float16",
+        ),
+        (
+            "gram = torch.mm(f, f.t()) / f.numel()",
+            "a Gram matrix sums products over whole feature maps and overflows float16",
+        ),
+    ],
+)
+def test_float16_obstacles_in_the_module_are_reported_and_bfloat16_still_rewrites(
+    model_code: str, words: str
+) -> None:
+    source = dedent(f"""
+        import torch
+
+
+        def features(model, x, mask):
+            f = scores = model(x)
+            {model_code}
+            return scores
+
+
+        def train(model, loader, optimizer, device):
+            for x, mask in loader:
+                loss = features(model, x.to(device), mask).mean()
+                loss.backward()
+                optimizer.step()
+        """)
+    (message,) = _messages(source)
+    assert words in message
+    assert fixed(source) == source
+    assert "torch.bfloat16" in fixed(source, Settings(dtype="bfloat16"))
+    # A fill float16 can hold is no obstacle.
+    if "masked_fill" in model_code:
+        held = source.replace("-1e10", "-1e4")
+        assert "GradScaler" in fixed(held)
+
+
+def test_a_model_loaded_in_bfloat16_is_left_as_it_is() -> None:
+    source = dedent("""
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained("m", torch_dtype=torch.bfloat16).to("cuda")
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
+        for batch in loader:
+            loss = model(**batch).loss
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+        """)
+    (message,) = _messages(source)
+    assert "the model is loaded in bfloat16" in message
+    assert fixed(source) == source
+
+
+def test_the_update_stays_under_the_condition_every_step_shares() -> None:
+    # TD3: nothing steps before `learning_starts`, the actor every n-th step.
+    # The update goes after the actor's `if`, inside the learning branch: after
+    # the whole branch it would run on iterations with no step and raise.
+    source = dedent("""
+        import torch
+        import torch.nn.functional as F
+
+
+        def train(actor, critic, rb, args, device, q_optimizer, actor_optimizer):
+            for global_step in range(args.total_timesteps):
+                rb.add(actor(torch.zeros(3, device=device)))
+                if global_step > args.learning_starts:
+                    data = rb.sample(args.batch_size)
+                    q_loss = F.mse_loss(critic(data.observations), data.rewards)
+                    q_optimizer.zero_grad()
+                    q_loss.backward()
+                    q_optimizer.step()
+                    if global_step % args.policy_frequency == 0:
+                        actor_loss = -critic(data.observations, actor(data.observations)).mean()
+                        actor_optimizer.zero_grad()
+                        actor_loss.backward()
+                        actor_optimizer.step()
+        """)
+    result = fixed(source)
+    assert (
+        "                scaler.step(actor_optimizer)\n"
+        "            scaler.update()\n"
+    ) in result
+    assert result.count("scaler.update()") == 1

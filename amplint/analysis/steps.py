@@ -53,8 +53,10 @@ _OPTIMIZER_NAME = re.compile(r"optim|^opt($|[_\dA-Z]|[dg]$)", re.I)
 _SCHEDULER_NAME = re.compile(r"sched", re.I)
 # How a GradScaler is recognised: by the name every example gives it.
 SCALER_NAME = re.compile(r"scaler", re.I)
+# Making a GradScaler is not using one: a scaler left unused does not hide an
+# FP32 step (AMP001 reuses it).
 _ALREADY_AMP = re.compile(
-    r"autocast|GradScaler|\.scale\(|scale_loss|\.half\(\)|bfloat16|float16"
+    r"autocast|\.scale\(|scale_loss|\.half\(\)|bfloat16|float16"
     r"|\b(loss|grad|amp)_scaler\b|\bscaler\.(scale|step|update|unscale_)\("
 )
 # A model prepared by Accelerate, whose Accelerator owns mixed precision; one

@@ -16,10 +16,11 @@ import libcst as cst
 
 from amplint.analysis import ModuleFacts
 from amplint.analysis.imports import dotted_name
+from amplint.analysis.bf16_scaler import GRAD_SCALERS
 from amplint.analysis.forward import ForwardRegion
 from amplint.analysis.steps import TrainingStep
 from amplint.config import Settings
-from amplint.analysis.statements import name_use
+from amplint.analysis.statements import name_use, string_value
 from amplint.transforms.arguments import insert_argument, keyword_argument
 from amplint.transforms.scaler_scope import (
     NoCallers,
@@ -229,6 +230,11 @@ class InsertAmp:
             self.target = step.owner  # bfloat16: autocast alone, nothing to place
             return None
         function = step.function
+        existing = self._existing_scaler()
+        if existing is not None:
+            name, enabled = existing
+            self.use_scaler(name, enabled)
+            return None
         optimizers = list(dict.fromkeys(self.code(s.optimizer) for s in step.steps))
         if step.class_def is not None and function.params.params:
             method_self = function.params.params[0].name.value
@@ -260,6 +266,60 @@ class InsertAmp:
                 # loops lives as long as the training does.
                 self.plan = StatementPlan()
         return self._place_beside_binding(optimizers)
+
+    def _existing_scaler(self) -> tuple[str, str | None] | None:
+        """A GradScaler the script made already, unused, before the step's loop
+        in the same scope (`scaler = torch.cuda.amp.GradScaler(enabled=args.amp)`
+        left from a half-done migration): its name and its `enabled=`, if any.
+        A second scaler beside it would leave it dead and confuse a reader."""
+        step = self.step
+        if step.owner is step.function or step.outermost_loop is None:
+            return None
+        scope = step.function or self.facts.module
+        body = scope.body.body if step.function is not None else scope.body
+        found = None
+        for statement in body:
+            if _contains(statement, step.outermost_loop):
+                break
+            if not isinstance(statement, cst.SimpleStatementLine):
+                continue
+            for small in statement.body:
+                if (
+                    isinstance(small, cst.Assign)
+                    and len(small.targets) == 1
+                    and isinstance(small.targets[0].target, cst.Name)
+                    and isinstance(small.value, cst.Call)
+                    and self._scaler_device(small.value) == self.choice.device
+                ):
+                    enabled = next(
+                        (
+                            self.code(arg.value)
+                            for arg in small.value.args
+                            if arg.keyword is not None and arg.keyword.value == "enabled"
+                        ),
+                        None,
+                    )
+                    found = (small.targets[0].target.value, enabled)
+        return found
+
+    def _scaler_device(self, call: cst.Call) -> str | None:
+        """The device of the GradScaler `call` makes, or None if it makes none."""
+        made = self.facts.imports.resolve(call.func, self.step.enclosing_scope)
+        if made not in GRAD_SCALERS:
+            return None
+        if made.startswith(("torch.cuda.", "torch.cpu.")):
+            return made.split(".")[1]
+        device = next(
+            (
+                arg.value
+                for arg in call.args
+                if arg.keyword is None or arg.keyword.value in ("device", "device_type")
+            ),
+            None,
+        )
+        if device is None:
+            return "cuda"  # torch.amp.GradScaler's default
+        return string_value(device)
 
     def _place_beside_binding(self, optimizers: list[str]) -> str | None:
         """A scaler in the scope that makes the optimizers: right after the
@@ -454,15 +514,7 @@ class InsertAmp:
                 ),
             )
         last_step = max(step.steps, key=lambda s: s.order)
-        # One update per iteration that stepped: after the last step where every
-        # step runs under its conditions (accumulation: all under one `if`);
-        # else after the block statement holding it, so an iteration that steps
-        # only the critic, not the generator under `if i % n_critic == 0`, updates too.
-        last_path = step.paths[last_step.order]
-        anchor = last_step.statement
-        if any(not step.paths[s.order] >= last_path for s in step.steps):
-            anchor = step.block.body[step.tops[last_step.order]]
-        self._insert(plan.after, anchor, [f"{scaler}.update()"])
+        self._insert(plan.after, self._update_anchor(last_step), [f"{scaler}.update()"])
         # A path that steps and then leaves (`continue` after a warm-up step)
         # never reaches that update; the next step would raise.
         for order, statement in enumerate(step.statements):
@@ -527,6 +579,24 @@ class InsertAmp:
                     self.plan.before(statement, wrapper(hoisted[id(statement)]))
         for first, last, extra in blocks:
             self.plan.wrap(first, last, lambda body, extra=extra: wrapper([*body, *extra]))
+
+    def _update_anchor(self, last_step) -> cst.BaseStatement:
+        """Where `scaler.update()` goes: after the statement holding the last
+        step that runs under exactly the conditions every step shares.  An
+        iteration that steps only the critic, not the generator under `if i %
+        n_critic == 0:`, updates too; one before `learning_starts`, which steps
+        nothing, does not (update() without a step raises); with accumulation,
+        all steps under one `if`, the update stays inside it."""
+        step = self.step
+        shared = frozenset.intersection(*(step.paths[s.order] for s in step.steps))
+        if step.paths[last_step.order] == shared:
+            return last_step.statement
+        holders = [
+            statement
+            for statement, path in zip(step.statements, step.paths)
+            if path == shared and _contains(statement, last_step.statement)
+        ]
+        return holders[-1] if holders else step.block.body[step.tops[last_step.order]]
 
     def _scaled_backward(self, call: cst.Call) -> cst.Call:
         scale = cst.Call(
