@@ -70,6 +70,11 @@ _SKIP_REASONS = (
         re.compile(r"not a plain optimizer step|framework|goes through Accelerate"),
     ),
     ("CPU-only script", re.compile(r"never moves its model or data off the CPU")),
+    ("model loaded in half precision", re.compile(r"the model is loaded in")),
+    (
+        "float16 overflow in the model (fill value, Gram matrix)",
+        re.compile(r"overflows float16|in float16 and raises"),
+    ),
     ("apex name with no torch counterpart", re.compile(r"no torch\.amp counterpart")),
 )
 

@@ -25,6 +25,39 @@ from amplint.transforms.insert_amp import (
     scaler_obstacle,
 )
 
+# `masked_fill(mask, -1e10)`: a fill value float16 cannot hold (its largest is
+# 65504) raises once the scores it fills are float16 under autocast.
+_FILL_VALUE = re.compile(r"masked_fill_?\([^()]*,\s*(-?\s*\d[\d.]*(?:[eE][+-]?\d+)?)\s*\)")
+FLOAT16_MAX = 65504.0
+# Gram matrices of style transfer sum products over whole feature maps: in
+# float16 they overflow to inf, every step is skipped and nothing trains.
+_GRAM = re.compile(r"\bgram(?:_matrix|\b)", re.I)
+# A model loaded in half precision (`from_pretrained(..., torch_dtype=torch.bfloat16)`)
+# trains in it already: autocast and a scaler on top add nothing but risk.
+_LOW_PRECISION_WEIGHTS = re.compile(r"\btorch_dtype\s*=\s*torch\.(bfloat16|float16)\b")
+
+
+def float16_obstacle(text: str) -> str | None:
+    """What in the module's own code float16 autocast would break, or None."""
+    for match in _FILL_VALUE.finditer(text):
+        try:
+            value = float(match.group(1).replace(" ", ""))
+        except ValueError:
+            continue
+        if abs(value) > FLOAT16_MAX:
+            return (
+                f"`masked_fill(..., {match.group(1)})` cannot hold its value in float16 and "
+                "raises under autocast: fill with `torch.finfo(x.dtype).min`, or use "
+                "`--dtype bfloat16`"
+            )
+    if _GRAM.search(text):
+        return (
+            "a Gram matrix sums products over whole feature maps and overflows float16 "
+            "(every step skipped): compute it in float32, or use `--dtype bfloat16`"
+        )
+    return None
+
+
 # Recurrent layers: CPU autocast runs them in float16 only where the CPU has
 # native float16 (AVX512-FP16, AMX-FP16); elsewhere their forward raises.
 _RECURRENT = re.compile(r"\b((?:nn\.)?(?:LSTM|GRU|RNN))\(")
@@ -81,6 +114,15 @@ class FP32TrainingStep(Rule):
                     f"`{recurrent.group(1)}` has no float16 kernel on most CPUs (oneDNN raises "
                     '"could not create a primitive descriptor"); `--dtype bfloat16` runs it'
                 )
+        if reason is None:
+            weights = _LOW_PRECISION_WEIGHTS.search(facts.text)
+            if weights is not None:
+                reason = (
+                    f"the model is loaded in {weights.group(1)} (`{weights.group(0)}`) and "
+                    "trains in it already; autocast over it adds no speed"
+                )
+        if reason is None and choice.dtype in ("float16", "auto"):
+            reason = float16_obstacle(facts.text)
         unsafe_loss = step.unsafe_loss if choice.device == "cuda" else None
         if reason is None and unsafe_loss is not None:
             problem = next((r.unsafe_problem for r in step.regions if r.unsafe_problem), None)
