@@ -359,7 +359,12 @@ class _StepFinder(ScopedVisitor):
             else set()
         )
         for index, backward in enumerate(step.backwards):
-            if index and backward.top == step.backwards[index - 1].top:
+            previous = step.backwards[index - 1] if index else None
+            if (
+                previous is not None
+                and backward.top == previous.top
+                and step.exclusive(previous.order, backward.order)
+            ):
                 continue  # `if a: loss.backward() else: ...`: the same statement, one region
             if self.calls.runs_model(backward.loss):
                 shown = self.module.code_for_node(backward.loss)
