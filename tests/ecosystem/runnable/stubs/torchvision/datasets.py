@@ -42,7 +42,11 @@ def _random_images(
     return data, torch.randint(0, 10, (size,), generator=generator)
 
 
-class MNIST(_Images):
+class _StoredImages(_Images):
+    """A few fixed random images of `SHAPE` (torchvision's layout of `data`)."""
+
+    SHAPE: tuple[int, ...] = ()
+
     def __init__(
         self,
         root: str,
@@ -53,10 +57,14 @@ class MNIST(_Images):
     ) -> None:
         super().__init__(transform, target_transform)
         self.train = train
-        self.data, self.targets = _random_images(256 if train else 64, (28, 28), seed=int(train))
+        self.data, self.targets = _random_images(256 if train else 64, self.SHAPE, int(train))
 
     def __len__(self) -> int:
         return len(self.data)
+
+
+class MNIST(_StoredImages):
+    SHAPE = (28, 28)
 
     def _item(self, index: int) -> tuple[torch.Tensor, int]:
         return self.data[index].unsqueeze(0).float() / 255, int(self.targets[index])
@@ -73,21 +81,8 @@ class MNIST(_Images):
     test_data, test_labels = train_data, train_labels
 
 
-class CIFAR10(_Images):
-    def __init__(
-        self,
-        root: str,
-        train: bool = True,
-        transform: Transform = None,
-        target_transform: Transform = None,
-        download: bool = False,
-    ) -> None:
-        super().__init__(transform, target_transform)
-        self.train = train
-        self.data, self.targets = _random_images(256 if train else 64, (32, 32, 3), seed=int(train))
-
-    def __len__(self) -> int:
-        return len(self.data)
+class CIFAR10(_StoredImages):
+    SHAPE = (32, 32, 3)
 
     def _item(self, index: int) -> tuple[torch.Tensor, int]:
         return self.data[index].permute(2, 0, 1).float() / 255, int(self.targets[index])
