@@ -92,6 +92,12 @@ class FileRow:
     rewrite: str = field(default="", repr=False)
 
 
+def default_clones() -> Path:
+    """$AMPLINT_ECOSYSTEM_CLONES, else ../.mirror beside the checkout."""
+    named = os.environ.get("AMPLINT_ECOSYSTEM_CLONES")
+    return Path(named) if named else Path(__file__).resolve().parent.parent.parent / ".mirror"
+
+
 def _clone(clones: Path, name: str) -> Path | None:
     owner, repo = name.split("/")
     for candidate in (
@@ -243,10 +249,7 @@ def _reviewed() -> dict[str, str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    default_clones = os.environ.get("AMPLINT_ECOSYSTEM_CLONES") or str(
-        Path(__file__).resolve().parent.parent.parent / ".mirror"
-    )
-    parser.add_argument("--clones", type=Path, default=Path(default_clones))
+    parser.add_argument("--clones", type=Path, default=default_clones())
     parser.add_argument("--repo", action="append", help="only these repositories")
     parser.add_argument("--diffs", type=Path, help="write each rewrite's diff here")
     parser.add_argument("--jobs", type=int, default=default_jobs())

@@ -68,7 +68,7 @@ from amplint.config import Settings
 from amplint.files import read_source
 from amplint.runner import run
 from amplint.verify.runs import VerifyError, rewritten
-from tests.ecosystem import CORPUS, _clone, _export, tomllib
+from tests.ecosystem import CORPUS, _clone, _export, default_clones, tomllib
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 ADAPTERS = REPO_ROOT / "tests" / "ecosystem" / "runnable"
@@ -459,8 +459,7 @@ def print_table(rows: list[Row]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    default_clones = os.environ.get("AMPLINT_ECOSYSTEM_CLONES") or str(REPO_ROOT.parent / ".mirror")
-    parser.add_argument("--clones", type=Path, default=Path(default_clones))
+    parser.add_argument("--clones", type=Path, default=default_clones())
     parser.add_argument("--only", action="append", help="only this adapter (repeatable)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--keep", type=Path, help="work in this directory and leave it")

@@ -157,7 +157,9 @@ class ForwardRegion:
     # Inputs of the losses outside autocast that autocast computed (a plain
     # name bound in a block): they get `.float()`, as the model outputs do.
     float_inputs: tuple[cst.BaseExpression, ...] = ()
-    # Why the unsafe loss cannot be moved after the block, if it cannot.
+    # The first loss CUDA autocast refuses, as spelled (None: no such loss), and
+    # why it cannot be moved after the block, if it cannot.
+    unsafe_loss: str | None = None
     unsafe_problem: str | None = None
 
 
@@ -200,16 +202,9 @@ class ModelCalls:
                 self._data_helpers[name] = not self.runs_model(definition.body)
         return self._data_helpers[name]
 
-    def unsafe_loss(self, region: ForwardRegion) -> str | None:
-        for statement in region.statements:
-            finder = _UnsafeLossFinder(self)
-            finder.walk(statement)
-            if finder.found is not None:
-                return finder.found
-        return None
-
     def with_unsafe_loss_after(self, region: ForwardRegion) -> ForwardRegion:
-        """`region` with its unsafe-loss statements marked to go after the
+        """`region` as it is when it computes no loss CUDA autocast refuses;
+        else naming that loss, with its statements marked to go after the
         autocast block, as PyTorch's AMP notes do it: the model calls among the
         loss's inputs are computed in the block, the loss on `.float()` of them
         after it.  Or with the reason that cannot be done."""
@@ -221,6 +216,7 @@ class ModelCalls:
             finder.walk(statement)
             if finder.found is not None and unsafe_from is None:
                 unsafe_from = index
+                region = replace(region, unsafe_loss=finder.found)
             if unsafe_from is None:
                 continue
             in_autocast.append(not finder.calls and self.runs_model(statement))
@@ -236,6 +232,8 @@ class ModelCalls:
                 inputs = _loss_inputs(call, every_positional=id(call) in finder.helpers)
                 runs = tuple(self.runs_model(value) for value in inputs)
                 calls.append(UnsafeLossCall(statement, call, inputs, runs))
+        if unsafe_from is None:
+            return region
         if unsafe_from == 0 and not any(in_autocast) and not any(any(c.runs_model) for c in calls):
             return replace(region, unsafe_problem="no model call would be left inside autocast")
         in_block = [True] * unsafe_from + in_autocast

@@ -127,6 +127,9 @@ class TrainingStep:
     statements: list[cst.BaseStatement] = field(default_factory=list)
     paths: list[Branches] = field(default_factory=list)
     tops: list[int] = field(default_factory=list)  # the index in the block, per statement
+    # The statements of the step's function (or module) that run before the one
+    # holding its outermost loop: where its model, optimizer and scaler are made.
+    setup: list[cst.BaseStatement] = field(default_factory=list)
 
     def exclusive(self, first_order: int, second_order: int) -> bool:
         """Whether the statements at these orders sit in opposite branches of one
@@ -312,6 +315,8 @@ class _StepFinder(ScopedVisitor):
             paths=[path for _, _, path in flat],
             tops=[top for top, _, _ in flat],
         )
+        if step.outermost_loop is not None:
+            step.setup = _statements_before(function or self.module, step.outermost_loop)
         step.skip = self._skip_reason(step)
         self.steps.append(step)
 
@@ -385,10 +390,8 @@ class _StepFinder(ScopedVisitor):
                 return region
             if not any(self.calls.runs_model(statement) for statement in region.statements):
                 return NO_FORWARD
-            unsafe = self.calls.unsafe_loss(region)
-            if unsafe is not None:
-                step.unsafe_loss = step.unsafe_loss or unsafe
-                region = self.calls.with_unsafe_loss_after(region)
+            region = self.calls.with_unsafe_loss_after(region)
+            step.unsafe_loss = step.unsafe_loss or region.unsafe_loss
             step.gradient_penalty = step.gradient_penalty or self.calls.gradient_penalty(region)
             step.regions.append(region)
             lower = backward.top + 1
@@ -415,18 +418,9 @@ class _StepFinder(ScopedVisitor):
         """The code that runs before the step's loop in its function (or module):
         where its model and optimizer are made and prepared.  A notebook's plain
         loop above its Accelerate version is set up without Accelerate."""
-        scope = step.function or self.module
         if step.outermost_loop is None:
-            return self.module.code_for_node(scope)
-        body = scope.body.body if isinstance(scope, cst.FunctionDef) else scope.body
-        loop = self.module.code_for_node(step.outermost_loop)
-        before = []
-        for statement in body:
-            code = self.module.code_for_node(statement)
-            if loop in code:
-                break
-            before.append(code)
-        return "".join(before)
+            return self.module.code_for_node(step.function or self.module)
+        return "".join(self.module.code_for_node(statement) for statement in step.setup)
 
     def _has_amp_relative(self, class_def: cst.ClassDef) -> bool:
         """Whether a class of the module that subclasses `class_def`, or shares
@@ -463,6 +457,38 @@ class _StepFinder(ScopedVisitor):
             finder.walk(argument)
             return finder.found
         return dotted_name(argument) in self.optimizers.backward_functions
+
+
+def _statements_before(
+    scope: cst.FunctionDef | cst.Module, loop: cst.BaseStatement
+) -> list[cst.BaseStatement]:
+    """The statements of `scope`'s body before the one that holds `loop`."""
+    body = scope.body.body if isinstance(scope, cst.FunctionDef) else scope.body
+    before = []
+    for statement in body:
+        finder = _LoopFinder(loop)
+        finder.walk(statement)
+        if finder.found:
+            break
+        before.append(statement)
+    return before
+
+
+class _LoopFinder(Visitor):
+    """Is this loop node in the walked statement (not in a def inside it)?"""
+
+    def __init__(self, loop: cst.BaseStatement) -> None:
+        self.loop = loop
+        self.found = False
+
+    def _loop(self, node: Loop) -> bool:
+        self.found = self.found or node is self.loop
+        return not self.found
+
+    visit_For = visit_While = _loop
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return False
 
 
 def looks_like_optimizer(name: str) -> bool:

@@ -18,6 +18,7 @@ from amplint.prefilter import SourceClues
 from amplint.rules.base import Rule
 from amplint.transforms.imports import ensure_torch_imported
 from amplint.transforms.insert_amp import (
+    AmpChoice,
     InsertAmp,
     amp_choice,
     fsdp_mixed_precision,
@@ -63,6 +64,56 @@ def float16_obstacle(text: str) -> str | None:
 _RECURRENT = re.compile(r"\b((?:nn\.)?(?:LSTM|GRU|RNN))\(")
 
 
+def _obstacle(
+    step: TrainingStep, facts: ModuleFacts, settings: Settings, choice: AmpChoice
+) -> str | None:
+    """Why the step, found convertible, still must not be rewritten with
+    `choice`: the first reason, or None."""
+    policy = fsdp_mixed_precision(facts)
+    if policy is not None:
+        return (
+            f"the model is wrapped in FSDP with a mixed-precision policy ({policy}); "
+            "FSDP already runs it in mixed precision"
+        )
+    if choice.device == "cuda" and runs_on_cpu_only(step, facts):
+        return (
+            "the script never moves its model or data off the CPU, where CUDA autocast "
+            "does nothing; `--device-type cpu --dtype bfloat16` rewrites it for the CPU"
+        )
+    if (
+        choice.device == "cpu"
+        and choice.dtype == "float16"
+        and (recurrent := _RECURRENT.search(facts.text)) is not None
+    ):
+        return (
+            f"`{recurrent.group(1)}` has no float16 kernel on most CPUs (oneDNN raises "
+            '"could not create a primitive descriptor"); `--dtype bfloat16` runs it'
+        )
+    weights = _LOW_PRECISION_WEIGHTS.search(facts.text)
+    if weights is not None:
+        return (
+            f"the model is loaded in {weights.group(1)} (`{weights.group(0)}`) and "
+            "trains in it already; autocast over it adds no speed"
+        )
+    if choice.dtype in ("float16", "auto") and (found := float16_obstacle(facts.text)):
+        return found
+    problem = next((r.unsafe_problem for r in step.regions if r.unsafe_problem), None)
+    if choice.device == "cuda" and step.unsafe_loss is not None and problem is not None:
+        return (
+            f"{step.unsafe_loss} raises under CUDA autocast and {problem}; compute the "
+            "loss on logits with nn.BCEWithLogitsLoss or F.binary_cross_entropy_with_logits"
+        )
+    if choice.uses_scaler and step.gradient_penalty is not None:
+        return (
+            f"`{step.gradient_penalty}` takes gradients inside the forward pass (a "
+            "gradient penalty), which a GradScaler leaves scaled: scale and unscale them "
+            "by hand as in PyTorch's AMP examples, or use `--dtype bfloat16`"
+        )
+    if choice.uses_scaler:
+        return scaler_obstacle(facts, settings)
+    return None
+
+
 class FP32TrainingStep(Rule):
     code = "AMP001"
 
@@ -94,52 +145,8 @@ class FP32TrainingStep(Rule):
     def _diagnostic(self, step: TrainingStep, facts: ModuleFacts, settings: Settings) -> Diagnostic:
         span = facts.span(step.anchor)
         choice = amp_choice(settings)
-        reason = step.skip
-        if reason is None:
-            policy = fsdp_mixed_precision(facts)
-            if policy is not None:
-                reason = (
-                    f"the model is wrapped in FSDP with a mixed-precision policy ({policy}); "
-                    "FSDP already runs it in mixed precision"
-                )
-        if reason is None and choice.device == "cuda" and runs_on_cpu_only(step, facts):
-            reason = (
-                "the script never moves its model or data off the CPU, where CUDA autocast "
-                "does nothing; `--device-type cpu --dtype bfloat16` rewrites it for the CPU"
-            )
-        if reason is None and choice.device == "cpu" and choice.dtype == "float16":
-            recurrent = _RECURRENT.search(facts.text)
-            if recurrent is not None:
-                reason = (
-                    f"`{recurrent.group(1)}` has no float16 kernel on most CPUs (oneDNN raises "
-                    '"could not create a primitive descriptor"); `--dtype bfloat16` runs it'
-                )
-        if reason is None:
-            weights = _LOW_PRECISION_WEIGHTS.search(facts.text)
-            if weights is not None:
-                reason = (
-                    f"the model is loaded in {weights.group(1)} (`{weights.group(0)}`) and "
-                    "trains in it already; autocast over it adds no speed"
-                )
-        if reason is None and choice.dtype in ("float16", "auto"):
-            reason = float16_obstacle(facts.text)
+        reason = step.skip or _obstacle(step, facts, settings, choice)
         unsafe_loss = step.unsafe_loss if choice.device == "cuda" else None
-        if reason is None and unsafe_loss is not None:
-            problem = next((r.unsafe_problem for r in step.regions if r.unsafe_problem), None)
-            if problem is not None:
-                reason = (
-                    f"{unsafe_loss} raises under CUDA autocast and {problem}; compute the "
-                    "loss on logits with nn.BCEWithLogitsLoss or "
-                    "F.binary_cross_entropy_with_logits"
-                )
-        if reason is None and choice.uses_scaler and step.gradient_penalty is not None:
-            reason = (
-                f"`{step.gradient_penalty}` takes gradients inside the forward pass (a "
-                "gradient penalty), which a GradScaler leaves scaled: scale and unscale them "
-                "by hand as in PyTorch's AMP examples, or use `--dtype bfloat16`"
-            )
-        if reason is None and choice.uses_scaler:
-            reason = scaler_obstacle(facts, settings)
         insert = None
         if reason is None:
             insert = InsertAmp(step, facts, settings)

@@ -22,6 +22,7 @@ from amplint.config import Settings
 from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix
 from amplint.prefilter import SourceClues
 from amplint.rules.base import Rule
+from amplint.transforms.scaler_scope import parameter_names
 from amplint.transforms.statements import followed_by, removable, removed
 
 
@@ -38,10 +39,7 @@ def _owned_by(function: cst.FunctionDef | None, scaler: str, facts: ModuleFacts)
     another scaler's, and does not excuse this one."""
     if function is None or "." in scaler:
         return False
-    params = function.params
-    if scaler in {
-        p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params)
-    }:
+    if scaler in parameter_names(function):
         return False
     code = facts.module.code_for_node(function)
     name = re.escape(scaler)

@@ -16,6 +16,7 @@ import libcst as cst
 
 from amplint.analysis import ModuleFacts
 from amplint.analysis.imports import dotted_name
+from amplint.analysis.autocast import device_argument, keyword_value
 from amplint.analysis.bf16_scaler import GRAD_SCALERS
 from amplint.analysis.forward import ForwardRegion
 from amplint.analysis.steps import TrainingStep
@@ -118,10 +119,8 @@ def _leaves(statement: cst.BaseStatement) -> bool:
     )
 
 
-def _contains(statement: cst.CSTNode, node: cst.CSTNode | None) -> bool:
+def _contains(statement: cst.CSTNode, node: cst.CSTNode) -> bool:
     """Whether `node` is `statement` or inside it."""
-    if node is None:
-        return False
     if statement is node:
         return True
     found = False
@@ -275,12 +274,8 @@ class InsertAmp:
         step = self.step
         if step.owner is step.function or step.outermost_loop is None:
             return None
-        scope = step.function or self.facts.module
-        body = scope.body.body if step.function is not None else scope.body
         found = None
-        for statement in body:
-            if _contains(statement, step.outermost_loop):
-                break
+        for statement in step.setup:
             if not isinstance(statement, cst.SimpleStatementLine):
                 continue
             for small in statement.body:
@@ -291,15 +286,11 @@ class InsertAmp:
                     and isinstance(small.value, cst.Call)
                     and self._scaler_device(small.value) == self.choice.device
                 ):
-                    enabled = next(
-                        (
-                            self.code(arg.value)
-                            for arg in small.value.args
-                            if arg.keyword is not None and arg.keyword.value == "enabled"
-                        ),
-                        None,
+                    enabled = keyword_value(small.value, "enabled")
+                    found = (
+                        small.targets[0].target.value,
+                        None if enabled is None else self.code(enabled),
                     )
-                    found = (small.targets[0].target.value, enabled)
         return found
 
     def _scaler_device(self, call: cst.Call) -> str | None:
@@ -309,17 +300,11 @@ class InsertAmp:
             return None
         if made.startswith(("torch.cuda.", "torch.cpu.")):
             return made.split(".")[1]
-        device = next(
-            (
-                arg.value
-                for arg in call.args
-                if arg.keyword is None or arg.keyword.value in ("device", "device_type")
-            ),
-            None,
-        )
+        device = keyword_value(call, "device") or device_argument(call)
         if device is None:
             return "cuda"  # torch.amp.GradScaler's default
-        return string_value(device)
+        spelled = string_value(device)
+        return spelled.split(":", 1)[0] if spelled is not None else None
 
     def _place_beside_binding(self, optimizers: list[str]) -> str | None:
         """A scaler in the scope that makes the optimizers: right after the
@@ -333,11 +318,8 @@ class InsertAmp:
                 return self._place_global(names)
         if step.owner is not step.function:  # a loop body
             scope = step.function or self.facts.module
-            suite = list(scope.body.body if step.function is not None else scope.body)
             holder = step.outermost_loop
-            top = next((s for s in suite if _contains(s, holder)), None)
-            # Only what runs before the loop can make its optimizer.
-            suite = suite[: suite.index(top)] if top is not None else []
+            suite = step.setup  # only what runs before the loop can make its optimizer
         else:  # a function that is the step: a global scaler
             scope = self.facts.module
             # A global optimizer may be made after the def, before the calls.
