@@ -658,13 +658,12 @@ def test_the_update_stays_under_the_condition_every_step_shares() -> None:
         """)
     result = fixed(source)
     assert (
-        "                scaler.step(actor_optimizer)\n"
-        "            scaler.update()\n"
+        "                scaler.step(actor_optimizer)\n" "            scaler.update()\n"
     ) in result
     assert result.count("scaler.update()") == 1
     # Both losses, each computed in its own suite, are under autocast.
     assert result.count("with torch.autocast(") == 2
     assert (
-        "                with torch.autocast(\"cuda\", dtype=torch.float16):\n"
+        '                with torch.autocast("cuda", dtype=torch.float16):\n'
         "                    actor_loss = "
     ) in result
