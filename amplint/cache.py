@@ -21,7 +21,7 @@ from typing import Iterable
 import amplint
 from amplint.config import Settings
 from amplint.diagnostics import Applicability, Diagnostic, Fix, Span
-from amplint.project import still_current
+from amplint.project import ProjectRoot, still_current
 
 CACHE_DIR_NAME = ".amplint_cache"
 # Bumped when the entry format changes.
@@ -44,10 +44,16 @@ class ResultCache:
         self.directory = directory
         self.write_error: str | None = None  # why entries could not be stored, once
 
-    def key(self, text: str, codes: Iterable[str], settings: Settings) -> str:
+    def key(
+        self, text: str, codes: Iterable[str], settings: Settings, project: ProjectRoot
+    ) -> str:
+        # The project is part of the question: the same text asks other
+        # modules for its callers when the user names more of the tree.
         digest = hashlib.sha256()
         for part in (
             _FORMAT,
+            str(project.path),
+            str(project.whole_tree),
             _package_fingerprint(),
             ",".join(sorted(codes)),
             ".".join(map(str, settings.target_torch)),

@@ -23,7 +23,7 @@ from amplint.diagnostics import SYNTAX_ERROR, Applicability, Diagnostic, Fix, Sp
 from amplint.files import SourceFile
 from amplint.notebook import Notebook, NotebookError
 from amplint.prefilter import SourceClues
-from amplint.project import ProjectView, project_view
+from amplint.project import ProjectRoot, ProjectView, project_view
 from amplint.rules import RULES
 from amplint.rules.base import Rule
 from amplint.selfcheck import name_problems, new_findings, new_name_problems
@@ -404,7 +404,7 @@ def analyse_source(
     fixing: bool = False,
     unsafe: bool = False,
     previews: bool = False,
-    project_root: Path | None = None,
+    project_root: ProjectRoot | None = None,
 ) -> FileReport:
     """Lint one file's code, or compute its fixed text when `fixing` (writing
     it is the caller's choice).  Diagnostics come back portable: no libcst

@@ -20,6 +20,7 @@ import warnings
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import Sequence
 
 from amplint.files import DEFAULT_EXCLUDES
 
@@ -30,21 +31,54 @@ _FSDP_WRAP = re.compile(r"\b(FullyShardedDataParallel|FSDP|fully_shard)\s*\(")
 _FSDP_MIXED_PRECISION = re.compile(r"\bMixedPrecision(Policy)?\s*\(|\bmixed_precision\s*=")
 
 
-def find_project_root(path: Path) -> Path:
-    """The nearest directory above `path` holding a project marker, else the
-    directory of `path` itself (whose subdirectories are then not read: with no
-    marker nothing says where the project ends, and a script in /tmp or
-    ~/Downloads must not read everything below)."""
-    start = path.resolve().parent
-    return _root_from(start)
+@dataclass(frozen=True)
+class ProjectRoot:
+    """Where a file's project starts, and whether the directories below it are
+    read (a marker says where the project ends; without one, only the
+    directories the user's own paths span)."""
+
+    path: Path
+    whole_tree: bool
+
+
+class ProjectRoots:
+    """Each file's project root in one run over `named` (the user's paths): the
+    nearest directory above the file holding a project marker, else the common
+    parent of the paths, else (one script named alone) the script's directory,
+    whose subdirectories are then not read: a script in /tmp or ~/Downloads
+    must not read everything below."""
+
+    def __init__(self, named: Sequence[Path]) -> None:
+        spans = {path.resolve() if path.is_dir() else path.resolve().parent for path in named}
+        try:
+            common = Path(os.path.commonpath(sorted(spans))) if spans else None
+        except ValueError:  # paths on different drives
+            common = None
+        # One file, or files of one directory, span only that directory.
+        named_a_tree = len(spans) > 1 or any(path.is_dir() for path in named)
+        self._common = common if named_a_tree else None
+
+    def __call__(self, path: Path) -> ProjectRoot:
+        directory = path.resolve().parent
+        marked = _marked_root(directory)
+        if marked is not None:
+            return ProjectRoot(marked, whole_tree=True)
+        if self._common is not None and directory.is_relative_to(self._common):
+            return ProjectRoot(self._common, whole_tree=True)
+        return ProjectRoot(directory, whole_tree=False)
+
+
+def find_project_root(path: Path) -> ProjectRoot:
+    """The project root of `path` named alone (standard input, one file)."""
+    return ProjectRoots([path])(path)
 
 
 @lru_cache(maxsize=4096)
-def _root_from(directory: Path) -> Path:
+def _marked_root(directory: Path) -> Path | None:
     for candidate in (directory, *directory.parents):
         if any((candidate / marker).exists() for marker in ROOT_MARKERS):
             return candidate
-    return directory
+    return None
 
 
 @dataclass(frozen=True)
@@ -88,8 +122,9 @@ class _Module:
 class ProjectIndex:
     """Every Python module under one project root, read on demand."""
 
-    def __init__(self, root: Path) -> None:
-        self.root = root.resolve()
+    def __init__(self, root: ProjectRoot) -> None:
+        self.root = root.path.resolve()
+        self._whole_tree = root.whole_tree
         self._paths: list[Path] | None = None
         # path -> ((mtime, size) when read, the module or None if unreadable)
         self._modules: dict[Path, tuple[tuple[int, int] | None, _Module | None]] = {}
@@ -101,12 +136,11 @@ class ProjectIndex:
         if self._paths is None:
             self._paths = []
             skipped = set(DEFAULT_EXCLUDES) | {"site-packages", "node_modules", "__pycache__"}
-            marked = any((self.root / marker).exists() for marker in ROOT_MARKERS)
             for directory, subdirectories, files in os.walk(self.root):
                 subdirectories[:] = sorted(
                     d
                     for d in subdirectories
-                    if marked and d not in skipped and not d.startswith(".")
+                    if self._whole_tree and d not in skipped and not d.startswith(".")
                 )
                 for name in sorted(files):
                     if name.endswith(".py"):
@@ -227,13 +261,13 @@ class ProjectView:
         return uses
 
 
-_INDEXES: dict[Path, ProjectIndex] = {}
+_INDEXES: dict[ProjectRoot, ProjectIndex] = {}
 
 
-def project_view(path: Path, root: Path | None = None) -> ProjectView:
+def project_view(path: Path, root: ProjectRoot | None = None) -> ProjectView:
     """The view of `path` on the project at `root` (found from `path` when
     None); indexes are shared by every file of a project in this process."""
-    root = (root or find_project_root(path)).resolve()
+    root = root or find_project_root(path)
     index = _INDEXES.get(root)
     if index is None:
         index = _INDEXES[root] = ProjectIndex(root)

@@ -16,7 +16,7 @@ from amplint.cache import ResultCache
 from amplint.config import Settings
 from amplint.engine import FileReport, analyse_source, is_applicable, text_may_fire
 from amplint.files import Discovered, SourceError, SourceFile, discover, read_source
-from amplint.project import find_project_root
+from amplint.project import ProjectRoot, ProjectRoots, find_project_root
 from amplint.rules import ALL_CODES
 
 # Below this much text to analyse, starting processes costs more than it saves:
@@ -51,7 +51,7 @@ class _Work:
     source: SourceFile
     codes: frozenset[str]
     cache_key: str | None
-    project_root: Path
+    project_root: ProjectRoot
 
 
 def run(
@@ -70,6 +70,7 @@ def run(
     not there), in discovery order."""
     reports: list[FileReport] = []
     work: list[_Work] = []
+    project_root = ProjectRoots(paths)
     for found in discover(paths, settings.all_excludes, settings.root, force_exclude=force_exclude):
         if not isinstance(found, Discovered):
             path, message = found
@@ -86,7 +87,8 @@ def run(
         if not text_may_fire(source.code, codes):
             continue
         report.source = source
-        key = cache.key(source.code, codes, settings) if cache is not None else None
+        root = project_root(found.path)
+        key = cache.key(source.code, codes, settings, root) if cache is not None else None
         cached = cache.get(key) if cache is not None else None
         # The cache holds findings, not fixes: a run that needs the fixes recomputes them.
         needs_fixes = (fixing and any(is_applicable(d, unsafe) for d in cached or ())) or (
@@ -95,7 +97,7 @@ def run(
         if cached is not None and not needs_fixes:
             report.diagnostics = cached
             continue
-        work.append(_Work(len(reports) - 1, source, codes, key, find_project_root(found.path)))
+        work.append(_Work(len(reports) - 1, source, codes, key, root))
     mode = Mode(fixing, unsafe, previews)
     for done, (item, report) in enumerate(_analyse(work, settings, mode, jobs), start=1):
         if progress is not None:
@@ -163,7 +165,7 @@ def _in_pool(
 
 
 def _analyse_one(
-    source: SourceFile, codes: frozenset[str], settings: Settings, mode: Mode, project_root: Path
+    source: SourceFile, codes: frozenset[str], settings: Settings, mode: Mode, project_root: ProjectRoot
 ) -> FileReport:
     try:
         report = analyse_source(source, codes, settings, *mode, project_root=project_root)

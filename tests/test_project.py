@@ -44,7 +44,7 @@ def _project(tmp_path: Path, **modules: str) -> Path:
 
 def test_the_root_is_the_nearest_directory_with_a_marker(tmp_path: Path) -> None:
     root = _project(tmp_path, **{"pkg.engine": STEP_FUNCTION})
-    assert find_project_root(root / "pkg" / "engine.py") == root.resolve()
+    assert find_project_root(root / "pkg" / "engine.py").path == root.resolve()
 
 
 def test_without_a_marker_only_the_files_beside_the_script_are_read(tmp_path: Path) -> None:
@@ -56,6 +56,33 @@ def test_without_a_marker_only_the_files_beside_the_script_are_read(tmp_path: Pa
     (tmp_path / "elsewhere" / "caller.py").write_text(MAIN)
     view = project_view(tmp_path / "engine.py")
     assert [view.relative(site.path) for site in view.callers("train_one_epoch")] == ["main.py"]
+
+
+def test_without_a_marker_the_project_is_the_common_parent_of_the_paths(tmp_path: Path) -> None:
+    # `amplint check scripts/train.py lib/` names the tree the user works in:
+    # everything under the common parent is read, as under a marker.
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "lib" / "engine.py").write_text(STEP_FUNCTION)
+    (tmp_path / "scripts" / "main.py").write_text(MAIN)
+    named = run_cli("check", "--no-cache", tmp_path / "lib" / "engine.py", tmp_path / "scripts")
+    assert "receives `optimizer` from scripts/main.py:9" in named.stdout
+    alone = run_cli("check", "--no-cache", tmp_path / "lib" / "engine.py")
+    assert "scripts/main.py" not in alone.stdout
+
+
+def test_the_cache_keeps_answers_of_different_projects_apart(tmp_path: Path) -> None:
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "lib" / "engine.py").write_text(STEP_FUNCTION)
+    (tmp_path / "scripts" / "main.py").write_text(MAIN)
+    cache = tmp_path / "cache"
+    alone = run_cli("check", "--cache-dir", cache, tmp_path / "lib" / "engine.py")
+    assert "scripts/main.py" not in alone.stdout
+    named = run_cli(
+        "check", "--cache-dir", cache, tmp_path / "lib" / "engine.py", tmp_path / "scripts"
+    )
+    assert "from scripts/main.py:9" in named.stdout
 
 
 def test_callers_in_other_modules_are_found_through_their_imports(tmp_path: Path) -> None:
