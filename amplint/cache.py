@@ -44,9 +44,7 @@ class ResultCache:
         self.directory = directory
         self.write_error: str | None = None  # why entries could not be stored, once
 
-    def key(
-        self, text: str, codes: Iterable[str], settings: Settings, project: ProjectRoot
-    ) -> str:
+    def key(self, text: str, codes: Iterable[str], settings: Settings, project: ProjectRoot) -> str:
         # The project is part of the question: the same text asks other
         # modules for its callers when the user names more of the tree.
         digest = hashlib.sha256()

@@ -17,7 +17,7 @@ import hashlib
 import os
 import re
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Sequence
@@ -97,6 +97,27 @@ class FsdpUse:
     mixed_precision: bool  # the same module passes an FSDP mixed-precision policy
 
 
+@dataclass(frozen=True)
+class LossHelper:
+    """A def or class of a project module that computes a loss which raises
+    under CUDA autocast (`vae_loss` calling `F.binary_cross_entropy`)."""
+
+    path: Path
+    line: int
+    loss: str  # as the helper calls it: "BCELoss", "binary_cross_entropy"
+    is_class: bool  # its instances compute the loss; else calling it does
+    where: str = ""  # "losses.py:6", relative to the project root
+
+    @property
+    def description(self) -> str:
+        return f"{self.loss}, {self.where}" if self.where else self.loss
+
+
+# The autocast-unsafe losses as a helper's own code calls them (the last part
+# of the name: `nn.BCELoss()`, `F.binary_cross_entropy(...)`).
+_UNSAFE_LOSS_CALLS = frozenset({"BCELoss", "binary_cross_entropy"})
+
+
 @dataclass
 class _Module:
     path: Path
@@ -129,6 +150,8 @@ class ProjectIndex:
         # path -> ((mtime, size) when read, the module or None if unreadable)
         self._modules: dict[Path, tuple[tuple[int, int] | None, _Module | None]] = {}
         self._fsdp: list[FsdpUse] | None = None
+        self._by_name: dict[str, list[Path]] | None = None
+        self._loss_helpers: dict[str, dict[str, LossHelper]] = {}  # by module digest
 
     # -- files ----------------------------------------------------------------
     @property
@@ -210,6 +233,97 @@ class ProjectIndex:
             self._fsdp = found
         return self._fsdp
 
+    def loss_helpers(
+        self, importer: Path, target: str
+    ) -> tuple[Path | None, dict[str, LossHelper]]:
+        """What an import in `importer` of `target` (`losses.vae_loss`,
+        `.losses`) brings of the project's autocast-unsafe loss helpers:
+        {"": helper} for a helper itself, {"vae_loss": helper, ...} for the
+        module holding them; with the module read to answer, or None."""
+        spelled = self._absolute_target(importer, target)
+        if spelled is None:
+            return None, {}
+        path = self._find_module(importer, spelled)
+        if path is not None:
+            module = self.module(path)
+            return path, self._helpers_of(module) if module is not None else {}
+        owner, _, name = spelled.rpartition(".")
+        path = self._find_module(importer, owner) if owner else None
+        module = self.module(path) if path is not None else None
+        if module is None:
+            return None, {}
+        helper = self._helpers_of(module).get(name)
+        return path, {"": helper} if helper is not None else {}
+
+    def _absolute_target(self, importer: Path, target: str) -> str | None:
+        """`target` with its leading dots resolved against `importer`'s package."""
+        level = len(target) - len(target.lstrip("."))
+        if not level:
+            return target
+        module = self.module(importer)
+        if module is None:
+            return None
+        package = module.name.split(".") if module.name else []
+        if importer.name != "__init__.py":
+            package = package[:-1]
+        if level > 1:
+            package = package[: len(package) - (level - 1)]
+        return ".".join([*package, target[level:]]).strip(".") or None
+
+    def _find_module(self, importer: Path, spelled: str) -> Path | None:
+        """The project module an import of `spelled` means, the one beside the
+        importer first (scripts import their neighbours by bare name)."""
+        if self._by_name is None:
+            self._by_name = {}
+            for path in self.paths:
+                dotted = _dotted(path, self.root)
+                for start in range(dotted.count(".") + 1):
+                    suffix = dotted.split(".", start)[-1]
+                    self._by_name.setdefault(suffix, []).append(path)
+        candidates = self._by_name.get(spelled, [])
+        beside = [path for path in candidates if path.parent == importer.resolve().parent]
+        return (beside or candidates or [None])[0]
+
+    def _helpers_of(self, module: _Module) -> dict[str, LossHelper]:
+        """The top-level defs and classes of `module` computing an unsafe loss,
+        also through another def of the same module."""
+        found = self._loss_helpers.get(module.digest)
+        if found is not None:
+            return found
+        found = {}
+        if module.tree is not None and any(loss in module.text for loss in _UNSAFE_LOSS_CALLS):
+            definitions = {
+                node.name: node
+                for node in module.tree.body
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+            }
+
+            def loss_of(name: str, seen: set[str]) -> str | None:
+                seen.add(name)
+                definition = definitions[name]
+                if isinstance(definition, ast.ClassDef):
+                    for base in definition.bases:
+                        if _last_name(base) in _UNSAFE_LOSS_CALLS:
+                            return _last_name(base)
+                for node in ast.walk(definition):
+                    if not isinstance(node, ast.Call):
+                        continue
+                    called = _last_name(node.func)
+                    if called in _UNSAFE_LOSS_CALLS:
+                        return called
+                    if isinstance(node.func, ast.Name) and called in definitions:
+                        if called not in seen and (loss := loss_of(called, seen)):
+                            return loss
+                return None
+
+            for name, definition in definitions.items():
+                loss = loss_of(name, set())
+                if loss is not None:
+                    is_class = isinstance(definition, ast.ClassDef)
+                    found[name] = LossHelper(module.path, definition.lineno, loss, is_class)
+        self._loss_helpers[module.digest] = found
+        return found
+
     def imports(self, importer: Path, imported: Path) -> bool:
         """Whether the module at `importer` imports the one at `imported`."""
         source, target = self.module(importer), self.module(imported)
@@ -244,6 +358,21 @@ class ProjectView:
         for site in sites:
             self._note(site.path)
         return sites
+
+    def loss_helpers(self, imported: dict[str, str]) -> dict[str, LossHelper]:
+        """The autocast-unsafe loss helpers of other project modules reachable
+        through this module's imports (local name -> what it imports), by the
+        name a call spells them: `vae_loss`, `losses.vae_loss`."""
+        found: dict[str, LossHelper] = {}
+        for local, target in imported.items():
+            path, helpers = self.index.loss_helpers(self.path, target)
+            if path is None or path.resolve() == self.path:
+                continue
+            self._note(path)
+            for name, helper in helpers.items():
+                where = f"{self.relative(helper.path)}:{helper.line}"
+                found[f"{local}.{name}" if name else local] = replace(helper, where=where)
+        return found
 
     def fsdp_uses(self) -> list[FsdpUse]:
         """FSDP wrapping in this module's program: a project module that imports
@@ -366,6 +495,15 @@ def _calls_with_callers(tree: ast.Module):
             if isinstance(child, ast.Call):
                 yield caller, child
             stack.append((caller, child))
+
+
+def _last_name(node: ast.AST) -> str | None:
+    """`BCELoss` of `nn.BCELoss`, of `torch.nn.BCELoss` or of `BCELoss`."""
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    if isinstance(node, ast.Name):
+        return node.id
+    return None
 
 
 def _dotted_expression(node: ast.AST) -> str | None:

@@ -165,7 +165,11 @@ def _in_pool(
 
 
 def _analyse_one(
-    source: SourceFile, codes: frozenset[str], settings: Settings, mode: Mode, project_root: ProjectRoot
+    source: SourceFile,
+    codes: frozenset[str],
+    settings: Settings,
+    mode: Mode,
+    project_root: ProjectRoot,
 ) -> FileReport:
     try:
         report = analyse_source(source, codes, settings, *mode, project_root=project_root)

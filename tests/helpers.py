@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import os
+import re
+import subprocess
+import sys
 import textwrap
+from functools import lru_cache
 from pathlib import Path
 
 from click.testing import CliRunner, Result
@@ -41,3 +45,22 @@ def assert_matches_golden(result: str, golden: Path) -> None:
         golden.parent.mkdir(parents=True, exist_ok=True)
         golden.write_text(result, encoding="utf-8")
     assert result == golden.read_text(encoding="utf-8")
+
+
+_LOSS = re.compile(r"^loss (\S+)$", re.M)
+
+
+@lru_cache(maxsize=None)
+def printed_losses(path: Path, *arguments: str) -> tuple[float, ...]:
+    """Run a fixture script on the CPU; the `loss <value>` lines it printed."""
+    run = subprocess.run(
+        [sys.executable, path.name, *arguments],
+        cwd=path.parent,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, f"{path} failed:\n{run.stderr[-3000:]}"
+    losses = tuple(float(value) for value in _LOSS.findall(run.stdout))
+    assert losses, f"{path} printed no `loss <value>` lines"
+    return losses

@@ -11,22 +11,19 @@ where the original's fall). Scripts in fixtures/not_steps must come out of
 from __future__ import annotations
 
 import math
-import re
 import subprocess
 import sys
-from functools import lru_cache
 from pathlib import Path
 
 import pytest
 
 from amplint.config import Settings
-from tests.helpers import FIXTURES, assert_matches_golden, fixed
+from tests.helpers import FIXTURES, assert_matches_golden, fixed, printed_losses
 
 STEPS = sorted((FIXTURES / "fp32_steps").glob("*.py"))
 NOT_STEPS = sorted((FIXTURES / "not_steps").glob("*.py"))
 EXPECTED = FIXTURES / "fp32_steps" / "expected"
 BF16_CPU = Settings(dtype="bfloat16", device_type="cpu")
-_LOSS = re.compile(r"^loss (\S+)$", re.M)
 
 
 def _expected(script: Path) -> Path:
@@ -57,17 +54,6 @@ def test_not_a_convertible_step_is_left_unchanged(script: Path) -> None:
     assert fixed(source, BF16_CPU) == source or script.stem == "fsdp_model"
 
 
-@lru_cache(maxsize=None)
-def _losses(path: Path) -> tuple[float, ...]:
-    run = subprocess.run(
-        [sys.executable, path.name], cwd=path.parent, capture_output=True, text=True, timeout=300
-    )
-    assert run.returncode == 0, f"{path} failed:\n{run.stderr[-3000:]}"
-    losses = tuple(float(value) for value in _LOSS.findall(run.stdout))
-    assert losses, f"{path} printed no `loss <value>` lines"
-    return losses
-
-
 @pytest.fixture(scope="module")
 def torch_installed() -> None:
     pytest.importorskip("torch")
@@ -75,7 +61,7 @@ def torch_installed() -> None:
 
 @pytest.mark.parametrize("script", STEPS, ids=[s.stem for s in STEPS])
 def test_rewritten_with_defaults_trains_identically_on_cpu(script: Path, torch_installed) -> None:
-    assert _losses(_expected(script)) == _losses(script)
+    assert printed_losses(_expected(script)) == printed_losses(script)
 
 
 @pytest.mark.parametrize("script", STEPS, ids=[s.stem for s in STEPS])
@@ -83,7 +69,7 @@ def test_rewritten_for_cpu_bfloat16_trains(script: Path, tmp_path: Path, torch_i
     rewritten = tmp_path / script.name
     rewritten.write_text(fixed(script.read_text(encoding="utf-8"), BF16_CPU), encoding="utf-8")
     assert 'autocast("cpu", dtype=torch.bfloat16)' in rewritten.read_text()
-    original, amp = _losses(script), _losses(rewritten)
+    original, amp = printed_losses(script), printed_losses(rewritten)
     assert all(math.isfinite(value) for value in amp)
     assert len(amp) == len(original)
     if original[-1] < original[0]:
@@ -103,8 +89,8 @@ def test_rewritten_for_cpu_float16_runs_a_real_scaler(
     rewritten = tmp_path / script.name
     rewritten.write_text(fixed(script.read_text(encoding="utf-8"), FP16_CPU), encoding="utf-8")
     assert 'GradScaler("cpu")' in rewritten.read_text()
-    amp = _losses(rewritten)
-    assert len(amp) == len(_losses(script))
+    amp = printed_losses(rewritten)
+    assert len(amp) == len(printed_losses(script))
     assert math.isfinite(amp[-1])
 
 

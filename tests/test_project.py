@@ -157,3 +157,80 @@ def test_a_cached_result_is_recomputed_when_a_module_it_read_changes(tmp_path: P
     )
     second = run_cli("check", "--cache-dir", cache, root / "engine.py")
     assert "from main.py" not in second.stdout
+
+
+LOSSES = dedent("""
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+
+    def _bce(p, t):
+        return F.binary_cross_entropy(p, t)
+
+
+    def vae_loss(recon, x, mu, logvar):
+        return _bce(recon, x) + (mu * logvar).sum()
+
+
+    class GANLoss(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.loss = nn.BCELoss()
+
+        def forward(self, p, real):
+            return self.loss(p, torch.ones_like(p) if real else torch.zeros_like(p))
+
+
+    def l1(p, t):
+        return (p - t).abs().mean()
+    """)
+VAE_STEP = dedent("""
+    import torch
+
+    from .losses import l1, vae_loss
+
+
+    def train(model, loader):
+        optimizer = torch.optim.Adam(model.parameters())
+        for x in loader:
+            x = x.cuda(non_blocking=True)
+            recon, mu, logvar = model(x)
+            loss = vae_loss(recon, x, mu, logvar) + l1(recon, x)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    """)
+
+
+def test_a_loss_helper_of_another_module_is_seen_through_a_relative_import(
+    tmp_path: Path,
+) -> None:
+    root = _project(tmp_path, **{"pkg.__init__": "", "pkg.losses": LOSSES, "pkg.engine": VAE_STEP})
+    result = run_cli("check", "--no-cache", root / "pkg" / "engine.py")
+    assert "`vae_loss` (it calls binary_cross_entropy, pkg/losses.py:9)" in result.stdout
+    diff = run_cli("fix", "--no-cache", root / "pkg" / "engine.py").stdout
+    assert "+        loss = vae_loss(recon.float(), x, mu.float(), logvar.float()) + l1(" in diff
+
+
+def test_a_loss_module_of_another_module_is_seen_through_its_instances(tmp_path: Path) -> None:
+    step = dedent("""
+        import torch
+
+        import losses
+
+
+        def train(net_d, loader):
+            criterion = losses.GANLoss().cuda()
+            optimizer = torch.optim.Adam(net_d.parameters())
+            for real in loader:
+                loss = criterion(net_d(real), True)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+        """)
+    root = _project(tmp_path, losses=LOSSES, train=step)
+    result = run_cli("check", "--no-cache", root / "train.py")
+    assert "`criterion` (it calls BCELoss, losses.py:13)" in result.stdout
+    unrelated = step.replace("losses.GANLoss()", "torch.nn.MSELoss()")
+    (root / "train.py").write_text(unrelated)
+    assert "it calls" not in run_cli("check", "--no-cache", root / "train.py").stdout

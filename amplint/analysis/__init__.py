@@ -43,7 +43,7 @@ from amplint.analysis.scaler import (
 )
 from amplint.analysis.steps import StepScan, find_training_steps
 from amplint.diagnostics import Span
-from amplint.project import ProjectView
+from amplint.project import LossHelper, ProjectView
 
 
 class ModuleFacts:
@@ -72,7 +72,16 @@ class ModuleFacts:
 
     @cached_property
     def training_steps(self) -> StepScan:
-        return find_training_steps(self.module, self.imports)
+        return find_training_steps(self.module, self.imports, self.project_loss_helpers)
+
+    @cached_property
+    def project_loss_helpers(self) -> dict[str, LossHelper]:
+        """Loss helpers of other project modules this one imports that compute
+        a loss CUDA autocast refuses, by the name a call spells them."""
+        if self.project is None:
+            return {}
+        imported = {binding.name: binding.target for binding in self.imports.statements}
+        return self.project.loss_helpers(imported)
 
     @cached_property
     def scaler_uses(self) -> list[ScalerUse]:

@@ -345,7 +345,7 @@ class _UnsafeLossFinder(Visitor):
             short = short_loss_name(qualified)
             return f"`{spelled}`" if spelled == short else f"`{spelled}` ({short})"
         helper = self.model_calls.unsafe_helpers.get(spelled)
-        if helper is not None and isinstance(func, cst.Name):
+        if helper is not None and dotted_name(func) == spelled:
             return f"`{spelled}` (it calls {helper})"
         return None
 

@@ -89,11 +89,15 @@ class ImportMap(ScopedVisitor):
         return False
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
-        if node.relative or isinstance(node.names, cst.ImportStar):
+        if isinstance(node.names, cst.ImportStar):
             return False
+        # `from .losses import bce` binds `.losses.bce`: never a torch name, but
+        # the project model follows it to the module that defines it.
+        dots = "." * len(node.relative)
         source = module_name(node.module)
-        if source is None:
+        if source is None and not dots:
             return False
+        source = dots + (source or "")
         for alias in node.names:
             imported = dotted_name(alias.name)
             if imported is None:
@@ -101,7 +105,9 @@ class ImportMap(ScopedVisitor):
             local = imported
             if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
                 local = alias.asname.name.value
-            self._bind(local, f"{source}.{imported}", node)
+            # `from . import losses` binds `.losses`; `from .x import y`, `.x.y`.
+            target = f"{source}.{imported}" if source.strip(".") else source + imported
+            self._bind(local, target, node)
         return False
 
     # -- answering --------------------------------------------------------

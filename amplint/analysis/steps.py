@@ -36,6 +36,7 @@ from amplint.analysis.statements import (
     method_name,
 )
 from amplint.analysis.visitor import Visitor
+from amplint.project import LossHelper
 
 Loop = Union[cst.For, cst.While]
 BlockOwner = Union[cst.For, cst.While, cst.FunctionDef]
@@ -168,11 +169,13 @@ class StepScan:
 class _StepFinder(ScopedVisitor):
     """Visits every loop and function body once, with the enclosing context."""
 
-    def __init__(self, module: cst.Module, imports: ImportMap) -> None:
+    def __init__(
+        self, module: cst.Module, imports: ImportMap, project_losses: dict[str, LossHelper]
+    ) -> None:
         super().__init__()
         self.module = module
         self.imports = imports
-        self.optimizers = _optimizer_names(module, imports)
+        self.optimizers = _optimizer_names(module, imports, project_losses)
         self.calls = ModelCalls(
             module,
             self.resolve,
@@ -534,10 +537,30 @@ class _Optimizers:
 
 
 class _OptimizerCollector(ScopedVisitor):
-    def __init__(self, imports: ImportMap) -> None:
+    def __init__(self, imports: ImportMap, project_losses: dict[str, LossHelper]) -> None:
         super().__init__()
         self.imports = imports
         self.found = _Optimizers(set(), set(), {}, set(), {}, set(), set())
+        # Classes whose instances compute an unsafe loss: the module's own
+        # (found as the walk goes) and those imported from the project.
+        self.loss_classes = {
+            name: helper.description for name, helper in project_losses.items() if helper.is_class
+        }
+        self.found.unsafe_helpers.update(
+            (name, helper.description)
+            for name, helper in project_losses.items()
+            if not helper.is_class
+        )
+        self.constructed: list[tuple[str, str]] = []  # (name, the callable whose result it is)
+
+    def leave_scope(self, scope: Scope) -> None:
+        if not isinstance(scope, cst.Module):
+            return
+        # `criterion = GANLoss()`: calling the instance computes the loss.  Done
+        # at the end, where every class of the module is known.
+        for name, constructed in self.constructed:
+            if constructed in self.loss_classes:
+                self.found.unsafe_helpers.setdefault(name, self.loss_classes[constructed])
 
     def enter_scope(self, scope: Scope) -> None:
         if isinstance(scope, cst.ClassDef):
@@ -562,10 +585,13 @@ class _OptimizerCollector(ScopedVisitor):
         if not isinstance(node.value, cst.Call):
             return
         called = self.imports.resolve(node.value.func, self.scope) or ""
+        constructed = dotted_name(_moved(node.value).func)
         for target in node.targets:
             name = dotted_name(target.target)
             if name is None:
                 continue
+            if constructed is not None:
+                self.constructed.append((name, constructed))
             if called.startswith("torch.optim.lr_scheduler."):
                 self.found.schedulers.add(name)
             elif called.startswith("torch.optim."):
@@ -588,6 +614,8 @@ class _OptimizerCollector(ScopedVisitor):
             for scope in self.scopes:
                 if isinstance(scope, cst.FunctionDef):
                     self.found.unsafe_helpers.setdefault(scope.name.value, short_loss_name(called))
+                elif isinstance(scope, cst.ClassDef):
+                    self.loss_classes.setdefault(scope.name.value, short_loss_name(called))
         if method_name(node) == "backward":
             self.found.backward_functions.update(
                 scope.name.value for scope in self.scopes if isinstance(scope, cst.FunctionDef)
@@ -596,6 +624,17 @@ class _OptimizerCollector(ScopedVisitor):
             name = dotted_name(node.func.value)
             if name is not None:
                 self.found.names.add(name)
+
+
+def _moved(call: cst.Call) -> cst.Call:
+    """`GANLoss()` of `GANLoss().to(device)` (also `.cuda()`, `.float()`)."""
+    while (
+        isinstance(call.func, cst.Attribute)
+        and call.func.attr.value in ("to", "cuda", "float", "cpu")
+        and isinstance(call.func.value, cst.Call)
+    ):
+        call = call.func.value
+    return call
 
 
 def _base_names(class_def: cst.ClassDef) -> set[str]:
@@ -616,13 +655,19 @@ class _AutocastMention(Visitor):
         self.found = self.found or "autocast" in node.value
 
 
-def _optimizer_names(module: cst.Module, imports: ImportMap) -> _Optimizers:
-    collector = _OptimizerCollector(imports)
+def _optimizer_names(
+    module: cst.Module, imports: ImportMap, project_losses: dict[str, LossHelper]
+) -> _Optimizers:
+    collector = _OptimizerCollector(imports, project_losses)
     collector.walk(module)
     return collector.found
 
 
-def find_training_steps(module: cst.Module, imports: ImportMap) -> StepScan:
-    finder = _StepFinder(module, imports)
+def find_training_steps(
+    module: cst.Module, imports: ImportMap, project_losses: dict[str, LossHelper] | None = None
+) -> StepScan:
+    """The training steps of `module`; `project_losses` are the loss helpers
+    of other project modules it imports (see ProjectView.loss_helpers)."""
+    finder = _StepFinder(module, imports, project_losses or {})
     finder.walk(module)
     return StepScan(finder.steps, finder.manual_updates, finder.optimizers.created)
