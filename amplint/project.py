@@ -28,7 +28,9 @@ ROOT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
 # Walking a home directory by mistake must not take minutes.
 MAX_PROJECT_FILES = 20_000
 _FSDP_WRAP = re.compile(r"\b(FullyShardedDataParallel|FSDP|fully_shard)\s*\(")
-_FSDP_MIXED_PRECISION = re.compile(r"\bMixedPrecision(Policy)?\s*\(|\bmixed_precision\s*=")
+_FSDP_MIXED_PRECISION = re.compile(
+    r"\bMixedPrecision(Policy)?\s*\(|\bmixed_precision\s*=|\bmp_policy\s*="
+)
 
 
 @dataclass(frozen=True)
@@ -92,9 +94,28 @@ class CallSite:
 
 @dataclass(frozen=True)
 class FsdpUse:
-    path: Path
+    path: Path | None  # None for text with no file behind it
     line: int
     mixed_precision: bool  # the same module passes an FSDP mixed-precision policy
+    # `fully_shard` (FSDP2): its gradients are DTensors, whose inf check the
+    # plain GradScaler already reduces across ranks; FullyShardedDataParallel's
+    # flat shards need ShardedGradScaler.
+    composable: bool
+
+
+def fsdp_use_in(text: str, path: Path | None = None) -> FsdpUse | None:
+    """Where `text` wraps a model in FSDP (the wrapper called, not only named)."""
+    if "FSDP" not in text and "FullyShardedDataParallel" not in text and "fully_shard" not in text:
+        return None
+    match = _FSDP_WRAP.search(text)
+    if match is None:
+        return None
+    return FsdpUse(
+        path,
+        text.count("\n", 0, match.start()) + 1,
+        _FSDP_MIXED_PRECISION.search(text) is not None,
+        match.group(1) == "fully_shard",
+    )
 
 
 @dataclass(frozen=True)
@@ -223,13 +244,9 @@ class ProjectIndex:
             found = []
             for path in self.paths:
                 module = self.module(path)
-                if module is None or "FSDP" not in module.text and "fully_shard" not in module.text:
-                    continue
-                match = _FSDP_WRAP.search(module.text)
-                if match is not None:
-                    line = module.text.count("\n", 0, match.start()) + 1
-                    mixed = _FSDP_MIXED_PRECISION.search(module.text) is not None
-                    found.append(FsdpUse(module.path, line, mixed))
+                use = fsdp_use_in(module.text, module.path) if module is not None else None
+                if use is not None:
+                    found.append(use)
             self._fsdp = found
         return self._fsdp
 
@@ -381,7 +398,7 @@ class ProjectView:
         uses = [
             use
             for use in self.index.fsdp_uses()
-            if use.path.resolve() == self.path
+            if use.path == self.path
             or self.index.imports(use.path, self.path)
             or self.index.imports(self.path, use.path)
         ]

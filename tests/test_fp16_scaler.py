@@ -103,9 +103,15 @@ def test_a_method_step_keeps_its_scaler_on_the_instance() -> None:
     assert fixed(result) == result
 
 
-def test_not_rewritten_under_fsdp() -> None:
+def test_under_fsdp_the_scaler_is_sharded() -> None:
     source = "from torch.distributed.fsdp import FullyShardedDataParallel\n" + _source(
         'torch.autocast("cuda")'
+    ).replace(
+        "for x, y in loader:", "model = FullyShardedDataParallel(model)\n    for x, y in loader:"
     )
     assert "AMP106" in codes_of(source)
-    assert fixed(source) == source
+    result = fixed(source)
+    assert "from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler\n" in result
+    flat = " ".join(result.split())
+    assert 'ShardedGradScaler("cuda") if torch.distributed.is_initialized() else' in flat
+    assert fixed(result) == result

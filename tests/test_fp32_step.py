@@ -130,14 +130,14 @@ def test_second_run_changes_nothing_and_reports_nothing() -> None:
         ),
         (
             """
-            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-            model = FSDP(model)
+            from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+            fully_shard(model, mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16))
             for x, y in loader:
                 loss = criterion(model(x), y)
                 loss.backward()
                 optimizer.step()
             """,
-            "FSDP needs torch.distributed.fsdp.sharded_grad_scaler.ShardedGradScaler",
+            "the model is wrapped in FSDP with a mixed-precision policy (line 2)",
         ),
         (
             """
@@ -195,6 +195,47 @@ def test_fsdp_with_bfloat16_is_rewritten() -> None:
             optimizer.step()
         """)
     assert "torch.autocast" in fixed(source, Settings(dtype="bfloat16"))
+
+
+FSDP_STEP = """
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.fsdp import {wrapper}
+
+    def main(model, loader):
+        dist.init_process_group("nccl")
+        model = {wrapper}(model.cuda())
+        optimizer = torch.optim.AdamW(model.parameters())
+        for x, y in loader:
+            loss = criterion(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    """
+
+
+def test_fully_sharded_data_parallel_gets_the_sharded_scaler_beside_its_import() -> None:
+    result = fixed(dedent(FSDP_STEP.format(wrapper="FullyShardedDataParallel")))
+    assert result.startswith(
+        "import torch\n"
+        "import torch.distributed as dist\n"
+        "from torch.distributed.fsdp import FullyShardedDataParallel\n"
+        "from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler\n"
+    )
+    assert 'ShardedGradScaler("cuda") if dist.is_initialized() else' in " ".join(result.split())
+    assert fixed(result) == result
+
+
+@pytest.mark.parametrize("wrapper", ["fully_shard", "DistributedDataParallel"])
+def test_fully_shard_and_ddp_keep_the_plain_scaler(wrapper: str) -> None:
+    # fully_shard's DTensor gradients: the plain GradScaler's inf check is
+    # reduced across ranks by DTensor itself (PyTorch tests FSDP2 with it).
+    source = dedent(FSDP_STEP.format(wrapper=wrapper))
+    if wrapper == "DistributedDataParallel":
+        source = source.replace("torch.distributed.fsdp", "torch.nn.parallel")
+    result = fixed(source)
+    assert 'scaler = torch.amp.GradScaler("cuda")' in result
+    assert "Sharded" not in result
 
 
 @pytest.mark.parametrize(

@@ -43,7 +43,7 @@ from amplint.analysis.scaler import (
 )
 from amplint.analysis.steps import StepScan, find_training_steps
 from amplint.diagnostics import Span
-from amplint.project import LossHelper, ProjectView
+from amplint.project import FsdpUse, LossHelper, ProjectView, fsdp_use_in
 
 
 class ModuleFacts:
@@ -73,6 +73,14 @@ class ModuleFacts:
     @cached_property
     def training_steps(self) -> StepScan:
         return find_training_steps(self.module, self.imports, self.project_loss_helpers)
+
+    @cached_property
+    def fsdp_uses(self) -> list[FsdpUse]:
+        """Where this module, or another module of its program, wraps a model in FSDP."""
+        here = self.project.path if self.project is not None else None
+        own = fsdp_use_in(self.text, here)
+        others = [] if self.project is None else self.project.fsdp_uses()
+        return ([own] if own is not None else []) + [u for u in others if u.path != here]
 
     @cached_property
     def project_loss_helpers(self) -> dict[str, LossHelper]:

@@ -48,6 +48,9 @@ CLIP_FUNCTIONS = {
     "torch.nn.utils.clip_grad.clip_grad_norm_",
     "torch.nn.utils.clip_grad.clip_grad_value_",
 }
+# Clipping methods of wrappers that own sharded parameters: FSDP's
+# `model.clip_grad_norm_(max_norm)` reduces the norm across ranks.
+CLIP_METHODS = {"clip_grad_norm_", "clip_grad_value_"}
 # Receivers of `.backward(loss)` that belong to a framework owning precision.
 FRAMEWORK_BACKWARD = {"accelerator", "booster", "engine", "model_engine", "fabric"}
 _OPTIMIZER_NAME = re.compile(r"optim|^opt($|[_\dA-Z]|[dg]$)", re.I)
@@ -274,7 +277,7 @@ class _StepFinder(ScopedVisitor):
                     steps.append(
                         OptimizerStep(call, receiver, statement, order, has_closure=bool(call.args))
                     )
-                elif self.resolve(call.func) in CLIP_FUNCTIONS:
+                elif self.resolve(call.func) in CLIP_FUNCTIONS or method in CLIP_METHODS:
                     grad_edits.append(GradEdit(statement, order, clip=call))
             if not isinstance(statement, (cst.If, cst.With, cst.Try)) and not any(
                 edit.statement is statement for edit in grad_edits

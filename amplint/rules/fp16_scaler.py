@@ -56,5 +56,6 @@ class Float16WithoutScaler(Rule):
             Applicability.SAFE,
             f"GradScaler `{insert.scaler}` scales the loss and steps the optimizer",
             (Edit(insert.target, insert.rewrite),),
+            module_passes=insert.module_passes,
         )
         return Diagnostic(self.code, message, span, fix)

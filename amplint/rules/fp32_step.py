@@ -16,7 +16,7 @@ from amplint.config import Settings
 from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix
 from amplint.prefilter import SourceClues
 from amplint.rules.base import Rule
-from amplint.transforms.imports import ensure_torch_imported
+
 from amplint.transforms.insert_amp import (
     AmpChoice,
     InsertAmp,
@@ -170,11 +170,13 @@ class FP32TrainingStep(Rule):
                 "the better long-term change)"
             )
             done += ", the BCE loss after the block in float32"
+        if insert.makes_sharded_scaler:
+            done = done.replace("GradScaler", "ShardedGradScaler (FSDP)", 1)
         fix = Fix(
             Applicability.SAFE,
             done,
             (Edit(insert.target, insert.rewrite),),
-            module_passes=(ensure_torch_imported,),
+            module_passes=insert.module_passes,
         )
         return Diagnostic(
             self.code,

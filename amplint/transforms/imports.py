@@ -15,7 +15,7 @@ import libcst as cst
 
 from amplint.analysis.apex import is_apex
 from amplint.analysis.deprecated_amp import DEPRECATED_MODULES
-from amplint.analysis.imports import Binding, ImportMap, dotted_name
+from amplint.analysis.imports import Binding, ImportMap, dotted_name, module_name
 from amplint.analysis.scopes import Scope, ScopedVisitor
 
 
@@ -263,6 +263,51 @@ def ensure_module_import(module: cst.Module, name: str) -> cst.Module:
         new_line = new_line.with_changes(leading_lines=[cst.EmptyLine()])
     body.insert(position, new_line)
     return module.with_changes(body=body)
+
+
+def ensure_from_import(module: cst.Module, source: str, name: str) -> cst.Module:
+    """Add ``from source import name`` if code uses `name` and nothing at module
+    level binds it: among the module's leading imports of the same package, in
+    sorted order as isort keeps them, else after its last leading import."""
+    referenced = _ReferencedNames()
+    referenced.walk(module)
+    if name not in referenced.by_scope.get(module, set()):
+        return module
+    if ImportMap.of(module).binding(name, module) is not None:
+        return module
+    body = list(module.body)
+    position = 0
+    while position < len(body) and (
+        (position == 0 and is_docstring(body[position])) or _is_future_import(body[position])
+    ):
+        position += 1
+    package = source.split(".", 1)[0]
+    leading, after_same_package = [], None
+    for index in range(position, len(body)):
+        if not _is_import(body[index]):
+            break
+        leading.append(index)
+        imported = _imported_module(body[index])
+        if imported.split(".", 1)[0] == package and imported <= source:
+            after_same_package = index
+    new_line = cst.parse_statement(f"from {source} import {name}\n")
+    if after_same_package is not None:
+        body.insert(after_same_package + 1, new_line)
+    elif leading:
+        body.insert(leading[-1] + 1, new_line)
+    elif position > 0:  # after a docstring: set apart from it
+        body.insert(position, new_line.with_changes(leading_lines=[cst.EmptyLine()]))
+    else:
+        body.insert(0, new_line)
+    return module.with_changes(body=body)
+
+
+def _imported_module(statement: cst.SimpleStatementLine) -> str:
+    """The module the first import of an import line names."""
+    first = statement.body[0]
+    if isinstance(first, cst.ImportFrom):
+        return "." * len(first.relative) + (module_name(first.module) or "")
+    return dotted_name(first.names[0].name) or ""
 
 
 def ensure_functools_imported(module: cst.Module) -> cst.Module:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import libcst as cst
 
@@ -23,6 +23,7 @@ from amplint.analysis.steps import TrainingStep
 from amplint.config import Settings
 from amplint.analysis.statements import name_use, string_value
 from amplint.transforms.arguments import insert_argument, keyword_argument
+from amplint.transforms.imports import ensure_from_import, ensure_torch_imported
 from amplint.transforms.scaler_scope import (
     NoCallers,
     parameter_names,
@@ -55,20 +56,22 @@ def amp_choice(settings: Settings) -> AmpChoice:
     return AmpChoice(settings.device_type, settings.dtype)
 
 
-_FSDP = re.compile(r"FullyShardedDataParallel|\bfully_shard\b|\bFSDP\b")
 SCALER_SINCE = (2, 3)  # torch.amp.GradScaler
+SHARDED_SCALER_MODULE = "torch.distributed.fsdp.sharded_grad_scaler"
 
 
 def scaler_obstacle(facts: ModuleFacts, settings: Settings) -> str | None:
-    """Why a torch.amp.GradScaler cannot be added to this module, or None."""
-    if _FSDP.search(facts.text) or (facts.project is not None and facts.project.fsdp_uses()):
-        return (
-            "FSDP needs torch.distributed.fsdp.sharded_grad_scaler.ShardedGradScaler; "
-            "`--dtype bfloat16` needs no scaler"
-        )
+    """Why a GradScaler cannot be added to this module, or None."""
     if settings.target_torch < SCALER_SINCE:
         return "torch.amp.GradScaler needs torch 2.3, above target-torch"
     return None
+
+
+def needs_sharded_scaler(facts: ModuleFacts) -> bool:
+    """Whether the program shards its model with FullyShardedDataParallel, whose
+    flat gradient shards need ShardedGradScaler to agree on infs across ranks
+    (`fully_shard`'s DTensor gradients work with the plain GradScaler)."""
+    return any(not use.composable for use in facts.fsdp_uses)
 
 
 # Any sign that a script runs on something other than the CPU: CUDA, a device
@@ -91,13 +94,17 @@ def runs_on_cpu_only(step: TrainingStep, facts: ModuleFacts) -> bool:
     return True
 
 
+def _import_sharded_scaler(module: cst.Module) -> cst.Module:
+    return ensure_from_import(module, SHARDED_SCALER_MODULE, "ShardedGradScaler")
+
+
 def fsdp_mixed_precision(facts: ModuleFacts) -> str | None:
-    """Where the project gives FSDP a mixed-precision policy: its steps are
+    """Where the program gives FSDP a mixed-precision policy: its steps are
     mixed precision already, and autocast on top would be a second policy."""
-    if facts.project is None:
-        return None
-    for use in facts.project.fsdp_uses():
+    for use in facts.fsdp_uses:
         if use.mixed_precision:
+            if use.path is None or facts.project is None:
+                return f"line {use.line}"
             return f"{facts.project.relative(use.path)}:{use.line}"
     return None
 
@@ -195,6 +202,7 @@ class InsertAmp:
         # Names given to model outputs computed ahead of an unsafe loss, over
         # every region of the step: each stays one thing.
         self._output_names_taken: set[str] = set()
+        self.makes_sharded_scaler = False  # the scaler made is FSDP's ShardedGradScaler
         self.dtype_expression = {
             "float16": f"{self.torch}.float16",
             "bfloat16": f"{self.torch}.bfloat16",
@@ -203,6 +211,24 @@ class InsertAmp:
 
     def code(self, node: cst.CSTNode) -> str:
         return self.facts.module.code_for_node(node)
+
+    @property
+    def module_passes(self) -> tuple[Callable[[cst.Module], cst.Module], ...]:
+        """The imports the rewrite needs, as Fix.module_passes."""
+        if self.makes_sharded_scaler:
+            return (ensure_torch_imported, _import_sharded_scaler)
+        return (ensure_torch_imported,)
+
+    @property
+    def scaler_class(self) -> str | None:
+        """The name of FSDP's ShardedGradScaler where the program needs it (see
+        needs_sharded_scaler), else None for torch.amp.GradScaler."""
+        if not needs_sharded_scaler(self.facts):
+            return None
+        sharded = f"{SHARDED_SCALER_MODULE}.ShardedGradScaler"
+        return (
+            self.facts.imports.name_for(sharded, self.step.enclosing_scope) or "ShardedGradScaler"
+        )
 
     # -- where the scaler lives -------------------------------------------------
     def _creation(self, owner_prefix: str, dtype_name: str, scaler_name: str) -> list[str]:
@@ -216,9 +242,21 @@ class InsertAmp:
             )
             enabled = f", enabled={owner_prefix}{dtype_name} == {torch}.float16"
         if self.choice.uses_scaler:
-            lines.append(
-                f'{owner_prefix}{scaler_name} = {torch}.amp.GradScaler("{device}"{enabled})'
-            )
+            made = f'{torch}.amp.GradScaler("{device}"{enabled})'
+            sharded = self.scaler_class
+            if sharded is not None:
+                # ShardedGradScaler all-reduces its inf check, which needs the
+                # process group FSDP runs in; a run without one (a single-GPU
+                # debug run where the wrap is skipped) keeps the plain scaler.
+                distributed = (
+                    self.facts.imports.name_for("torch.distributed", self.step.enclosing_scope)
+                    or f"{torch}.distributed"
+                )
+                made = (
+                    f'{sharded}("{device}"{enabled}) if {distributed}.is_initialized() else {made}'
+                )
+                self.makes_sharded_scaler = True
+            lines.append(f"{owner_prefix}{scaler_name} = {made}")
         return lines
 
     def place_scaler(self) -> str | None:

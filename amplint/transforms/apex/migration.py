@@ -66,6 +66,7 @@ from amplint.transforms.insert_amp import (
     AmpChoice,
     InsertAmp,
     free_name,
+    needs_sharded_scaler,
     scaler_obstacle,
 )
 
@@ -158,6 +159,8 @@ class _Migrator:
     # -- driving ------------------------------------------------------------------
     def run(self) -> ApexMigration:
         obstacle = scaler_obstacle(self.facts, self.settings)
+        if obstacle is None and needs_sharded_scaler(self.facts):
+            obstacle = "FSDP needs ShardedGradScaler in place of apex's loss scaler"
         if obstacle is not None:
             raise MigrationBlocked(obstacle)
         dropped = self._keep_fp32_branches()
