@@ -708,3 +708,82 @@ def test_the_update_stays_under_the_condition_every_step_shares() -> None:
         '                with torch.autocast("cuda", dtype=torch.float16):\n'
         "                    actor_loss = "
     ) in result
+
+
+DEVICE_SCRIPT = """
+    import torch
+
+    device = {device}
+    model = Net().to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in loader:
+        x, y = x.to(device), y.to(device)
+        loss = criterion(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    """
+
+
+@pytest.mark.parametrize(
+    "device, autocast, scaler",
+    [
+        # PyTorch's quickstart: a string, whichever accelerator or the CPU.
+        (
+            "torch.accelerator.current_accelerator().type if torch.accelerator.is_available() "
+            'else "cpu"',
+            'torch.autocast(device, dtype=torch.float16, enabled=device != "cpu")',
+            'torch.amp.GradScaler(device, enabled=device != "cpu")',
+        ),
+        (
+            'torch.device("mps" if torch.backends.mps.is_available() else "cpu")',
+            'torch.autocast(device.type, dtype=torch.float16, enabled=device.type != "cpu")',
+            'torch.amp.GradScaler(device.type, enabled=device.type != "cpu")',
+        ),
+        (  # an indexed string is no device type: torch.device reads it
+            'f"xpu:{rank}" if torch.xpu.is_available() else "cpu"',
+            "torch.autocast(torch.device(device).type, dtype=torch.float16, "
+            'enabled=torch.device(device).type != "cpu")',
+            "torch.amp.GradScaler(torch.device(device).type, "
+            'enabled=torch.device(device).type != "cpu")',
+        ),
+        (  # only an accelerator, never the CPU: nothing to switch off
+            "torch.accelerator.current_accelerator()",
+            "torch.autocast(device.type, dtype=torch.float16)",
+            "torch.amp.GradScaler(device.type)",
+        ),
+        # CUDA or the CPU: "cuda" says it, and CUDA autocast turns itself off.
+        (
+            'torch.device("cuda" if torch.cuda.is_available() else "cpu")',
+            'torch.autocast("cuda", dtype=torch.float16)',
+            'torch.amp.GradScaler("cuda")',
+        ),
+        # Nothing the module shows: the default.
+        ("args.device", 'torch.autocast("cuda", dtype=torch.float16)', 'GradScaler("cuda")'),
+    ],
+)
+def test_autocast_follows_the_device_the_script_proves(
+    device: str, autocast: str, scaler: str
+) -> None:
+    result = fixed(dedent(DEVICE_SCRIPT.format(device=device)))
+    flat = " ".join(result.split()).replace("( ", "(").replace(" )", ")")
+    assert autocast in flat
+    assert scaler in flat
+    assert fixed(result) == result
+
+
+def test_a_device_type_given_by_the_user_wins_over_the_script() -> None:
+    source = dedent(DEVICE_SCRIPT.format(device='torch.device("mps")'))
+    result = fixed(source, Settings(device_type="cpu", dtype="bfloat16"))
+    assert 'torch.autocast("cpu", dtype=torch.bfloat16)' in result
+
+
+def test_two_devices_or_a_cuda_call_prove_nothing() -> None:
+    two = DEVICE_SCRIPT.format(device='"mps"').replace(
+        "x, y = x.to(device), y.to(device)", 'x, y = x.to(device), y.to("xpu")'
+    )
+    assert 'torch.autocast("cuda"' in fixed(dedent(two))
+    cuda_call = DEVICE_SCRIPT.format(device='"mps"').replace(
+        "model = Net().to(device)", "model = Net().cuda()"
+    )
+    assert 'torch.autocast("cuda"' in fixed(dedent(cuda_call))

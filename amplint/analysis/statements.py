@@ -137,6 +137,12 @@ def calls_in_line(statement: cst.BaseStatement) -> Iterator[cst.Call]:
                 yield value
 
 
+def parameter_names(function: cst.FunctionDef) -> list[str]:
+    """The names of the function's parameters, but `*args` and `**kwargs`."""
+    params = function.params
+    return [p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params)]
+
+
 def string_value(node: cst.BaseExpression | None) -> str | None:
     """The text of a plain string literal; None for anything else."""
     if isinstance(node, cst.SimpleString):

@@ -22,7 +22,7 @@ from amplint.config import Settings
 from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix
 from amplint.prefilter import SourceClues
 from amplint.rules.base import Rule
-from amplint.transforms.scaler_scope import parameter_names
+from amplint.analysis.statements import parameter_names
 from amplint.transforms.statements import followed_by, removable, removed
 
 

@@ -18,15 +18,15 @@ from amplint.analysis import ModuleFacts
 from amplint.analysis.imports import dotted_name
 from amplint.analysis.autocast import device_argument, keyword_value
 from amplint.analysis.bf16_scaler import GRAD_SCALERS
+from amplint.analysis.device import ScriptDevice, script_device
 from amplint.analysis.forward import ForwardRegion
 from amplint.analysis.steps import TrainingStep
 from amplint.config import Settings
-from amplint.analysis.statements import name_use, string_value
+from amplint.analysis.statements import name_use, parameter_names, string_value
 from amplint.transforms.arguments import insert_argument, keyword_argument
 from amplint.transforms.imports import ensure_from_import, ensure_torch_imported
 from amplint.transforms.scaler_scope import (
     NoCallers,
-    parameter_names,
     runs_per_epoch,
     thread_through_callers,
     with_parameter_after,
@@ -203,6 +203,16 @@ class InsertAmp:
         # every region of the step: each stays one thing.
         self._output_names_taken: set[str] = set()
         self.makes_sharded_scaler = False  # the scaler made is FSDP's ShardedGradScaler
+        # The device autocast and the scaler name: the settings' own, or the
+        # script's where it proves one CUDA does not cover (analysis/device.py),
+        # then off on its CPU fallback as CUDA autocast is.
+        self.device_code = f'"{self.choice.device}"'
+        self.device_enabled: str | None = None
+        found = self._script_device() if choice is None else None
+        if found is not None:
+            self.device_code = found.expression
+            if found.may_be_cpu:
+                self.device_enabled = f'{found.expression} != "cpu"'
         self.dtype_expression = {
             "float16": f"{self.torch}.float16",
             "bfloat16": f"{self.torch}.bfloat16",
@@ -211,6 +221,16 @@ class InsertAmp:
 
     def code(self, node: cst.CSTNode) -> str:
         return self.facts.module.code_for_node(node)
+
+    def _script_device(self) -> ScriptDevice | None:
+        """The script's device, when the settings leave it to the script: the
+        default `cuda`, a dtype that does not depend on CUDA's bfloat16 support,
+        and no GradScaler of the user's to agree with."""
+        if self.choice.device != "cuda" or self.choice.picks_dtype_at_run_time:
+            return None
+        if "GradScaler" in self.facts.text:
+            return None
+        return script_device(self.facts.module, self.facts.imports, self.step.function, self.torch)
 
     @property
     def module_passes(self) -> tuple[Callable[[cst.Module], cst.Module], ...]:
@@ -232,9 +252,9 @@ class InsertAmp:
 
     # -- where the scaler lives -------------------------------------------------
     def _creation(self, owner_prefix: str, dtype_name: str, scaler_name: str) -> list[str]:
-        torch, device = self.torch, self.choice.device
+        torch, device = self.torch, self.device_code
         lines = []
-        enabled = ""
+        enabled = f", enabled={self.device_enabled}" if self.device_enabled else ""
         if self.choice.picks_dtype_at_run_time:
             lines.append(
                 f"{owner_prefix}{dtype_name} = {torch}.bfloat16 if "
@@ -242,7 +262,7 @@ class InsertAmp:
             )
             enabled = f", enabled={owner_prefix}{dtype_name} == {torch}.float16"
         if self.choice.uses_scaler:
-            made = f'{torch}.amp.GradScaler("{device}"{enabled})'
+            made = f"{torch}.amp.GradScaler({device}{enabled})"
             sharded = self.scaler_class
             if sharded is not None:
                 # ShardedGradScaler all-reduces its inf check, which needs the
@@ -252,9 +272,7 @@ class InsertAmp:
                     self.facts.imports.name_for("torch.distributed", self.step.enclosing_scope)
                     or f"{torch}.distributed"
                 )
-                made = (
-                    f'{sharded}("{device}"{enabled}) if {distributed}.is_initialized() else {made}'
-                )
+                made = f"{sharded}({device}{enabled}) if {distributed}.is_initialized() else {made}"
                 self.makes_sharded_scaler = True
             lines.append(f"{owner_prefix}{scaler_name} = {made}")
         return lines
@@ -503,9 +521,10 @@ class InsertAmp:
         """Plan autocast around the forward regions (unless the step has its own,
         `autocast_regions=False`) and the scaler's calls."""
         step, plan = self.step, self.plan
-        autocast = f'{self.torch}.autocast("{self.choice.device}", dtype={self.dtype_expression}'
-        if self.autocast_enabled is not None:
-            autocast += f", enabled={self.autocast_enabled}"
+        autocast = f"{self.torch}.autocast({self.device_code}, dtype={self.dtype_expression}"
+        enabled = self.autocast_enabled or self.device_enabled
+        if enabled is not None:
+            autocast += f", enabled={enabled}"
         autocast += ")"
 
         def wrapper(statements: Sequence[cst.BaseStatement]) -> cst.With:

@@ -18,7 +18,7 @@ from typing import Sequence
 
 import libcst as cst
 
-from amplint.analysis.statements import name_use
+from amplint.analysis.statements import name_use, parameter_names
 from amplint.project import ProjectView
 
 
@@ -27,12 +27,6 @@ class NoCallers(str):
 
 
 _PER_EPOCH = re.compile(r"epoch", re.I)
-
-
-def parameter_names(function: cst.FunctionDef) -> list[str]:
-    """The names of the function's parameters, but `*args` and `**kwargs`."""
-    params = function.params
-    return [p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params)]
 
 
 def runs_per_epoch(function: cst.FunctionDef) -> bool:

@@ -1,0 +1,199 @@
+"""The device a script trains on, where its own code proves it.
+
+AMP001 writes `torch.autocast("cuda", ...)` unless the module shows the model
+moving to something else: `device = torch.accelerator.current_accelerator().type
+if torch.accelerator.is_available() else "cpu"` (PyTorch's tutorials), `device =
+torch.device("mps" if torch.backends.mps.is_available() else "cpu")`.  There
+autocast must follow the script's device at run time, or it does nothing on the
+machine the script was written for.
+
+The proof is plain assignments of the name the model is moved to (`.to(device)`,
+`device=device`): string literals, `torch.device(...)`, conditional expressions
+of those, `torch.accelerator.current_accelerator()`, and names bound to them.
+Anything else (`args.device`, a function's result) proves nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import libcst as cst
+
+from amplint.analysis.imports import ImportMap, dotted_name
+from amplint.analysis.scopes import ScopedVisitor
+from amplint.analysis.statements import parameter_names, string_value
+
+ACCELERATOR = "accelerator"  # whichever torch.accelerator finds at run time
+_DEPTH = 4  # names bound to names bound to ... a device
+
+
+@dataclass(frozen=True)
+class _Spelled:
+    """What one device expression can be at run time."""
+
+    types: frozenset[str]  # "cuda", "cpu", "mps", ..., ACCELERATOR
+    is_device: bool  # a torch.device (read `.type`), else a string
+    indexed: bool = False  # a string such as "cuda:0", not a device type itself
+
+
+@dataclass(frozen=True)
+class ScriptDevice:
+    """The device type autocast and the scaler should name, and how."""
+
+    types: frozenset[str]
+    expression: str  # Python reading the device type in the step's scope
+
+    @property
+    def may_be_cpu(self) -> bool:
+        return "cpu" in self.types
+
+
+class _DeviceUses(ScopedVisitor):
+    """Names models and tensors are moved to, and every assignment in the module."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.moved_to: set[str] = set()
+        self.assigned: dict[str, list[cst.BaseExpression]] = {}
+        self.assigned_in: dict[str, set[int]] = {}  # name -> ids of the scopes binding it
+        self.uses_cuda_method = False
+        self.moves_to_a_literal = False
+
+    def visit_Module(self, node: cst.Module) -> None:
+        super().visit_Module(node)
+        self.module = node
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "to":
+            for arg in node.args:
+                if arg.keyword is None or arg.keyword.value == "device":
+                    self._moved(arg.value)
+                    break
+        if isinstance(func, cst.Attribute) and func.attr.value == "cuda":
+            self.uses_cuda_method = True
+        for arg in node.args:
+            if arg.keyword is not None and arg.keyword.value == "device":
+                self._moved(arg.value)
+
+    def _moved(self, value: cst.BaseExpression) -> None:
+        name = dotted_name(value)
+        if name is not None:
+            self.moved_to.add(name)
+        elif string_value(value) not in (None, "cpu"):
+            self.moves_to_a_literal = True  # `.to("cuda")` beside `.to(device)`
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        for target in node.targets:
+            self._assign(target.target, node.value)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        if node.value is not None:
+            self._assign(node.target, node.value)
+
+    def _assign(self, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
+        name = dotted_name(target)
+        if name is not None:
+            self.assigned.setdefault(name, []).append(value)
+            self.assigned_in.setdefault(name, set()).add(id(self.scope))
+
+
+class _Classifier:
+    def __init__(self, uses: _DeviceUses, imports: ImportMap, module: cst.Module) -> None:
+        self.uses = uses
+        self.imports = imports
+        self.module = module
+
+    def name(self, name: str, depth: int = 0) -> _Spelled | None:
+        values = self.uses.assigned.get(name)
+        if not values or depth > _DEPTH:
+            return None
+        found = [self.expression(value, depth + 1) for value in values]
+        if any(spelled is None for spelled in found):
+            return None
+        return _union(found)
+
+    def expression(self, value: cst.BaseExpression, depth: int) -> _Spelled | None:
+        literal = string_value(value)
+        if literal is not None:
+            kind, _, index = literal.partition(":")
+            return _Spelled(frozenset({kind}), is_device=False, indexed=bool(index))
+        if isinstance(value, cst.FormattedString):  # f"cuda:{rank}"
+            first = value.parts[0] if value.parts else None
+            if not isinstance(first, cst.FormattedStringText) or ":" not in first.value:
+                return None
+            return _Spelled(frozenset({first.value.split(":", 1)[0]}), False, indexed=True)
+        if isinstance(value, cst.IfExp):
+            both = [self.expression(value.body, depth), self.expression(value.orelse, depth)]
+            return None if None in both else _union(both)
+        if isinstance(value, cst.Attribute) and value.attr.value == "type":
+            inner = self.expression(value.value, depth)
+            if inner is None or not inner.is_device:
+                return None
+            return _Spelled(inner.types, is_device=False)
+        if isinstance(value, cst.Call):
+            called = self.imports.resolve(value.func, self.module) or ""
+            if called == "torch.device" and value.args:
+                inner = self.expression(value.args[0].value, depth)
+                return None if inner is None else _Spelled(inner.types, is_device=True)
+            if called == "torch.accelerator.current_accelerator":
+                return _Spelled(frozenset({ACCELERATOR}), is_device=True)
+            return None
+        name = dotted_name(value)
+        if name is not None and depth <= _DEPTH:
+            return self.name(name, depth)
+        return None
+
+
+def _union(found: list[_Spelled]) -> _Spelled | None:
+    if len({spelled.is_device for spelled in found}) != 1:
+        return None
+    return _Spelled(
+        frozenset().union(*(spelled.types for spelled in found)),
+        found[0].is_device,
+        any(spelled.indexed for spelled in found),
+    )
+
+
+def script_device(
+    module: cst.Module,
+    imports: ImportMap,
+    function: cst.FunctionDef | None,
+    torch_name: str,
+) -> ScriptDevice | None:
+    """The device the step in `function` (None: at module level) trains on,
+    when the module proves it is not simply CUDA (or the CPU as fallback);
+    None where "cuda" is the right spelling or nothing is proven."""
+    uses = _DeviceUses()
+    uses.walk(module)
+    classifier = _Classifier(uses, imports, module)
+    proven: dict[str, _Spelled] = {}
+    for name in sorted(uses.moved_to):
+        spelled = classifier.name(name)
+        if spelled is not None:
+            proven[name] = spelled
+    if len(proven) != 1 or uses.uses_cuda_method or uses.moves_to_a_literal:
+        return None  # several devices, or `.cuda()` beside one: not one answer
+    ((name, spelled),) = proven.items()
+    if spelled.types - {"cpu"} in (frozenset(), frozenset({"cuda"})):
+        return None  # "cuda" already says it, and turns itself off on the CPU
+    if not _readable(name, function, uses):
+        return None
+    if spelled.is_device:
+        expression = f"{name}.type"
+    elif spelled.indexed:
+        expression = f"{torch_name}.device({name}).type"
+    else:
+        expression = name
+    return ScriptDevice(spelled.types, expression)
+
+
+def _readable(name: str, function: cst.FunctionDef | None, uses: _DeviceUses) -> bool:
+    """Whether the step's scope can read `name`: a parameter or a local of its
+    function, `self.` anything in a method, or a module global."""
+    scopes = uses.assigned_in.get(name, set())
+    if function is not None:
+        head = name.split(".", 1)[0]
+        if head in parameter_names(function) or id(function) in scopes:
+            return True
+    return "." not in name and id(uses.module) in scopes
