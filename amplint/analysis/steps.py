@@ -277,7 +277,9 @@ class _StepFinder(ScopedVisitor):
                     steps.append(
                         OptimizerStep(call, receiver, statement, order, has_closure=bool(call.args))
                     )
-                elif self.resolve(call.func) in CLIP_FUNCTIONS or method in CLIP_METHODS:
+                elif self.resolve(call.func) in CLIP_FUNCTIONS or (
+                    method in CLIP_METHODS and not _framework_owned(call)
+                ):
                     grad_edits.append(GradEdit(statement, order, clip=call))
             if not isinstance(statement, (cst.If, cst.With, cst.Try)) and not any(
                 edit.statement is statement for edit in grad_edits
@@ -627,6 +629,12 @@ class _OptimizerCollector(ScopedVisitor):
             name = dotted_name(node.func.value)
             if name is not None:
                 self.found.names.add(name)
+
+
+def _framework_owned(call: cst.Call) -> bool:
+    """`accelerator.clip_grad_norm_(...)`: a framework that unscales in its own clip."""
+    receiver = dotted_name(call.func.value) if isinstance(call.func, cst.Attribute) else None
+    return (receiver or "").rsplit(".", 1)[-1] in FRAMEWORK_BACKWARD
 
 
 def _moved(call: cst.Call) -> cst.Call:
