@@ -280,12 +280,7 @@ class ProjectIndex:
         module = self.module(importer)
         if module is None:
             return None
-        package = module.name.split(".") if module.name else []
-        if importer.name != "__init__.py":
-            package = package[:-1]
-        if level > 1:
-            package = package[: len(package) - (level - 1)]
-        return ".".join([*package, target[level:]]).strip(".") or None
+        return _from_package(module, level, target[level:]) or None
 
     def _find_module(self, importer: Path, spelled: str) -> Path | None:
         """The project module an import of `spelled` means, the one beside the
@@ -446,11 +441,17 @@ def _absolute(node: ast.ImportFrom, importer: _Module) -> str:
     """The module an ``from X import ...`` reads, relative dots resolved."""
     if not node.level:
         return node.module or ""
-    package = importer.name.split(".")
+    return _from_package(importer, node.level, node.module or "")
+
+
+def _from_package(importer: _Module, level: int, rest: str) -> str:
+    """`rest` imported with `level` leading dots from `importer`: `from ..x import`."""
+    package = importer.name.split(".") if importer.name else []
     if importer.path.name != "__init__.py":
         package = package[:-1]
-    package = package[: len(package) - (node.level - 1)] if node.level > 1 else package
-    return ".".join([*package, *([node.module] if node.module else [])])
+    if level > 1:
+        package = package[: len(package) - (level - 1)]
+    return ".".join(part for part in (*package, rest) if part)
 
 
 def _names_module(spelled: str, target: _Module) -> bool:

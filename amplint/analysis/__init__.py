@@ -41,6 +41,7 @@ from amplint.analysis.scaler import (
     find_scaler_uses,
     find_unscaled_backwards,
 )
+from amplint.analysis.device import ProvenDevice, proven_device
 from amplint.analysis.steps import StepScan, find_training_steps
 from amplint.diagnostics import Span
 from amplint.project import FsdpUse, LossHelper, ProjectView, fsdp_use_in
@@ -73,6 +74,11 @@ class ModuleFacts:
     @cached_property
     def training_steps(self) -> StepScan:
         return find_training_steps(self.module, self.imports, self.project_loss_helpers)
+
+    @cached_property
+    def proven_device(self) -> ProvenDevice | None:
+        """The device the module moves its model to, where it proves one."""
+        return proven_device(self.module, self.imports)
 
     @cached_property
     def fsdp_uses(self) -> list[FsdpUse]:

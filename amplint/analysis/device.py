@@ -59,10 +59,6 @@ class _DeviceUses(ScopedVisitor):
         self.uses_cuda_method = False
         self.moves_to_a_literal = False
 
-    def visit_Module(self, node: cst.Module) -> None:
-        super().visit_Module(node)
-        self.module = node
-
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
         if isinstance(func, cst.Attribute) and func.attr.value == "to":
@@ -140,9 +136,7 @@ class _Classifier:
                 return _Spelled(frozenset({ACCELERATOR}), is_device=True)
             return None
         name = dotted_name(value)
-        if name is not None and depth <= _DEPTH:
-            return self.name(name, depth)
-        return None
+        return None if name is None else self.name(name, depth)
 
 
 def _union(found: list[_Spelled]) -> _Spelled | None:
@@ -155,15 +149,20 @@ def _union(found: list[_Spelled]) -> _Spelled | None:
     )
 
 
-def script_device(
-    module: cst.Module,
-    imports: ImportMap,
-    function: cst.FunctionDef | None,
-    torch_name: str,
-) -> ScriptDevice | None:
-    """The device the step in `function` (None: at module level) trains on,
-    when the module proves it is not simply CUDA (or the CPU as fallback);
-    None where "cuda" is the right spelling or nothing is proven."""
+@dataclass(frozen=True)
+class ProvenDevice:
+    """The one name the module moves its model and batches to, and what it can
+    be at run time: found once per module (ModuleFacts.proven_device)."""
+
+    name: str
+    spelled: _Spelled
+    bound_in: frozenset[int]  # ids of the scopes that assign the name
+    module: cst.Module
+
+
+def proven_device(module: cst.Module, imports: ImportMap) -> ProvenDevice | None:
+    """The module's device when it proves one that "cuda" does not cover (CUDA
+    or the CPU as fallback is "cuda"'s to say); None where nothing is proven."""
     uses = _DeviceUses()
     uses.walk(module)
     classifier = _Classifier(uses, imports, module)
@@ -177,8 +176,17 @@ def script_device(
     ((name, spelled),) = proven.items()
     if spelled.types - {"cpu"} in (frozenset(), frozenset({"cuda"})):
         return None  # "cuda" already says it, and turns itself off on the CPU
-    if not _readable(name, function, uses):
+    return ProvenDevice(name, spelled, frozenset(uses.assigned_in.get(name, ())), module)
+
+
+def script_device(
+    proven: ProvenDevice | None, function: cst.FunctionDef | None, torch_name: str
+) -> ScriptDevice | None:
+    """How the step in `function` (None: at module level) reads the module's
+    proven device, or None where it cannot read the name."""
+    if proven is None or not _readable(proven, function):
         return None
+    name, spelled = proven.name, proven.spelled
     if spelled.is_device:
         expression = f"{name}.type"
     elif spelled.indexed:
@@ -188,12 +196,11 @@ def script_device(
     return ScriptDevice(spelled.types, expression)
 
 
-def _readable(name: str, function: cst.FunctionDef | None, uses: _DeviceUses) -> bool:
-    """Whether the step's scope can read `name`: a parameter or a local of its
-    function, `self.` anything in a method, or a module global."""
-    scopes = uses.assigned_in.get(name, set())
+def _readable(proven: ProvenDevice, function: cst.FunctionDef | None) -> bool:
+    """Whether the step's scope can read the device name: a parameter or a
+    local of its function, `self.` anything in a method, or a module global."""
     if function is not None:
-        head = name.split(".", 1)[0]
-        if head in parameter_names(function) or id(function) in scopes:
+        head = proven.name.split(".", 1)[0]
+        if head in parameter_names(function) or id(function) in proven.bound_in:
             return True
-    return "." not in name and id(uses.module) in scopes
+    return "." not in proven.name and id(proven.module) in proven.bound_in

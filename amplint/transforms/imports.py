@@ -236,21 +236,32 @@ def _is_import(statement: cst.BaseStatement) -> bool:
     )
 
 
-def ensure_module_import(module: cst.Module, name: str) -> cst.Module:
-    """Add ``import name`` at the top of the module's imports if code uses `name`
-    and nothing at module level binds it."""
+def _needs_import(module: cst.Module, name: str) -> bool:
+    """Whether code at module level uses `name` and nothing there binds it."""
     referenced = _ReferencedNames()
     referenced.walk(module)
     if name not in referenced.by_scope.get(module, set()):
-        return module
-    if ImportMap.of(module).binding(name, module) is not None:
-        return module
-    body = list(module.body)
+        return False
+    return ImportMap.of(module).binding(name, module) is None
+
+
+def _first_import_position(body: list[cst.BaseStatement]) -> int:
+    """Where a module's imports may start: after its docstring and `__future__` imports."""
     position = 0
     while position < len(body) and (
         (position == 0 and is_docstring(body[position])) or _is_future_import(body[position])
     ):
         position += 1
+    return position
+
+
+def ensure_module_import(module: cst.Module, name: str) -> cst.Module:
+    """Add ``import name`` at the top of the module's imports if code uses `name`
+    and nothing at module level binds it."""
+    if not _needs_import(module, name):
+        return module
+    body = list(module.body)
+    position = _first_import_position(body)
     new_line = cst.SimpleStatementLine(
         body=[cst.Import(names=[cst.ImportAlias(name=cst.Name(name))])]
     )
@@ -269,18 +280,10 @@ def ensure_from_import(module: cst.Module, source: str, name: str) -> cst.Module
     """Add ``from source import name`` if code uses `name` and nothing at module
     level binds it: among the module's leading imports of the same package, in
     sorted order as isort keeps them, else after its last leading import."""
-    referenced = _ReferencedNames()
-    referenced.walk(module)
-    if name not in referenced.by_scope.get(module, set()):
-        return module
-    if ImportMap.of(module).binding(name, module) is not None:
+    if not _needs_import(module, name):
         return module
     body = list(module.body)
-    position = 0
-    while position < len(body) and (
-        (position == 0 and is_docstring(body[position])) or _is_future_import(body[position])
-    ):
-        position += 1
+    position = _first_import_position(body)
     package = source.split(".", 1)[0]
     leading, after_same_package = [], None
     for index in range(position, len(body)):

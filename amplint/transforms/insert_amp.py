@@ -230,7 +230,7 @@ class InsertAmp:
             return None
         if "GradScaler" in self.facts.text:
             return None
-        return script_device(self.facts.module, self.facts.imports, self.step.function, self.torch)
+        return script_device(self.facts.proven_device, self.step.function, self.torch)
 
     @property
     def module_passes(self) -> tuple[Callable[[cst.Module], cst.Module], ...]:
