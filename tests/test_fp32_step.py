@@ -787,3 +787,61 @@ def test_two_devices_or_a_cuda_call_prove_nothing() -> None:
         "model = Net().to(device)", "model = Net().cuda()"
     )
     assert 'torch.autocast("cuda"' in fixed(dedent(cuda_call))
+
+
+def test_a_scaler_for_the_scripts_device_comes_after_the_device() -> None:
+    # PEFT's examples make the optimizer first, then pick the device.
+    source = dedent("""
+        import torch
+
+        model = Net()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        device = torch.accelerator.current_accelerator()
+        model = model.to(device)
+        for x, y in loader:
+            loss = criterion(model(x.to(device)), y.to(device))
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        """)
+    result = fixed(source)
+    assert (
+        "device = torch.accelerator.current_accelerator()\n"
+        "scaler = torch.amp.GradScaler(device.type)\n"
+    ) in result
+    assert "torch.autocast(device.type, dtype=torch.float16)" in result
+
+
+def test_a_device_the_scalers_scope_cannot_read_falls_back_to_cuda() -> None:
+    # The scaler lives in __init__; `device` is a local of train_step only.
+    source = dedent('''
+        """Mentioning GradScaler in a docstring uses none."""
+        import torch
+
+
+        class Trainer:
+            def __init__(self, model):
+                self.model = model
+                self.optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+            def train(self, loader):
+                device = torch.device("mps" if torch.backends.mps.is_available() else "cpu")
+                self.model.to(device)
+                for x, y in loader:
+                    loss = criterion(self.model(x.to(device)), y.to(device))
+                    self.optimizer.zero_grad()
+                    loss.backward()
+                    self.optimizer.step()
+        ''')
+    result = fixed(source)
+    assert 'self.scaler = torch.amp.GradScaler("cuda")' in result
+    assert 'with torch.autocast("cuda", dtype=torch.float16):' in result
+
+
+def test_a_docstring_naming_gradscaler_does_not_hide_the_scripts_device() -> None:
+    source = '"""Trains with a GradScaler, some day."""\n' + dedent(
+        DEVICE_SCRIPT.format(
+            device='torch.device("mps" if torch.backends.mps.is_available() else "cpu")'
+        )
+    )
+    assert 'torch.amp.GradScaler(device.type, enabled=device.type != "cpu")' in fixed(source)

@@ -42,6 +42,8 @@ class ScriptDevice:
 
     types: frozenset[str]
     expression: str  # Python reading the device type in the step's scope
+    name: str  # the name the expression reads (`device`, `args.device`)
+    is_global: bool  # a module global, so readable in any function of the module
 
     @property
     def may_be_cpu(self) -> bool:
@@ -193,7 +195,8 @@ def script_device(
         expression = f"{torch_name}.device({name}).type"
     else:
         expression = name
-    return ScriptDevice(spelled.types, expression)
+    is_global = "." not in name and id(proven.module) in proven.bound_in
+    return ScriptDevice(spelled.types, expression, name, is_global)
 
 
 def _readable(proven: ProvenDevice, function: cst.FunctionDef | None) -> bool:

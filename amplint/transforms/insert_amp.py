@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import libcst as cst
+import libcst.matchers as m
 
 from amplint.analysis import ModuleFacts
 from amplint.analysis.imports import dotted_name
@@ -180,6 +181,12 @@ def _statement(code: str, indent: int = 0) -> cst.BaseStatement:
     return cst.parse_statement(code + "\n")
 
 
+def _names_grad_scaler(module: cst.Module) -> bool:
+    """Whether code (not a docstring or a comment) of `module` names a GradScaler."""
+    spelled = m.Name("GradScaler") | m.Attribute(attr=m.Name("GradScaler"))
+    return bool(m.findall(module, spelled))
+
+
 class InsertAmp:
     """Builds the plan for one step; `target` is the node the plan rewrites."""
 
@@ -208,11 +215,11 @@ class InsertAmp:
         # then off on its CPU fallback as CUDA autocast is.
         self.device_code = f'"{self.choice.device}"'
         self.device_enabled: str | None = None
-        found = self._script_device() if choice is None else None
-        if found is not None:
-            self.device_code = found.expression
-            if found.may_be_cpu:
-                self.device_enabled = f'{found.expression} != "cpu"'
+        self.script_device = self._script_device() if choice is None else None
+        if self.script_device is not None:
+            self.device_code = self.script_device.expression
+            if self.script_device.may_be_cpu:
+                self.device_enabled = f'{self.script_device.expression} != "cpu"'
         self.dtype_expression = {
             "float16": f"{self.torch}.float16",
             "bfloat16": f"{self.torch}.bfloat16",
@@ -228,9 +235,24 @@ class InsertAmp:
         and no GradScaler of the user's to agree with."""
         if self.choice.device != "cuda" or self.choice.picks_dtype_at_run_time:
             return None
-        if "GradScaler" in self.facts.text:
+        if "GradScaler" in self.facts.text and _names_grad_scaler(self.facts.module):
             return None
         return script_device(self.facts.proven_device, self.step.function, self.torch)
+
+    def _scaler_made_elsewhere(self) -> None:
+        """The scaler is made outside the step's function (in `__init__`, in the
+        callers, at module level): a device name local to the step cannot be
+        read there, so autocast and scaler both say the settings' device."""
+        found = self.script_device
+        if found is not None and not found.is_global:
+            self.script_device = None
+            self.device_code = f'"{self.choice.device}"'
+            self.device_enabled = None
+
+    def _device_bound(self) -> set[str]:
+        """The global device name the scaler's creation must come after."""
+        found = self.script_device
+        return {found.name} if found is not None and found.is_global else set()
 
     @property
     def module_passes(self) -> tuple[Callable[[cst.Module], cst.Module], ...]:
@@ -377,6 +399,7 @@ class InsertAmp:
             holder = step.outermost_loop
             suite = step.setup  # only what runs before the loop can make its optimizer
         else:  # a function that is the step: a global scaler
+            self._scaler_made_elsewhere()
             scope = self.facts.module
             # A global optimizer may be made after the def, before the calls.
             suite = list(scope.body)
@@ -387,7 +410,10 @@ class InsertAmp:
         dtype_name = free_name(("amp_dtype", "autocast_dtype"), text)
         self._use(scaler, dtype_name)
         created = self._creation("", dtype_name, scaler)
-        bindings = [s for s in suite if names & name_use(s).bound]
+        # After its optimizer and, where the script binds it here, its device
+        # (a script may pick the device after making the optimizer).
+        needed = names | (self._device_bound() if scope is self.facts.module else set())
+        bindings = [s for s in suite if needed & name_use(s).bound]
         if bindings:
             self._insert(self.plan.after, bindings[-1], created)
         else:
@@ -400,6 +426,7 @@ class InsertAmp:
         module level (also under `if __name__ == "__main__":`), else before
         the function."""
         module, function = self.facts.module, self.step.function
+        self._scaler_made_elsewhere()
         scaler = free_name(SCALER_NAMES, self.facts.text)
         dtype_name = free_name(("amp_dtype", "autocast_dtype"), self.facts.text)
         self.target = module
@@ -410,14 +437,15 @@ class InsertAmp:
             candidates.append(statement)
             if isinstance(statement, cst.If) and isinstance(statement.body, cst.IndentedBlock):
                 candidates += statement.body.body
-        bindings = [
-            s
-            for s in candidates
-            if isinstance(s, cst.SimpleStatementLine) and names & name_use(s).bound
-        ]
+        simple = [s for s in candidates if isinstance(s, cst.SimpleStatementLine)]
+        bindings = [s for s in simple if names & name_use(s).bound]
         holder = self.facts.imports.parent.get(function)
         if bindings:
-            self._insert(self.plan.after, bindings[-1], created)
+            # After the optimizer and the device the scaler is made for.
+            needed = names | self._device_bound()
+            self._insert(
+                self.plan.after, [s for s in simple if needed & name_use(s).bound][-1], created
+            )
         elif holder is module:
             self._insert(self.plan.before, function, created)
         else:
@@ -435,6 +463,7 @@ class InsertAmp:
         thread = thread_through_callers(self.facts.module, function, passed[-1], self.facts.project)
         if isinstance(thread, str):
             return thread
+        self._scaler_made_elsewhere()
         scaler = free_name(SCALER_NAMES, self.facts.text)
         dtype_name = free_name(("amp_dtype", "autocast_dtype"), self.facts.text)
         self.target = self.facts.module
@@ -489,6 +518,7 @@ class InsertAmp:
             return f"`{step.function.name.value}` has no `self` to reach a GradScaler"
         init_self = init.params.params[0].name.value
         method_self = step.function.params.params[0].name.value
+        self._scaler_made_elsewhere()
         class_text = self.code(class_def)
         scaler = free_name(SCALER_NAMES, class_text, prefix=f"{init_self}.")
         dtype_name = free_name(("amp_dtype", "autocast_dtype"), class_text, prefix=f"{init_self}.")
