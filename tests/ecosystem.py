@@ -56,6 +56,7 @@ _PYFLAKES = ("undefined", "unused", "redefine", "shadow", "before it is assigned
 _SKIP_REASONS = (
     ("closure", re.compile(r"closure")),
     ("gradient penalty", re.compile(r"gradient penalty")),
+    ("gradients read after the step", re.compile(r"reads the gradients after the step")),
     ("FSDP", re.compile(r"FSDP")),
     ("loss raises under autocast", re.compile(r"raises under CUDA autocast")),
     ("self-check refused the rewrite", re.compile(r"not fixed: the rewrite would")),

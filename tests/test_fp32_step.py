@@ -845,3 +845,28 @@ def test_a_docstring_naming_gradscaler_does_not_hide_the_scripts_device() -> Non
         )
     )
     assert 'torch.amp.GradScaler(device.type, enabled=device.type != "cpu")' in fixed(source)
+
+
+ADALORA_SCRIPT = """
+    import torch
+
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    for step, batch in enumerate(loader):
+        batch = {k: v.to("cuda") for k, v in batch.items()}
+        loss = model(**batch).loss
+        loss.backward()
+        optimizer.step()
+        lr_scheduler.step()
+        model.base_model.update_and_allocate(global_step)
+        optimizer.zero_grad()
+        global_step += 1
+    """
+
+
+def test_adalora_reading_gradients_after_the_step_gets_no_scaler() -> None:
+    source = dedent(ADALORA_SCRIPT)
+    (message,) = _messages(source)
+    assert "`model.base_model.update_and_allocate(...)` (AdaLoRA) reads the gradients" in message
+    assert fixed(source) == source
+    # bfloat16 has no scaler and no skipped steps: rewritten.
+    assert "with torch.autocast(" in fixed(source, Settings(dtype="bfloat16"))

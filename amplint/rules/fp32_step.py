@@ -36,6 +36,10 @@ _GRAM = re.compile(r"\bgram(?:_matrix|\b)", re.I)
 # A model loaded in half precision (`from_pretrained(..., torch_dtype=torch.bfloat16)`)
 # trains in it already: autocast and a scaler on top add nothing but risk.
 _LOW_PRECISION_WEIGHTS = re.compile(r"\btorch_dtype\s*=\s*torch\.(bfloat16|float16)\b")
+# PEFT's AdaLoRA scores each weight by |p * p.grad| after the optimizer step
+# and keeps a running mean: on a step the GradScaler skips, the gradients hold
+# inf and the scores turn inf / nan for the rest of the run.
+_READS_GRADIENTS_AFTER_STEP = re.compile(r"[\w.]*\.update_and_allocate\(")
 
 
 def float16_obstacle(text: str) -> str | None:
@@ -110,6 +114,13 @@ def _obstacle(
             "by hand as in PyTorch's AMP examples, or use `--dtype bfloat16`"
         )
     if choice.uses_scaler:
+        reader = _READS_GRADIENTS_AFTER_STEP.search(facts.module.code_for_node(step.block))
+        if reader is not None:
+            return (
+                f"`{reader.group(0)}...)` (AdaLoRA) reads the gradients after the step; on "
+                "a step the GradScaler skips they hold inf, which its importance scores "
+                "keep: use `--dtype bfloat16`"
+            )
         return scaler_obstacle(facts, settings)
     return None
 
