@@ -870,3 +870,23 @@ def test_adalora_reading_gradients_after_the_step_gets_no_scaler() -> None:
     assert fixed(source) == source
     # bfloat16 has no scaler and no skipped steps: rewritten.
     assert "with torch.autocast(" in fixed(source, Settings(dtype="bfloat16"))
+
+
+def test_every_step_of_a_module_follows_the_scripts_device() -> None:
+    # Two trainings in one notebook: the first rewrite's GradScaler must not
+    # send the second back to "cuda".
+    one = DEVICE_SCRIPT.format(device="torch.accelerator.current_accelerator()")
+    source = dedent(one + one.split("model = Net().to(device)\n", 1)[1])
+    result = fixed(source)
+    assert result.count("torch.autocast(device.type, dtype=torch.float16)") == 2
+    assert result.count("torch.amp.GradScaler(device.type)") == 2
+
+
+def test_a_reused_scaler_keeps_its_device_and_autocast_agrees() -> None:
+    source = dedent(DEVICE_SCRIPT.format(device="torch.accelerator.current_accelerator()"))
+    source = source.replace(
+        "for x, y in loader:", "scaler = torch.cuda.amp.GradScaler()\nfor x, y in loader:"
+    )
+    result = fixed(source)
+    assert 'with torch.autocast("cuda", dtype=torch.float16):' in result
+    assert result.count("GradScaler(") == 1

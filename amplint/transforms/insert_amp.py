@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import libcst as cst
-import libcst.matchers as m
 
 from amplint.analysis import ModuleFacts
 from amplint.analysis.imports import dotted_name
@@ -181,12 +180,6 @@ def _statement(code: str, indent: int = 0) -> cst.BaseStatement:
     return cst.parse_statement(code + "\n")
 
 
-def _names_grad_scaler(module: cst.Module) -> bool:
-    """Whether code (not a docstring or a comment) of `module` names a GradScaler."""
-    spelled = m.Name("GradScaler") | m.Attribute(attr=m.Name("GradScaler"))
-    return bool(m.findall(module, spelled))
-
-
 class InsertAmp:
     """Builds the plan for one step; `target` is the node the plan rewrites."""
 
@@ -231,11 +224,10 @@ class InsertAmp:
 
     def _script_device(self) -> ScriptDevice | None:
         """The script's device, when the settings leave it to the script: the
-        default `cuda`, a dtype that does not depend on CUDA's bfloat16 support,
-        and no GradScaler of the user's to agree with."""
+        default `cuda`, and a dtype that does not depend on CUDA's bfloat16 support.
+        (A GradScaler of the user's that the step reuses keeps its own device:
+        see place_scaler.)"""
         if self.choice.device != "cuda" or self.choice.picks_dtype_at_run_time:
-            return None
-        if "GradScaler" in self.facts.text and _names_grad_scaler(self.facts.module):
             return None
         return script_device(self.facts.proven_device, self.step.function, self.torch)
 
@@ -245,9 +237,12 @@ class InsertAmp:
         read there, so autocast and scaler both say the settings' device."""
         found = self.script_device
         if found is not None and not found.is_global:
-            self.script_device = None
-            self.device_code = f'"{self.choice.device}"'
-            self.device_enabled = None
+            self._settings_device()
+
+    def _settings_device(self) -> None:
+        self.script_device = None
+        self.device_code = f'"{self.choice.device}"'
+        self.device_enabled = None
 
     def _device_bound(self) -> set[str]:
         """The global device name the scaler's creation must come after."""
@@ -309,6 +304,9 @@ class InsertAmp:
         function = step.function
         existing = self._existing_scaler()
         if existing is not None:
+            # The user's scaler names the settings' device (_existing_scaler):
+            # autocast agrees with it.
+            self._settings_device()
             name, enabled = existing
             self.use_scaler(name, enabled)
             return None
