@@ -27,6 +27,9 @@ from amplint.files import DEFAULT_EXCLUDES
 ROOT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
 # Walking a home directory by mistake must not take minutes.
 MAX_PROJECT_FILES = 20_000
+# How far the imports of one program are followed (a script importing a whole
+# framework stops here).
+MAX_PROGRAM_MODULES = 2_000
 _FSDP_WRAP = re.compile(r"\b(FullyShardedDataParallel|FSDP|fully_shard)\s*\(")
 _FSDP_MIXED_PRECISION = re.compile(
     r"\bMixedPrecision(Policy)?\s*\(|\bmixed_precision\s*=|\bmp_policy\s*="
@@ -119,6 +122,38 @@ def fsdp_use_in(text: str, path: Path | None = None) -> FsdpUse | None:
 
 
 @dataclass(frozen=True)
+class CustomKernel:
+    """A project module that compiles C++/CUDA kernels when imported
+    (`fused = load("fused", sources=[...])`, rosinality's StyleGAN2 ops) and
+    has no `custom_fwd`: its autograd Functions hand autocast's float16
+    activations and float32 parameters to one kernel, which reads both as one
+    type (`data_ptr<scalar_t>()`) and raises."""
+
+    path: Path
+    line: int
+
+
+def custom_kernel_in(module: _Module) -> CustomKernel | None:
+    if "cpp_extension" not in module.text or "custom_fwd" in module.text:
+        return None
+    if module.tree is None:
+        return None
+    statements = list(module.tree.body)
+    for statement in module.tree.body:  # also under a top-level `try:` or `if`
+        if isinstance(statement, (ast.Try, ast.If)):
+            statements += statement.body
+    for statement in statements:
+        value = getattr(statement, "value", None)
+        if (
+            isinstance(statement, (ast.Assign, ast.AnnAssign, ast.Expr))
+            and isinstance(value, ast.Call)
+            and _last_name(value.func) in ("load", "load_inline")
+        ):
+            return CustomKernel(module.path, statement.lineno)
+    return None
+
+
+@dataclass(frozen=True)
 class LossHelper:
     """A def or class of a project module that computes a loss which raises
     under CUDA autocast (`vae_loss` calling `F.binary_cross_entropy`)."""
@@ -166,13 +201,15 @@ class ProjectIndex:
 
     def __init__(self, root: ProjectRoot) -> None:
         self.root = root.path.resolve()
-        self._whole_tree = root.whole_tree
+        self.whole_tree = root.whole_tree
         self._paths: list[Path] | None = None
         # path -> ((mtime, size) when read, the module or None if unreadable)
         self._modules: dict[Path, tuple[tuple[int, int] | None, _Module | None]] = {}
         self._fsdp: list[FsdpUse] | None = None
         self._by_name: dict[str, list[Path]] | None = None
         self._loss_helpers: dict[str, dict[str, LossHelper]] = {}  # by module digest
+        self._kernels: list[CustomKernel] | None = None
+        self._imported: dict[str, list[Path]] = {}  # module digest -> project modules
 
     # -- files ----------------------------------------------------------------
     @property
@@ -184,7 +221,7 @@ class ProjectIndex:
                 subdirectories[:] = sorted(
                     d
                     for d in subdirectories
-                    if self._whole_tree and d not in skipped and not d.startswith(".")
+                    if self.whole_tree and d not in skipped and not d.startswith(".")
                 )
                 for name in sorted(files):
                     if name.endswith(".py"):
@@ -205,7 +242,7 @@ class ProjectIndex:
         known = self._modules.get(path)
         if known is None or known[0] != version:
             if known is not None:
-                self._fsdp = None  # answers read from the old text
+                self._fsdp = self._kernels = None  # answers read from the old text
             module = None
             try:
                 data = path.read_bytes()
@@ -249,6 +286,39 @@ class ProjectIndex:
                     found.append(use)
             self._fsdp = found
         return self._fsdp
+
+    def custom_kernels(self) -> list[CustomKernel]:
+        """The project's modules that compile kernels autocast cannot cast for."""
+        if self._kernels is None:
+            found = []
+            for path in self.paths:
+                module = self.module(path)
+                kernel = custom_kernel_in(module) if module is not None else None
+                if kernel is not None:
+                    found.append(kernel)
+            self._kernels = found
+        return self._kernels
+
+    def imported_modules(self, importer: Path) -> list[Path]:
+        """The project modules `importer`'s import statements name: `from op
+        import x` gives op/__init__.py, and op/x.py where x is a module."""
+        module = self.module(importer)
+        if module is None or module.tree is None:
+            return []
+        found = self._imported.get(module.digest)
+        if found is None:
+            spelled: list[str] = []
+            for node in ast.walk(module.tree):
+                if isinstance(node, ast.Import):
+                    spelled += [alias.name for alias in node.names]
+                elif isinstance(node, ast.ImportFrom):
+                    source = _absolute(node, module)
+                    spelled += [source] + [f"{source}.{alias.name}" for alias in node.names]
+            paths = (self._find_module(importer, name) for name in spelled if name)
+            found = self._imported[module.digest] = sorted(
+                {path.resolve() for path in paths if path is not None}
+            )
+        return found
 
     def loss_helpers(
         self, importer: Path, target: str
@@ -294,7 +364,7 @@ class ProjectIndex:
                     self._by_name.setdefault(suffix, []).append(path)
         candidates = self._by_name.get(spelled, [])
         beside = [path for path in candidates if path.parent == importer.resolve().parent]
-        return (beside or candidates or [None])[0]
+        return (beside or candidates or [_on_script_path(self.root, spelled)])[0]
 
     def _helpers_of(self, module: _Module) -> dict[str, LossHelper]:
         """The top-level defs and classes of `module` computing an unsafe loss,
@@ -401,6 +471,36 @@ class ProjectView:
             self._note(use.path)
         return uses
 
+    def custom_kernels(self) -> list[CustomKernel]:
+        """Kernel modules (CustomKernel) in this module's program: reached
+        through project imports from this module, or from a module that
+        imports it (`main.py` importing the model and the training loop)."""
+        if self.index.whole_tree and not self.index.custom_kernels():
+            return []  # none in the tree (a lone script's imports may leave it)
+        starts = [self.path] + [
+            path.resolve()
+            for path in self.index.paths
+            if self.path in self.index.imported_modules(path)
+        ]
+        found = []
+        for path in sorted(self._reached(starts)):
+            self._note(path)
+            module = self.index.module(path)
+            kernel = custom_kernel_in(module) if module is not None else None
+            if kernel is not None:
+                found.append(kernel)
+        return found
+
+    def _reached(self, starts: list[Path]) -> set[Path]:
+        seen = set(starts)
+        frontier = list(starts)
+        while frontier and len(seen) < MAX_PROGRAM_MODULES:
+            for imported in self.index.imported_modules(frontier.pop()):
+                if imported not in seen:
+                    seen.add(imported)
+                    frontier.append(imported)
+        return seen
+
 
 _INDEXES: dict[ProjectRoot, ProjectIndex] = {}
 
@@ -452,6 +552,20 @@ def _from_package(importer: _Module, level: int, rest: str) -> str:
     if level > 1:
         package = package[: len(package) - (level - 1)]
     return ".".join(part for part in (*package, rest) if part)
+
+
+def _on_script_path(root: Path, spelled: str) -> Path | None:
+    """The module Python finds for `import spelled` in the project root, the
+    script's own directory (sys.path[0]) where the index does not walk the
+    directories below (a lone script: `from op import fused_leaky_relu`)."""
+    parts = spelled.split(".")
+    if not all(part.isidentifier() for part in parts):
+        return None
+    base = root.joinpath(*parts)
+    for candidate in (base.with_name(base.name + ".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
 
 
 def _names_module(spelled: str, target: _Module) -> bool:

@@ -58,6 +58,7 @@ _SKIP_REASONS = (
     ("gradient penalty", re.compile(r"gradient penalty")),
     ("gradients read after the step", re.compile(r"reads the gradients after the step")),
     ("FSDP", re.compile(r"FSDP")),
+    ("custom CUDA kernels", re.compile(r"C\+\+/CUDA kernels")),
     ("loss raises under autocast", re.compile(r"raises under CUDA autocast")),
     ("self-check refused the rewrite", re.compile(r"not fixed: the rewrite would")),
     (

@@ -234,3 +234,87 @@ def test_a_loss_module_of_another_module_is_seen_through_its_instances(tmp_path:
     unrelated = step.replace("losses.GANLoss()", "torch.nn.MSELoss()")
     (root / "train.py").write_text(unrelated)
     assert "it calls" not in run_cli("check", "--no-cache", root / "train.py").stdout
+
+
+# rosinality's StyleGAN2 shape: the generator's activation is a compiled CUDA
+# kernel that reads its float32 bias and its input as one type.
+FUSED_ACT = dedent("""
+    import os
+
+    import torch
+    from torch.autograd import Function
+    from torch.utils.cpp_extension import load
+
+    module_path = os.path.dirname(__file__)
+    fused = load(
+        "fused",
+        sources=[os.path.join(module_path, "fused_bias_act.cpp")],
+    )
+
+
+    class FusedLeakyReLUFunction(Function):
+        @staticmethod
+        def forward(ctx, input, bias):
+            return fused.fused_bias_act(input, bias, input.new_empty(0), 3, 0, 0.2, 2**0.5)
+    """)
+GENERATOR = dedent("""
+    from torch import nn
+
+    from op import FusedLeakyReLUFunction
+
+
+    class Generator(nn.Module):
+        def forward(self, x):
+            return FusedLeakyReLUFunction.apply(self.conv(x), self.bias)
+    """)
+PROJECTOR = dedent("""
+    import torch
+
+    from model import Generator
+
+    generator = Generator().cuda()
+    latent = torch.zeros(1, 512, device="cuda", requires_grad=True)
+    optimizer = torch.optim.Adam([latent], lr=0.1)
+    for i in range(100):
+        loss = (generator(latent) - target).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    """)
+
+
+def _stylegan(directory: Path, fused_act: str = FUSED_ACT) -> Path:
+    (directory / "op").mkdir()
+    (directory / "op" / "__init__.py").write_text("from .fused_act import FusedLeakyReLUFunction\n")
+    (directory / "op" / "fused_act.py").write_text(fused_act)
+    (directory / "model.py").write_text(GENERATOR)
+    (directory / "projector.py").write_text(PROJECTOR)
+    return directory / "projector.py"
+
+
+def test_custom_cuda_kernels_imported_by_the_model_stop_the_rewrite(tmp_path: Path) -> None:
+    # No marker: a lone script, whose imports are still followed into op/.
+    script = _stylegan(tmp_path)
+    result = run_cli("check", "--no-cache", script)
+    assert "C++/CUDA kernels compiled in op/fused_act.py:8 without `custom_fwd`" in result.stdout
+    assert "+" not in run_cli("fix", "--no-cache", script).stdout  # no diff
+
+
+def test_kernels_made_autocast_aware_or_outside_the_program_do_not(tmp_path: Path) -> None:
+    aware = FUSED_ACT.replace(
+        "    @staticmethod\n    def forward",
+        '    @staticmethod\n    @torch.amp.custom_fwd(device_type="cuda", cast_inputs=torch.float32)\n'
+        "    def forward",
+    )
+    (tmp_path / "aware").mkdir()
+    assert (
+        "+    with torch.autocast("
+        in run_cli("fix", "--no-cache", _stylegan(tmp_path / "aware", aware)).stdout
+    )
+    # A kernel in a module the script's program never imports.
+    (tmp_path / "apart").mkdir()
+    script = _stylegan(tmp_path / "apart")
+    script.write_text(
+        PROJECTOR.replace("from model import Generator", "from torchvision import models")
+    )
+    assert "compiled in" not in run_cli("check", "--no-cache", script).stdout

@@ -44,7 +44,7 @@ from amplint.analysis.scaler import (
 from amplint.analysis.device import ProvenDevice, proven_device
 from amplint.analysis.steps import StepScan, find_training_steps
 from amplint.diagnostics import Span
-from amplint.project import FsdpUse, LossHelper, ProjectView, fsdp_use_in
+from amplint.project import CustomKernel, FsdpUse, LossHelper, ProjectView, fsdp_use_in
 
 
 class ModuleFacts:
@@ -87,6 +87,12 @@ class ModuleFacts:
         own = fsdp_use_in(self.text, here)
         others = [] if self.project is None else self.project.fsdp_uses()
         return ([own] if own is not None else []) + [u for u in others if u.path != here]
+
+    @cached_property
+    def custom_kernels(self) -> list[CustomKernel]:
+        """Modules of this module's program that compile kernels autocast
+        cannot cast for (project.CustomKernel)."""
+        return [] if self.project is None else self.project.custom_kernels()
 
     @cached_property
     def project_loss_helpers(self) -> dict[str, LossHelper]:

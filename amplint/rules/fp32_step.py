@@ -73,6 +73,15 @@ def _obstacle(
 ) -> str | None:
     """Why the step, found convertible, still must not be rewritten with
     `choice`: the first reason, or None."""
+    if facts.custom_kernels:
+        kernel = facts.custom_kernels[0]
+        return (
+            f"the model runs C++/CUDA kernels compiled in "
+            f"{facts.project.relative(kernel.path)}:{kernel.line} without `custom_fwd`: "
+            "under autocast they get float16 activations beside float32 parameters and "
+            "raise; decorate their autograd Function's forward with "
+            '`@torch.amp.custom_fwd(device_type="cuda", cast_inputs=torch.float32)` first'
+        )
     policy = fsdp_mixed_precision(facts)
     if policy is not None:
         return (
