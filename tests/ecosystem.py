@@ -57,6 +57,7 @@ _SKIP_REASONS = (
     ("closure", re.compile(r"closure")),
     ("gradient penalty", re.compile(r"gradient penalty")),
     ("gradients read after the step", re.compile(r"reads the gradients after the step")),
+    ("gradients never cleared", re.compile(r"never clears its gradients")),
     ("FSDP", re.compile(r"FSDP")),
     ("custom CUDA kernels", re.compile(r"C\+\+/CUDA kernels")),
     ("loss raises under autocast", re.compile(r"raises under CUDA autocast")),

@@ -397,6 +397,7 @@ def test_loss_arithmetic_in_ifs_after_the_forward_stays_outside_autocast() -> No
                     loss = loss / args.gradient_accumulation_steps
                 loss.backward()
                 optimizer.step()
+                optimizer.zero_grad()
         """)
     migrated = fixed(before)
     assert (
@@ -421,6 +422,7 @@ def test_one_backward_in_each_branch_of_an_if_is_one_step() -> None:
                 else:
                     loss.backward()
                 optimizer.step()
+                optimizer.zero_grad()
         """)
     migrated = fixed(before)
     assert "scaler.scale(loss).backward(retain_graph=True)" in migrated
@@ -520,6 +522,7 @@ def test_an_autocast_unsafe_loss_is_computed_after_the_block_on_float_inputs(
             {loss_line}
             loss.backward()
             optimizer.step()
+            optimizer.zero_grad()
         """)
     result = fixed(source)
     indented = "".join(
@@ -642,6 +645,7 @@ def test_float16_obstacles_in_the_module_are_reported_and_bfloat16_still_rewrite
         def train(model, loader, optimizer, device):
             for x, mask in loader:
                 loss = features(model, x.to(device), mask).mean()
+                optimizer.zero_grad()
                 loss.backward()
                 optimizer.step()
         """)
@@ -890,3 +894,26 @@ def test_a_reused_scaler_keeps_its_device_and_autocast_agrees() -> None:
     result = fixed(source)
     assert 'with torch.autocast("cuda", dtype=torch.float16):' in result
     assert result.count("GradScaler(") == 1
+
+
+def test_a_loop_that_never_clears_its_gradients_gets_no_scaler() -> None:
+    # peft's multitask notebook: no zero_grad anywhere, gradients add up.
+    source = dedent("""
+        import torch
+
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        for batch in loader:
+            loss = model(**send_to_device(batch)).loss
+            loss.backward()
+            optimizer.step()
+            scheduler.step()
+        """)
+    (message,) = _messages(source)
+    assert "the loop never clears its gradients (no `zero_grad()`)" in message
+    assert fixed(source) == source
+    assert "with torch.autocast(" in fixed(source, Settings(dtype="bfloat16"))
+    for clearing in ("optimizer.zero_grad()", "model.zero_grad(set_to_none=True)"):
+        cleared = source.replace(
+            "    optimizer.step()\n", f"    optimizer.step()\n    {clearing}\n"
+        )
+        assert "scaler.step(optimizer)" in fixed(cleared)

@@ -40,6 +40,10 @@ _LOW_PRECISION_WEIGHTS = re.compile(r"\btorch_dtype\s*=\s*torch\.(bfloat16|float
 # and keeps a running mean: on a step the GradScaler skips, the gradients hold
 # inf and the scores turn inf / nan for the rest of the run.
 _READS_GRADIENTS_AFTER_STEP = re.compile(r"[\w.]*\.update_and_allocate\(")
+# A loop that never clears its gradients lets them accumulate (a bug, but one
+# that trains); with a GradScaler, the first skipped step's inf stays in them
+# and every later step is skipped too.
+_CLEARS_GRADIENTS = re.compile(r"zero_grad|\.grad\s*=\s*None|\.grad(?:\.data)?\.zero_\(")
 
 
 def float16_obstacle(text: str) -> str | None:
@@ -129,6 +133,12 @@ def _obstacle(
                 f"`{reader.group(0)}...)` (AdaLoRA) reads the gradients after the step; on "
                 "a step the GradScaler skips they hold inf, which its importance scores "
                 "keep: use `--dtype bfloat16`"
+            )
+        if step.outermost_loop is not None and not _CLEARS_GRADIENTS.search(facts.text):
+            return (
+                "the loop never clears its gradients (no `zero_grad()`), so they add up "
+                "across steps; with a GradScaler the first skipped step's inf stays in them "
+                "and every later step is skipped: zero them each step, or use `--dtype bfloat16`"
             )
         return scaler_obstacle(facts, settings)
     return None
