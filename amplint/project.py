@@ -409,11 +409,11 @@ class ProjectIndex:
     def imports(self, importer: Path, imported: Path) -> bool:
         """Whether the module at `importer` imports the one at `imported`."""
         source, target = self.module(importer), self.module(imported)
-        if source is None or target is None or source.tree is None:
+        if source is None or target is None:
             return False
         if target.name.rsplit(".", 1)[-1] not in source.text:
-            return False
-        return any(True for _ in _bindings(source, target))
+            return False  # before parsing: most modules never spell the name
+        return source.tree is not None and any(True for _ in _bindings(source, target))
 
 
 class ProjectView:

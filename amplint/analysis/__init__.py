@@ -100,7 +100,13 @@ class ModuleFacts:
         a loss CUDA autocast refuses, by the name a call spells them."""
         if self.project is None:
             return {}
-        imported = {binding.name: binding.target for binding in self.imports.statements}
+        # torch's own losses are known by name (analysis/autocast.py); its
+        # modules are project modules only when the project is torch itself.
+        imported = {
+            binding.name: binding.target
+            for binding in self.imports.statements
+            if binding.target.split(".", 1)[0] != "torch"
+        }
         return self.project.loss_helpers(imported)
 
     @cached_property

@@ -24,7 +24,6 @@ from amplint.analysis.scopes import ScopedVisitor
 from amplint.analysis.statements import parameter_names, string_value
 
 ACCELERATOR = "accelerator"  # whichever torch.accelerator finds at run time
-_DEPTH = 4  # names bound to names bound to ... a device
 
 
 @dataclass(frozen=True)
@@ -101,17 +100,28 @@ class _Classifier:
         self.uses = uses
         self.imports = imports
         self.module = module
+        # Each name is classified once: a test module assigning `device` a
+        # hundred times, each from other such names, would otherwise branch
+        # at every level of the chain.
+        self._names: dict[str, _Spelled | None] = {}
 
-    def name(self, name: str, depth: int = 0) -> _Spelled | None:
+    def name(self, name: str) -> _Spelled | None:
+        if name in self._names:
+            return self._names[name]
         values = self.uses.assigned.get(name)
-        if not values or depth > _DEPTH:
+        if not values:
             return None
-        found = [self.expression(value, depth + 1) for value in values]
-        if any(spelled is None for spelled in found):
-            return None
-        return _union(found)
+        self._names[name] = None  # while it is being classified: a cycle proves nothing
+        found = []
+        for value in values:
+            spelled = self.expression(value)
+            if spelled is None:
+                return None
+            found.append(spelled)
+        self._names[name] = result = _union(found)
+        return result
 
-    def expression(self, value: cst.BaseExpression, depth: int) -> _Spelled | None:
+    def expression(self, value: cst.BaseExpression) -> _Spelled | None:
         literal = string_value(value)
         if literal is not None:
             kind, _, index = literal.partition(":")
@@ -122,23 +132,23 @@ class _Classifier:
                 return None
             return _Spelled(frozenset({first.value.split(":", 1)[0]}), False, indexed=True)
         if isinstance(value, cst.IfExp):
-            both = [self.expression(value.body, depth), self.expression(value.orelse, depth)]
+            both = [self.expression(value.body), self.expression(value.orelse)]
             return None if None in both else _union(both)
         if isinstance(value, cst.Attribute) and value.attr.value == "type":
-            inner = self.expression(value.value, depth)
+            inner = self.expression(value.value)
             if inner is None or not inner.is_device:
                 return None
             return _Spelled(inner.types, is_device=False)
         if isinstance(value, cst.Call):
             called = self.imports.resolve(value.func, self.module) or ""
             if called == "torch.device" and value.args:
-                inner = self.expression(value.args[0].value, depth)
+                inner = self.expression(value.args[0].value)
                 return None if inner is None else _Spelled(inner.types, is_device=True)
             if called == "torch.accelerator.current_accelerator":
                 return _Spelled(frozenset({ACCELERATOR}), is_device=True)
             return None
         name = dotted_name(value)
-        return None if name is None else self.name(name, depth)
+        return None if name is None else self.name(name)
 
 
 def _union(found: list[_Spelled]) -> _Spelled | None:

@@ -19,6 +19,7 @@ from typing import Sequence
 import libcst as cst
 
 from amplint.analysis.statements import name_use, parameter_names
+from amplint.analysis.visitor import children
 from amplint.project import ProjectView
 
 
@@ -48,27 +49,26 @@ class ThreadPlan:
     creations: list[cst.BaseStatement] = field(default_factory=list)
 
 
-class _Ancestry(cst.CSTVisitor):
-    """The chain of nodes above each call of `name` and each other use of it."""
+class _Ancestry:
+    """The chain of nodes above each call of `name` and each other use of it
+    (a read-only walk: libcst's own visitor rebuilds every node it passes)."""
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self.stack: list[cst.CSTNode] = []
         self.calls: list[tuple[cst.Call, list[cst.CSTNode]]] = []
         self.other_uses = 0
 
-    def on_visit(self, node: cst.CSTNode) -> bool:
+    def walk(self, node: cst.CSTNode, stack: list[cst.CSTNode]) -> None:
         if isinstance(node, cst.Call) and _is_name(node.func, self.name):
-            self.calls.append((node, list(self.stack)))
+            self.calls.append((node, list(stack)))
         elif isinstance(node, cst.Name) and node.value == self.name:
-            parent = self.stack[-1] if self.stack else None
+            parent = stack[-1] if stack else None
             if not _names_something_else(parent, node):
                 self.other_uses += 1
-        self.stack.append(node)
-        return True
-
-    def on_leave(self, original_node: cst.CSTNode) -> None:
-        self.stack.pop()
+        stack.append(node)
+        for child in children(node):
+            self.walk(child, stack)
+        stack.pop()
 
 
 def _names_something_else(parent: cst.CSTNode | None, name: cst.Name) -> bool:
@@ -116,7 +116,7 @@ def thread_through_callers(
                 "beside that optimizer, and amplint rewrites one module at a time"
             )
     ancestry = _Ancestry(name)
-    module.visit(ancestry)
+    ancestry.walk(module, [])
     if ancestry.other_uses:
         return f"`{name}` is used other than by calling it; pass a GradScaler next to `{optimizer}`"
     if not ancestry.calls:
