@@ -373,12 +373,14 @@ class ProjectIndex:
         if found is not None:
             return found
         found = {}
-        if module.tree is not None and any(loss in module.text for loss in _UNSAFE_LOSS_CALLS):
-            definitions = {
-                node.name: node
-                for node in module.tree.body
-                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
-            }
+        if any(loss in module.text for loss in _UNSAFE_LOSS_CALLS):
+            definitions = _definitions_mentioning(module.text, _UNSAFE_LOSS_CALLS)
+            if definitions is None and module.tree is not None:
+                definitions = {
+                    node.name: node
+                    for node in module.tree.body
+                    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                }
 
             def loss_of(name: str, seen: set[str]) -> str | None:
                 seen.add(name)
@@ -398,7 +400,7 @@ class ProjectIndex:
                             return loss
                 return None
 
-            for name, definition in definitions.items():
+            for name, definition in (definitions or {}).items():
                 loss = loss_of(name, set())
                 if loss is not None:
                     is_class = isinstance(definition, ast.ClassDef)
@@ -627,6 +629,69 @@ def _calls_with_callers(tree: ast.Module):
             if isinstance(child, ast.Call):
                 yield caller, child
             stack.append((caller, child))
+
+
+_DEFINITION = re.compile(r"(?:async\s+)?def\s+(\w+)|class\s+(\w+)")
+_TRIPLE_QUOTE = re.compile(r"\"\"\"|\'\'\'")
+
+
+def _definitions_mentioning(
+    text: str, words: frozenset[str]
+) -> dict[str, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef] | None:
+    """The top-level defs and classes of `text` that mention one of `words`,
+    or call by name one that does, each parsed alone with the module's line
+    numbers: a library module that defines `binary_cross_entropy` among a
+    thousand other functions is not parsed whole.  Lines inside a string
+    spanning lines never start a block.  None where the text does not split
+    into blocks that parse alone; the caller parses the module then."""
+    blocks: dict[str, tuple[int, str]] = {}
+    start: int | None = None
+    lines: list[str] = []
+    name: str | None = None
+    string: str | None = None  # the triple quote a string spanning lines opened
+    for number, line in enumerate([*text.splitlines(keepends=True), "end\n"], 1):
+        inside = string is not None
+        for quote in _TRIPLE_QUOTE.findall(line):
+            string = quote if string is None else None if quote == string else string
+        if inside or not line.strip() or line[0] in " \t#)]}":
+            if start is not None:
+                lines.append(line)
+            continue
+        match = _DEFINITION.match(line)
+        if start is not None and name is None and (line.startswith("@") or match):
+            lines.append(line)  # decorators, then their def
+        else:
+            if name is not None:
+                blocks[name] = (start, "".join(lines))
+            start, lines, name = None, [], None
+            if line.startswith("@") or match:
+                start, lines = number, [line]
+        if match and name is None and start is not None:
+            name = match.group(1) or match.group(2)
+    if string is not None:
+        return None  # quotes this count cannot pair
+    wanted = {name for name, (_, block) in blocks.items() if any(w in block for w in words)}
+    while True:  # and the defs calling those, as far as the calls go
+        callers = {
+            name
+            for name, (_, block) in blocks.items()
+            if name not in wanted
+            and any(re.search(rf"\b{re.escape(w)}\s*\(", block) for w in wanted)
+        }
+        if not callers:
+            break
+        wanted |= callers
+    found = {}
+    for name in wanted:
+        first, block = blocks[name]
+        try:
+            tree = ast.parse(block)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return None
+        if len(tree.body) != 1 or getattr(tree.body[0], "name", None) != name:
+            return None
+        found[name] = ast.increment_lineno(tree, first - 1).body[0]
+    return found
 
 
 def _last_name(node: ast.AST) -> str | None:

@@ -318,3 +318,41 @@ def test_kernels_made_autocast_aware_or_outside_the_program_do_not(tmp_path: Pat
         PROJECTOR.replace("from model import Generator", "from torchvision import models")
     )
     assert "compiled in" not in run_cli("check", "--no-cache", script).stdout
+
+
+def test_loss_helpers_are_found_without_parsing_the_whole_module() -> None:
+    from amplint.project import _definitions_mentioning
+
+    text = dedent("""
+        import torch.nn.functional as F
+
+
+        @torch.no_grad()
+        def unrelated(x):
+            return x
+
+
+        def bce(a, b):
+            return F.binary_cross_entropy(a, b)
+
+
+        def vae_loss(
+            recon, x
+        ) -> float:
+            return bce(recon, x) + 1
+
+
+        class Plain:
+            pass
+        """)
+    found = _definitions_mentioning(text, frozenset({"binary_cross_entropy"}))
+    assert {name: node.lineno for name, node in found.items()} == {"bce": 9, "vae_loss": 13}
+    # A docstring's lines at column 0 are inside the def, not a new statement.
+    noted = text.replace(
+        "    return bce(recon, x) + 1", '    """\nNote.\n"""\n    return bce(recon, x)'
+    )
+    found = _definitions_mentioning(noted, frozenset({"binary_cross_entropy"}))
+    assert sorted(found) == ["bce", "vae_loss"]
+    # Quotes the count cannot pair: the caller parses the whole module.
+    unpaired = noted.replace('"""\n    return', "'''\n    return")
+    assert _definitions_mentioning(unpaired, frozenset({"binary_cross_entropy"})) is None
