@@ -482,7 +482,7 @@ class ProjectView:
         starts = [self.path] + [
             path.resolve()
             for path in self.index.paths
-            if self.path in self.index.imported_modules(path)
+            if self._may_import_this(path) and self.path in self.index.imported_modules(path)
         ]
         found = []
         for path in sorted(self._reached(starts)):
@@ -492,6 +492,12 @@ class ProjectView:
             if kernel is not None:
                 found.append(kernel)
         return found
+
+    def _may_import_this(self, path: Path) -> bool:
+        """A text test before parsing: an import of this module spells its name."""
+        module = self.index.module(path)
+        stem = self.path.stem if self.path.name != "__init__.py" else self.path.parent.name
+        return module is not None and stem in module.text
 
     def _reached(self, starts: list[Path]) -> set[Path]:
         seen = set(starts)

@@ -356,3 +356,14 @@ def test_loss_helpers_are_found_without_parsing_the_whole_module() -> None:
     # Quotes the count cannot pair: the caller parses the whole module.
     unpaired = noted.replace('"""\n    return', "'''\n    return")
     assert _definitions_mentioning(unpaired, frozenset({"binary_cross_entropy"})) is None
+
+
+def test_kernels_reached_through_a_module_importing_the_step_count(tmp_path: Path) -> None:
+    # engine.py holds the step and never imports the model; main.py imports both.
+    _stylegan(tmp_path)
+    (tmp_path / "engine.py").write_text(STEP_FUNCTION)
+    (tmp_path / "main.py").write_text(
+        MAIN.replace("from engine import", "from model import Generator\nfrom engine import")
+    )
+    result = run_cli("check", "--no-cache", tmp_path / "engine.py")
+    assert "C++/CUDA kernels compiled in op/fused_act.py:8" in result.stdout
