@@ -25,6 +25,8 @@ FIXTURES_AND_CODES = {
     "step_bypasses_scaler.py": {"AMP103"},
     "missing_scaler_update.py": {"AMP104"},
     "gan_early_update.py": {"AMP104"},
+    # pretrain() updates its own scaler; finetune() never updates its own
+    "scaler_per_function.py": {"AMP104"},
     "unscaled_backward.py": {"AMP105"},
     "fp16_without_scaler.py": {"AMP106"},
     # bf16 on the GPU, CPU autocast, a dtype picked at run time, evaluation
@@ -61,6 +63,7 @@ CRASHES_BEFORE_THE_FIX = {
     "autocast_device_object.py": "Expected `device_type` of type `str`",
     "unscaled_backward.py": "Attempted step but _scale is None",
     "missing_scaler_update.py": "step() has already been called since the last update()",
+    "scaler_per_function.py": "step() has already been called since the last update()",
     "double_unscale.py": "unscale_() has already been called on this optimizer",
     "scaler_per_microstep.py": "unscale_() has already been called on this optimizer",
     "manual_half.py": "Attempting to unscale FP16 gradients",
