@@ -203,16 +203,9 @@ class InsertAmp:
         # every region of the step: each stays one thing.
         self._output_names_taken: set[str] = set()
         self.makes_sharded_scaler = False  # the scaler made is FSDP's ShardedGradScaler
-        # The device autocast and the scaler name: the settings' own, or the
-        # script's where it proves one CUDA does not cover (analysis/device.py),
-        # then off on its CPU fallback as CUDA autocast is.
-        self.device_code = f'"{self.choice.device}"'
-        self.device_enabled: str | None = None
+        # The script's device where it proves one CUDA does not cover
+        # (analysis/device.py), else None for the settings' own: see device_code.
         self.script_device = self._script_device() if choice is None else None
-        if self.script_device is not None:
-            self.device_code = self.script_device.expression
-            if self.script_device.may_be_cpu:
-                self.device_enabled = f'{self.script_device.expression} != "cpu"'
         self.dtype_expression = {
             "float16": f"{self.torch}.float16",
             "bfloat16": f"{self.torch}.bfloat16",
@@ -231,18 +224,25 @@ class InsertAmp:
             return None
         return script_device(self.facts.proven_device, self.step.function, self.torch)
 
+    @property
+    def device_code(self) -> str:
+        """The device autocast and the scaler name, as Python."""
+        found = self.script_device
+        return found.expression if found is not None else f'"{self.choice.device}"'
+
+    @property
+    def device_enabled(self) -> str | None:
+        """`enabled=` for the script's device: off on its CPU fallback, as CUDA
+        autocast turns itself off there."""
+        found = self.script_device
+        return f'{found.expression} != "cpu"' if found is not None and found.may_be_cpu else None
+
     def _scaler_made_elsewhere(self) -> None:
         """The scaler is made outside the step's function (in `__init__`, in the
         callers, at module level): a device name local to the step cannot be
         read there, so autocast and scaler both say the settings' device."""
-        found = self.script_device
-        if found is not None and not found.is_global:
-            self._settings_device()
-
-    def _settings_device(self) -> None:
-        self.script_device = None
-        self.device_code = f'"{self.choice.device}"'
-        self.device_enabled = None
+        if self.script_device is not None and not self.script_device.is_global:
+            self.script_device = None
 
     def _device_bound(self) -> set[str]:
         """The global device name the scaler's creation must come after."""
@@ -306,7 +306,7 @@ class InsertAmp:
         if existing is not None:
             # The user's scaler names the settings' device (_existing_scaler):
             # autocast agrees with it.
-            self._settings_device()
+            self.script_device = None
             name, enabled = existing
             self.use_scaler(name, enabled)
             return None
