@@ -20,7 +20,7 @@ import warnings
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence, TypeVar
 
 from amplint.files import DEFAULT_EXCLUDES
 
@@ -30,6 +30,7 @@ MAX_PROJECT_FILES = 20_000
 # How far the imports of one program are followed (a script importing a whole
 # framework stops here).
 MAX_PROGRAM_MODULES = 2_000
+T = TypeVar("T")
 _FSDP_WRAP = re.compile(r"\b(FullyShardedDataParallel|FSDP|fully_shard)\s*\(")
 _FSDP_MIXED_PRECISION = re.compile(
     r"\bMixedPrecision(Policy)?\s*\(|\bmixed_precision\s*=|\bmp_policy\s*="
@@ -134,6 +135,7 @@ class CustomKernel:
 
 
 def custom_kernel_in(module: _Module) -> CustomKernel | None:
+    """Where `module` compiles kernels on import without `custom_fwd`, or None."""
     if "cpp_extension" not in module.text or "custom_fwd" in module.text:
         return None
     if module.tree is None:
@@ -278,26 +280,24 @@ class ProjectIndex:
         """Where the project wraps a model in FSDP (a text test: the wrapper is
         called, not merely named)."""
         if self._fsdp is None:
-            found = []
-            for path in self.paths:
-                module = self.module(path)
-                use = fsdp_use_in(module.text, module.path) if module is not None else None
-                if use is not None:
-                    found.append(use)
-            self._fsdp = found
+            self._fsdp = self._in_every_module(lambda m: fsdp_use_in(m.text, m.path))
         return self._fsdp
 
     def custom_kernels(self) -> list[CustomKernel]:
         """The project's modules that compile kernels autocast cannot cast for."""
         if self._kernels is None:
-            found = []
-            for path in self.paths:
-                module = self.module(path)
-                kernel = custom_kernel_in(module) if module is not None else None
-                if kernel is not None:
-                    found.append(kernel)
-            self._kernels = found
+            self._kernels = self._in_every_module(custom_kernel_in)
         return self._kernels
+
+    def _in_every_module(self, finder: Callable[[_Module], T | None]) -> list[T]:
+        """What `finder` answers for each readable module of the project."""
+        found = []
+        for path in self.paths:
+            module = self.module(path)
+            answer = finder(module) if module is not None else None
+            if answer is not None:
+                found.append(answer)
+        return found
 
     def imported_modules(self, importer: Path) -> list[Path]:
         """The project modules `importer`'s import statements name: `from op
