@@ -127,7 +127,9 @@ def _obstacle(
             "by hand as in PyTorch's AMP examples, or use `--dtype bfloat16`"
         )
     if choice.uses_scaler:
-        reader = _READS_GRADIENTS_AFTER_STEP.search(facts.module.code_for_node(step.block))
+        reader = None
+        if "update_and_allocate" in facts.text:  # before generating the block's code
+            reader = _READS_GRADIENTS_AFTER_STEP.search(facts.module.code_for_node(step.block))
         if reader is not None:
             return (
                 f"`{reader.group(0)}...)` (AdaLoRA) reads the gradients after the step; on "
