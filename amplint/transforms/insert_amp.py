@@ -34,6 +34,7 @@ from amplint.transforms.scaler_scope import (
 from amplint.transforms.statements import StatementPlan
 
 SCALER_NAMES = ("scaler", "grad_scaler", "amp_scaler")
+DTYPE_NAMES = ("amp_dtype", "autocast_dtype")  # where the dtype is chosen at run time
 
 
 @dataclass(frozen=True)
@@ -107,6 +108,11 @@ def fsdp_mixed_precision(facts: ModuleFacts) -> str | None:
                 return f"line {use.line}"
             return f"{facts.project.relative(use.path)}:{use.line}"
     return None
+
+
+def _free_names(text: str, prefix: str = "") -> tuple[str, str]:
+    """The names a new scaler and its run-time dtype take where `text` is read."""
+    return free_name(SCALER_NAMES, text, prefix), free_name(DTYPE_NAMES, text, prefix)
 
 
 def free_name(candidates: Sequence[str], text: str, prefix: str = "") -> str:
@@ -404,8 +410,7 @@ class InsertAmp:
             holder = step.function
         self.target = scope
         text = self.code(scope) if scope is not self.facts.module else self.facts.text
-        scaler = free_name(SCALER_NAMES, text)
-        dtype_name = free_name(("amp_dtype", "autocast_dtype"), text)
+        scaler, dtype_name = _free_names(text)
         self._use(scaler, dtype_name)
         created = self._creation("", dtype_name, scaler)
         # After its optimizer and, where the script binds it here, its device
@@ -425,8 +430,7 @@ class InsertAmp:
         the function."""
         module, function = self.facts.module, self.step.function
         self._scaler_made_elsewhere()
-        scaler = free_name(SCALER_NAMES, self.facts.text)
-        dtype_name = free_name(("amp_dtype", "autocast_dtype"), self.facts.text)
+        scaler, dtype_name = _free_names(self.facts.text)
         self.target = module
         self._use(scaler, dtype_name)
         created = self._creation("", dtype_name, scaler)
@@ -435,15 +439,15 @@ class InsertAmp:
             candidates.append(statement)
             if isinstance(statement, cst.If) and isinstance(statement.body, cst.IndentedBlock):
                 candidates += statement.body.body
-        simple = [s for s in candidates if isinstance(s, cst.SimpleStatementLine)]
-        bindings = [s for s in simple if names & name_use(s).bound]
+        bound = [
+            (s, name_use(s).bound) for s in candidates if isinstance(s, cst.SimpleStatementLine)
+        ]
         holder = self.facts.imports.parent.get(function)
-        if bindings:
+        if any(names & names_bound for _, names_bound in bound):
             # After the optimizer and the device the scaler is made for.
             needed = names | self._device_bound()
-            self._insert(
-                self.plan.after, [s for s in simple if needed & name_use(s).bound][-1], created
-            )
+            anchor = [s for s, names_bound in bound if needed & names_bound][-1]
+            self._insert(self.plan.after, anchor, created)
         elif holder is module:
             self._insert(self.plan.before, function, created)
         else:
@@ -462,8 +466,7 @@ class InsertAmp:
         if isinstance(thread, str):
             return thread
         self._scaler_made_elsewhere()
-        scaler = free_name(SCALER_NAMES, self.facts.text)
-        dtype_name = free_name(("amp_dtype", "autocast_dtype"), self.facts.text)
+        scaler, dtype_name = _free_names(self.facts.text)
         self.target = self.facts.module
         self._use(scaler, dtype_name)
         if self.choice.picks_dtype_at_run_time:
@@ -518,8 +521,7 @@ class InsertAmp:
         method_self = step.function.params.params[0].name.value
         self._scaler_made_elsewhere()
         class_text = self.code(class_def)
-        scaler = free_name(SCALER_NAMES, class_text, prefix=f"{init_self}.")
-        dtype_name = free_name(("amp_dtype", "autocast_dtype"), class_text, prefix=f"{init_self}.")
+        scaler, dtype_name = _free_names(class_text, prefix=f"{init_self}.")
         self.target = class_def
         self._use(f"{method_self}.{scaler}", f"{method_self}.{dtype_name}")
         created = self._creation(f"{init_self}.", dtype_name, scaler)
