@@ -25,7 +25,8 @@ from amplint.project import ProjectRoot, still_current
 
 CACHE_DIR_NAME = ".amplint_cache"
 # Bumped when the entry format changes.
-_FORMAT = "3"  # 2: spans carry a notebook cell; 3: entries name the modules they read
+_FORMAT = "4"  # 2: spans carry a notebook cell; 3: entries name the modules they read;
+# 4: fixes name the other files they rewrite
 
 
 @lru_cache(maxsize=None)
@@ -119,7 +120,7 @@ def _record(diagnostic: Diagnostic) -> list:
         diagnostic.code,
         diagnostic.message,
         [span.line, span.column, span.end_line, span.end_column, span.cell],
-        None if fix is None else [fix.applicability.value, fix.message],
+        None if fix is None else [fix.applicability.value, fix.message, list(fix.partners)],
     ]
 
 
@@ -129,5 +130,14 @@ def _diagnostic(record: list) -> Diagnostic:
         str(code),
         str(message),
         Span(*(int(number) for number in span[:4]), cell=None if span[4] is None else int(span[4])),
-        None if fix is None else Fix(Applicability(fix[0]), str(fix[1]), edits=()),
+        (
+            None
+            if fix is None
+            else Fix(
+                Applicability(fix[0]),
+                str(fix[1]),
+                edits=(),
+                partners=tuple(str(path) for path in fix[2]),
+            )
+        ),
     )

@@ -52,6 +52,9 @@ class Fix:
     # Whole-module passes run once after all edits of a round, e.g. adding an
     # import the edits need or removing the ones they left unused.
     module_passes: tuple[ModulePass, ...] = ()
+    # Other files (paths) the same change rewrites, each by its own fix: the
+    # runner writes them all or none (an apex.amp migration spans a program).
+    partners: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -66,4 +69,7 @@ class Diagnostic:
         or callables, so worker processes and the cache can hand it on."""
         if self.fix is None or not (self.fix.edits or self.fix.module_passes):
             return self
-        return replace(self, fix=Fix(self.fix.applicability, self.fix.message, edits=()))
+        return replace(
+            self,
+            fix=Fix(self.fix.applicability, self.fix.message, edits=(), partners=self.fix.partners),
+        )

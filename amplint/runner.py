@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, NamedTuple, Sequence
 
@@ -16,6 +16,7 @@ from amplint.cache import ResultCache
 from amplint.config import Settings
 from amplint.engine import FileReport, analyse_source, is_applicable, text_may_fire
 from amplint.files import Discovered, SourceError, SourceFile, discover, read_source
+from amplint.diagnostics import Applicability
 from amplint.project import ProjectRoot, ProjectRoots, find_project_root
 from amplint.rules import ALL_CODES
 
@@ -106,7 +107,7 @@ def run(
         reports[item.index] = report
         if cache is not None and report.found is not None:
             cache.put(item.cache_key, report.found, report.depends_on)
-    return reports
+    return hold_partial_changes(reports, fixing)
 
 
 def run_source(source: SourceFile, settings: Settings, mode: Mode) -> FileReport:
@@ -117,7 +118,86 @@ def run_source(source: SourceFile, settings: Settings, mode: Mode) -> FileReport
     else:
         report = _analyse_one(source, codes, settings, mode, find_project_root(source.path))
     report.source = source
-    return report
+    return hold_partial_changes([report], mode.fixing)[0]
+
+
+def hold_partial_changes(reports: list[FileReport], fixing: bool) -> list[FileReport]:
+    """Withdraw each fix whose partners (the other files its change rewrites,
+    such as the modules of one apex.amp migration) are not all fixed in this
+    run too, saying why on its findings: half such a change runs neither the
+    old way nor the new."""
+    by_path = {_key(report.path): report for report in reports}
+    # Every file of such a change lists all the others, so one pass over the
+    # reports as analysed finds each withdrawal's first cause.
+    reasons = {}
+    for index, report in enumerate(reports):
+        partners = sorted(
+            {
+                partner
+                for diagnostic in [*report.applied, *report.diagnostics]
+                if diagnostic.fix is not None
+                for partner in diagnostic.fix.partners
+            }
+        )
+        unnamed = [_shown(partner) for partner in partners if partner not in by_path]
+        if unnamed:
+            reasons[index] = (
+                f"the same change rewrites {', '.join(unnamed)}, "
+                f"{'which is' if len(unnamed) == 1 else 'which are'} not among the paths named"
+            )
+            continue
+        for partner in partners:
+            reason = _not_ready(partner, by_path[partner], fixing)
+            if reason is not None:
+                reasons[index] = reason
+                break
+    for index, reason in reasons.items():
+        _withdraw(reports[index], reason)
+    return reports
+
+
+def _key(path: Path) -> str:
+    return str(Path(path).resolve())
+
+
+def _not_ready(partner: str, report: FileReport, fixing: bool) -> str | None:
+    """Why the partner's part of the change is not carried out in this run."""
+    shown = _shown(partner)
+    if report.error is not None:
+        return f"the same change rewrites {shown}, which has an error"
+    if fixing and any(d.fix is not None and d.fix.partners for d in report.applied):
+        return None
+    waiting = [d for d in report.diagnostics if d.fix is not None and d.fix.partners]
+    if waiting and not fixing:
+        return None
+    if waiting and any(d.fix.applicability is Applicability.UNSAFE for d in waiting):
+        return f"the same change rewrites {shown}, whose part needs --unsafe-fixes"
+    blocked = next((d for d in report.diagnostics if "not fixed: " in d.message), None)
+    why = blocked.message.split("not fixed: ", 1)[1].rstrip(")") if blocked else "no fix"
+    return f"the same change rewrites {shown}, which is not fixed: {why}"
+
+
+def _shown(path: str) -> str:
+    """`path` relative to the working directory where it lies below it."""
+    try:
+        return Path(path).relative_to(Path.cwd().resolve()).as_posix()
+    except ValueError:
+        return path
+
+
+def _withdraw(report: FileReport, reason: str) -> None:
+    """Take back `report`'s fix of a change whose partners are not all fixed."""
+    findings = report.found if report.applied else report.diagnostics
+    if report.applied:
+        report.fixed_text, report.applied = None, []
+    report.diagnostics = [
+        (
+            replace(d, message=f"{d.message} (not fixed: {reason})", fix=None)
+            if d.fix is not None and d.fix.partners
+            else d
+        )
+        for d in findings or []
+    ]
 
 
 def _analyse(

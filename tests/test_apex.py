@@ -315,7 +315,7 @@ def test_a_static_loss_scale_starts_the_scaler_and_is_unsafe() -> None:
 def test_initialize_in_another_module_is_not_fixed() -> None:
     before = _train("")
     first, *_ = findings(before)
-    assert "not fixed: no amp.initialize in this module" in first
+    assert "not fixed: no amp.initialize in this program" in first
     assert fixed_unsafe(before) == before
 
 
@@ -353,7 +353,7 @@ def test_target_torch_below_the_scaler_is_not_fixed() -> None:
 
 
 def test_private_amp_state_blocks_the_migration_and_is_amp204() -> None:
-    loop = LOOP + "        print(amp._amp_state.loss_scalers[0].loss_scale())\n"
+    loop = LOOP + "        print(amp._amp_state.opt_properties.opt_level)\n"
     before = _train(
         '    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n', loop
     )
@@ -361,6 +361,48 @@ def test_private_amp_state_blocks_the_migration_and_is_amp204() -> None:
     assert any(f.split()[1] == "AMP204" and "scaler.get_scale()" in f for f in reported)
     assert any("reads apex's private state" in f for f in reported if f.split()[1] == "AMP203")
     assert fixed_unsafe(before) == before
+
+
+def test_the_loss_scale_read_from_private_state_becomes_get_scale() -> None:
+    loop = LOOP + "        print(amp._amp_state.loss_scalers[0].loss_scale())\n"
+    before = _train(
+        '    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n', loop
+    )
+    assert "AMP204" not in [f.split()[1] for f in findings(before)]  # AMP203 migrates it
+    migrated = fixed(before)
+    assert "print(scaler.get_scale())" in migrated
+    assert "_amp_state" not in migrated
+
+
+def test_an_availability_assert_and_the_import_fallback_go() -> None:
+    before = dedent("""
+        import torch
+
+        try:
+            from apex import amp
+        except ImportError:
+            amp = None
+            print("apex not found: FP32 only")
+
+
+        def train(model, optimizer, loader, criterion, fp16):
+            if fp16:
+                assert amp is not None, "install apex for --fp16"
+            model, optimizer = amp.initialize(model, optimizer, opt_level="O1", enabled=fp16)
+            use_amp = amp is not None and fp16
+            for inputs, targets in loader:
+                optimizer.zero_grad()
+                loss = criterion(model(inputs), targets)
+                with amp.scale_loss(loss, optimizer) as scaled_loss:
+                    scaled_loss.backward()
+                optimizer.step()
+            return use_amp
+        """)
+    migrated = fixed(before)
+    assert "apex" not in migrated and "assert" not in migrated
+    assert "try:" not in migrated and "FP32 only" not in migrated
+    assert "use_amp = True and fp16" in migrated
+    assert 'scaler = torch.amp.GradScaler("cuda", enabled=fp16)' in migrated
 
 
 FUNCTION = """

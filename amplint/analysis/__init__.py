@@ -44,6 +44,7 @@ from amplint.analysis.scaler import (
 from amplint.analysis.device import ProvenDevice, proven_device
 from amplint.analysis.steps import StepScan, find_training_steps
 from amplint.diagnostics import Span
+from amplint.project.apex import ApexProgram, apex_program
 from amplint.project import CustomKernel, FsdpUse, LossHelper, ProjectView, fsdp_use_in
 
 
@@ -87,6 +88,12 @@ class ModuleFacts:
         own = fsdp_use_in(self.text, here)
         others = [] if self.project is None else self.project.fsdp_uses()
         return ([own] if own is not None else []) + [u for u in others if u.path != here]
+
+    @cached_property
+    def apex_program(self) -> ApexProgram | None:
+        """The modules one apex.amp migration of this module's program rewrites
+        (project/apex.py); None without a project or without apex.amp."""
+        return None if self.project is None else apex_program(self.project)
 
     @cached_property
     def custom_kernels(self) -> list[CustomKernel]:

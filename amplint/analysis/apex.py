@@ -10,12 +10,14 @@ an ``amp.initialize`` ran under into the GradScaler's ``enabled=``.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import libcst as cst
 
 from amplint.analysis.imports import ImportMap, dotted_name
 from amplint.analysis.scopes import Scope, ScopedVisitor
+from amplint.analysis.visitor import children
 
 APEX_AMP = "apex.amp"
 APEX_PARALLEL = "apex.parallel"
@@ -242,3 +244,25 @@ def calls_to(module: cst.Module, imports: ImportMap, targets: set[str]) -> list[
     finder = _CallsTo(imports, targets)
     finder.walk(module)
     return finder.found
+
+
+_LOSS_SCALE_READ = re.compile(r"(?P<amp>[\w.]+)\._amp_state\.loss_scalers\[\d+\]\.loss_scale\(\)")
+
+
+def loss_scale_reads(use: ApexUse, module: cst.Module) -> list[cst.Call]:
+    """The calls `amp._amp_state.loss_scalers[0].loss_scale()` that `use`
+    (apex's private `_amp_state`) is part of: the one read of apex's private
+    state that the GradScaler answers (`get_scale()`)."""
+    if use.member.split(".")[0] != "_amp_state":
+        return []
+    spelled = re.sub(r"\s+", "", module.code_for_node(use.node)).split("._amp_state")[0]
+    found = []
+    stack: list[cst.CSTNode] = [use.statement]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.Call):
+            match = _LOSS_SCALE_READ.fullmatch(re.sub(r"\s+", "", module.code_for_node(node)))
+            if match is not None and match.group("amp") == spelled:
+                found.append(node)
+        stack.extend(children(node))
+    return found

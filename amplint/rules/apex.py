@@ -16,7 +16,13 @@ from typing import Iterator, Sequence
 import libcst as cst
 
 from amplint.analysis import ModuleFacts
-from amplint.analysis.apex import APEX_AMP, APEX_FP16_UTILS, ApexUse, is_private
+from amplint.analysis.apex import (
+    APEX_AMP,
+    APEX_FP16_UTILS,
+    ApexUse,
+    is_private,
+    loss_scale_reads,
+)
 from amplint.config import Settings
 from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix, Span
 from amplint.prefilter import SourceClues
@@ -93,6 +99,7 @@ class ApexAmp(Rule):
                 Applicability.UNSAFE if unsafe else Applicability.SAFE,
                 "apex.amp -> torch.amp, the whole module",
                 (Edit(facts.module, lambda _: module),),
+                partners=migration.partners,
             )
         for use in uses:
             spelled = facts.module.code_for_node(use.node)
@@ -140,7 +147,11 @@ class ApexOther(Rule):
                     "and network_to_half (not fixed: the training loop changes shape)",
                     span,
                 )
-            elif use.module == APEX_AMP and is_private(use.member):
+            elif (
+                use.module == APEX_AMP
+                and is_private(use.member)
+                and not loss_scale_reads(use, facts.module)  # AMP203 migrates those
+            ):
                 yield Diagnostic(
                     self.code,
                     f"`{spelled}` reads apex.amp's private state, {REMOVED}; with torch.amp "

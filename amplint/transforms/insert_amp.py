@@ -22,6 +22,7 @@ from amplint.analysis.device import ScriptDevice, script_device
 from amplint.analysis.forward import ForwardRegion
 from amplint.analysis.steps import TrainingStep
 from amplint.config import Settings
+from amplint.names import DTYPE_NAMES, SCALER_NAMES, free_name
 from amplint.analysis.statements import name_use, parameter_names, string_value
 from amplint.transforms.arguments import insert_argument, keyword_argument
 from amplint.transforms.imports import ensure_from_import, ensure_torch_imported
@@ -32,9 +33,6 @@ from amplint.transforms.scaler_scope import (
     with_parameter_after,
 )
 from amplint.transforms.statements import StatementPlan
-
-SCALER_NAMES = ("scaler", "grad_scaler", "amp_scaler")
-DTYPE_NAMES = ("amp_dtype", "autocast_dtype")  # where the dtype is chosen at run time
 
 
 @dataclass(frozen=True)
@@ -113,13 +111,6 @@ def fsdp_mixed_precision(facts: ModuleFacts) -> str | None:
 def _free_names(text: str, prefix: str = "") -> tuple[str, str]:
     """The names a new scaler and its run-time dtype take where `text` is read."""
     return free_name(SCALER_NAMES, text, prefix), free_name(DTYPE_NAMES, text, prefix)
-
-
-def free_name(candidates: Sequence[str], text: str, prefix: str = "") -> str:
-    for name in candidates:
-        if not re.search(rf"(?<![\w.]){re.escape(prefix + name)}\b", text):
-            return name
-    return candidates[-1] + "_"
 
 
 LINE_LENGTH = 88  # black's default

@@ -199,3 +199,54 @@ def with_parameter_after(
         new = cst.Param(cst.Name(new_name), whitespace_after_param=after.whitespace_after_param)
         items.insert(index + 1, new)
     return params.with_changes(**{field_name: items})
+
+
+def with_keyword_only(params: cst.Parameters, new_name: str) -> cst.Parameters:
+    """`params` with a keyword-only parameter ``new_name`` at the end of the
+    keyword-only ones (after a new bare ``*`` where there is none), laid out like
+    its neighbours.  A caller that does not pass it fails with a TypeError
+    instead of shifting its positional arguments by one."""
+    star = params.star_arg if isinstance(params.star_arg, (cst.Param, cst.ParamStar)) else None
+    ordered = [*params.params, *([star] if star is not None else []), *params.kwonly_params]
+    if params.star_kwarg is not None:
+        ordered.append(params.star_kwarg)
+    # One per line (black's magic trailing comma): each comma but the last
+    # carries the newline and indent to the next parameter.
+    between = next(
+        (
+            param.comma
+            for param in ordered[:-1]
+            if isinstance(param.comma, cst.Comma)
+            and isinstance(param.comma.whitespace_after, cst.ParenthesizedWhitespace)
+        ),
+        None,
+    )
+    if between is None:
+        new = cst.Param(cst.Name(new_name))
+        if star is not None:
+            return params.with_changes(kwonly_params=[*params.kwonly_params, new])
+        return params.with_changes(star_arg=cst.ParamStar(), kwonly_params=[new])
+    # The new parameter goes last among those before **kwargs, with the comma
+    # of the one it follows; that one takes a comma that leads to the next line.
+    before = params.star_kwarg is None
+    last = ordered[-1] if before else ordered[-2]
+    new = cst.Param(cst.Name(new_name), comma=last.comma)
+    closing = {}
+    if not isinstance(last.comma, cst.Comma):  # `b\n)`: the newline before `)` moves on
+        new = new.with_changes(whitespace_after_param=last.whitespace_after_param)
+        closing = {"whitespace_after_param": cst.SimpleWhitespace("")}
+
+    def relaid(param):
+        return param.with_changes(comma=between, **closing) if param is last else param
+
+    changes = {
+        "params": [relaid(p) for p in params.params],
+        "kwonly_params": [relaid(p) for p in params.kwonly_params],
+    }
+    if star is not None:
+        changes["star_arg"] = relaid(star)
+        changes["kwonly_params"].append(new)
+    else:
+        changes["star_arg"] = cst.ParamStar(comma=between)
+        changes["kwonly_params"] = [new]
+    return params.with_changes(**changes)

@@ -39,12 +39,15 @@ from amplint.analysis.apex import (
     assigned_names,
     is_apex,
     is_private,
+    loss_scale_reads,
 )
 from amplint.analysis.imports import dotted_name
 from amplint.analysis.scopes import Scope
+from amplint.analysis.visitor import children
 from amplint.analysis.statements import if_condition, name_use, string_value
 from amplint.config import Settings
 from amplint.diagnostics import Edit
+from amplint.names import SCALER_NAMES, free_name
 from amplint.transforms.apex.common import (
     MigrationBlocked,
     atom,
@@ -54,6 +57,7 @@ from amplint.transforms.apex.common import (
     squeezed,
 )
 from amplint.transforms.apex.functions import FunctionCasts
+from amplint.transforms.apex.reach import ScalerReach, places
 from amplint.transforms.edits import EditBook, apply_edits
 from amplint.transforms.imports import (
     IMPORT_ERRORS,
@@ -62,10 +66,8 @@ from amplint.transforms.imports import (
     tidy_apex_imports,
 )
 from amplint.transforms.insert_amp import (
-    SCALER_NAMES,
     AmpChoice,
     InsertAmp,
-    free_name,
     needs_sharded_scaler,
     scaler_obstacle,
 )
@@ -128,6 +130,9 @@ class ApexMigration:
     # Per `amp.initialize` use, and per cast helper, what does not carry over
     # exactly: a non-empty list makes the fix unsafe.
     changes: dict[ApexUse, list[str]]
+    # The other modules of the program, which the same migration rewrites:
+    # written together or not at all.
+    partners: tuple[str, ...] = ()
 
 
 def migrate_apex(facts: ModuleFacts, scan: ApexScan, settings: Settings) -> ApexMigration:
@@ -152,6 +157,28 @@ class _Migrator:
         # The function the scaler is a local of; None for a module global.
         self.local_function: cst.FunctionDef | None = None
         self.casts = FunctionCasts(facts, scan, settings, self.book, self.changes, self.torch)
+        # The modules one migration rewrites, where the project model knows them.
+        self.program = facts.apex_program
+        self.reach: ScalerReach | None = None
+        if self.program is not None:
+            self.scaler = self.program.scaler_names.get(facts.project.path, self.scaler)
+            self.reach = ScalerReach(facts, self.program, self.scaler, self._initializing())
+
+    def _initializing(self) -> set[str]:
+        """The top-level defs calling amp.initialize, "" for module level."""
+        located = places(self.facts.module)
+        found = set()
+        for use in self.uses:
+            if use.member == "initialize":
+                top = located.get(id(use.scope))
+                found.add(top.top.name.value if top is not None and top.top is not None else "")
+        return found
+
+    def scaler_at(self, scope: Scope, module: cst.Module | None = None) -> str:
+        """How code in `scope` spells the scaler, once it is placed."""
+        if self.reach is None:
+            return self.scaler
+        return self.reach.expression(scope, module)
 
     def code(self, node: cst.CSTNode) -> str:
         return self.facts.module.code_for_node(node)
@@ -164,6 +191,7 @@ class _Migrator:
         if obstacle is not None:
             raise MigrationBlocked(obstacle)
         dropped = self._keep_fp32_branches()
+        self._drop_import_fallbacks()
         for use in self.uses:
             if not any(id(ancestor) in dropped for ancestor in use.ancestors):
                 self._migrate(use)
@@ -171,16 +199,27 @@ class _Migrator:
                 # In an apex-only branch the FP32 branch replaces; its step must
                 # still end up scaled.
                 self.losses.append(self.code(atom(use.call.args[0].value)))
-        if not self.initializations:
+        if self.program is not None and self.program.obstacles:
+            raise MigrationBlocked(self.program.obstacles[0])
+        if not self.initializations and not (self.program and self.program.initializers):
             raise MigrationBlocked(
-                "no amp.initialize in this module: the GradScaler that replaces apex's "
-                "state is made where amp.initialize is called; migrate that module with it"
+                "no amp.initialize in this program: the GradScaler that replaces apex's "
+                "state is made where amp.initialize is called"
             )
         self._place_scaler()
         module = apply_edits(self.facts.module, self.book.edits())
         module = tidy_apex_imports(module)
         module = self._complete_steps(module)
-        return ApexMigration(ensure_torch_imported(module), self.scaler, self.changes)
+        return ApexMigration(
+            ensure_torch_imported(module), self.scaler, self.changes, self._partners()
+        )
+
+    def _partners(self) -> tuple[str, ...]:
+        """The other modules the migration rewrites, as the runner finds them."""
+        if self.program is None:
+            return ()
+        here = self.facts.project.path
+        return tuple(str(path) for path in self.program.modules if path != here)
 
     def _migrate(self, use: ApexUse) -> None:
         member = use.member
@@ -191,9 +230,15 @@ class _Migrator:
         elif member == "master_params" and use.call is not None:
             self._master_params(use)
         elif member in ("state_dict", "load_state_dict") and use.call is not None:
-            scaler = cst.parse_expression(f"{self.scaler}.{member}")
-            self.book.rewrite(use.call, lambda call: call.with_changes(func=scaler))
+            self.book.rewrite(
+                use.call,
+                lambda call: call.with_changes(
+                    func=cst.parse_expression(f"{self.scaler_at(use.scope)}.{member}")
+                ),
+            )
             self.scaler_scopes.append(use.scope)
+        elif member.split(".")[0] == "_amp_state" and use.call is None:
+            self._loss_scale(use)
         elif member == "disable_casts" and use.call is not None and not use.call.args:
             autocast = cst.parse_expression(f'{self.torch}.autocast("cuda", enabled=False)')
             self.book.rewrite(use.call, lambda call: autocast)
@@ -201,14 +246,67 @@ class _Migrator:
             self.casts.cast_function(use, member.split("_")[0])
         elif member.startswith("register_") and member.endswith("_function"):
             self.casts.registration(use, member[len("register_") : -len("_function")])
-        elif is_private(member):
+        elif is_private(member):  # `amp._amp_state.handle`, `amp._initialize`
             raise MigrationBlocked(
                 f"`{self.code(use.node)}` reads apex's private state (AMP204); "
                 "rewrite it by hand first"
             )
+        elif member == "" and self._availability_probe(use):
+            pass
         else:
             shown = self.code(use.call or use.node)
             raise MigrationBlocked(f"`{shown}` has no torch.amp counterpart amplint knows")
+
+    # -- try: from apex import amp / except ImportError: amp = None -----------------
+    def _drop_import_fallbacks(self) -> None:
+        """A `try` that only imports apex.amp goes whole, its handlers with it:
+        they ran where apex was missing (`amp = None`, `use_amp = False`, a
+        warning), and torch.amp is never missing."""
+        stack: list[cst.CSTNode] = [self.facts.module]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, cst.Try) and _imports_amp_with_fallback(node):
+                self.book.rewrite(node, lambda _: cst.RemovalSentinel.REMOVE)
+                continue
+            if isinstance(node, (cst.Module, cst.IndentedBlock, cst.If, cst.Else, cst.FunctionDef)):
+                stack.extend(children(node))
+
+    # -- assert amp is not None ------------------------------------------------------
+    def _availability_probe(self, use: ApexUse) -> bool:
+        """`amp is not None` asks whether apex imported; torch.amp always does.
+        An `assert` of it goes (with an `if` holding nothing else), other
+        probes become `True` / `False`.  False for any other use of `amp`."""
+        probe = next(
+            (
+                comparison
+                for comparison in _comparisons_in(use.statement)
+                if comparison.left is use.node
+                and len(comparison.comparisons) == 1
+                and isinstance(comparison.comparisons[0].operator, (cst.Is, cst.IsNot))
+                and _is_none(comparison.comparisons[0].comparator)
+            ),
+            None,
+        )
+        if probe is None:
+            return False
+        available = isinstance(probe.comparisons[0].operator, cst.IsNot)
+        statement = use.statement
+        small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
+        if not (isinstance(small, cst.Assert) and small.test is probe and available):
+            self.book.rewrite(probe, lambda _: cst.Name("True" if available else "False"))
+            return True
+        vanishing: cst.BaseStatement = statement
+        for holder in reversed(use.ancestors):
+            if not (
+                isinstance(holder, cst.If)
+                and holder.orelse is None
+                and len(holder.body.body) == 1
+                and not _calls_in(holder.test)
+            ):
+                break
+            vanishing = holder
+        self.book.rewrite(vanishing, lambda _: cst.RemovalSentinel.REMOVE)
+        return True
 
     # -- if args.fp16: <apex> else: <fp32> --------------------------------------------
     def _keep_fp32_branches(self) -> set[int]:
@@ -332,17 +430,27 @@ class _Migrator:
 
     # -- where the scaler is made ---------------------------------------------------
     def _place_scaler(self) -> None:
+        for init in self.initializations:
+            self._create_scaler(init)
         init_scopes = [init.use.scope for init in self.initializations]
-        functions = {
-            id(scope): scope for scope in init_scopes if isinstance(scope, cst.FunctionDef)
-        }
+        if self.reach is not None:
+            try:
+                for scope in self.scaler_scopes:
+                    self.reach.expression(scope)
+                self.reach.thread(self.book)
+                return
+            except MigrationBlocked:
+                if len(self.program.modules) > 1 or not self.initializations:
+                    raise
+            # One module whose scaler cannot travel as an argument (a helper
+            # returns what amp.initialize returned): a global, as apex's state was.
+            self.reach = None
         local = isinstance(init_scopes[0], cst.FunctionDef) and all(
             scope is init_scopes[0] for scope in [*init_scopes, *self.scaler_scopes]
         )
         self.local_function = init_scopes[0] if local else None
-        for init in self.initializations:
-            self._create_scaler(init)
         if not local:
+            functions = {id(s): s for s in init_scopes if isinstance(s, cst.FunctionDef)}
             for function in functions.values():
                 self._declare_global(function)
 
@@ -438,13 +546,31 @@ class _Migrator:
         )
         self.book.rewrite(use.call, lambda _: params)
 
+    # -- amp._amp_state.loss_scalers[0].loss_scale() ------------------------------
+    def _loss_scale(self, use: ApexUse) -> None:
+        """apex's current loss scale, read through its private state: the
+        GradScaler's `get_scale()`; any other read of the state blocks."""
+        reads = loss_scale_reads(use, self.facts.module)
+        if not reads:
+            raise MigrationBlocked(
+                f"`{self.code(use.node)}` reads apex's private state (AMP204) for more than "
+                "the loss scale; rewrite it by hand first"
+            )
+        for call in reads:
+            self.book.rewrite(
+                call,
+                lambda _: cst.parse_expression(f"{self.scaler_at(use.scope)}.get_scale()"),
+            )
+        self.scaler_scopes.append(use.scope)
+
     # -- the training steps ---------------------------------------------------------
     def _complete_steps(self, module: cst.Module) -> cst.Module:
         facts = ModuleFacts(module, module.code)
         edits = []
         scaled: list[str] = []
         for step in facts.training_steps.steps:
-            if not self._reaches(step.function):
+            scaler = self._scaler_of(step.function, module)
+            if scaler is None:
                 continue
             losses = [facts.module.code_for_node(b.loss) for b in step.backwards]
             if step.skip is not None:
@@ -455,7 +581,7 @@ class _Migrator:
                     )
                 continue
             insert = InsertAmp(step, facts, self.settings, APEX_CHOICE)
-            insert.use_scaler(self.scaler, self._autocast_enabled(step.function))
+            insert.use_scaler(scaler, self._autocast_enabled(step.function, scaler, module))
             insert.plan_step()
             edits.append(Edit(insert.target, insert.rewrite))
             scaled += losses
@@ -468,22 +594,43 @@ class _Migrator:
             scaled.remove(loss)
         return apply_edits(module, edits)
 
-    def _reaches(self, function: cst.FunctionDef | None) -> bool:
-        if self.local_function is None:
-            return True  # a module-level or global scaler: every step reads it
-        return function is not None and function.name.value == self.local_function.name.value
-
-    def _autocast_enabled(self, function: cst.FunctionDef | None) -> str | None:
-        conditions = {init.condition for init in self.initializations}
-        if conditions == {None}:
+    def _scaler_of(self, function: cst.FunctionDef | None, module: cst.Module) -> str | None:
+        """How a step in `function` (of the partly migrated `module`) reaches
+        the scaler, or None where it does not."""
+        if self.reach is None:
+            if self.local_function is None:
+                return self.scaler  # a module-level or global scaler: every step reads it
+            if function is not None and function.name.value == self.local_function.name.value:
+                return self.scaler
             return None
-        same_scope = self.local_function is not None or (
-            function is None
-            and all(isinstance(init.use.scope, cst.Module) for init in self.initializations)
-        )
-        if same_scope and len(conditions) == 1:
+        try:
+            return self.reach.expression(function or module, module)
+        except MigrationBlocked:
+            return None
+
+    def _autocast_enabled(
+        self, function: cst.FunctionDef | None, scaler: str, module: cst.Module
+    ) -> str | None:
+        """autocast's `enabled=`: the condition amp.initialize ran under where the
+        step sees it, else whether the scaler it reaches is enabled."""
+        conditions = {init.condition for init in self.initializations}
+        if self.initializations and conditions == {None}:
+            return None
+        if len(conditions) == 1 and self._in_initializing_scope(function, module):
             return conditions.pop()
-        return f"{self.scaler}.is_enabled()"
+        return f"{scaler}.is_enabled()"
+
+    def _in_initializing_scope(self, function: cst.FunctionDef | None, module: cst.Module) -> bool:
+        if not self.initializations:
+            return False
+        if self.reach is None:
+            return self.local_function is not None or (
+                function is None
+                and all(isinstance(init.use.scope, cst.Module) for init in self.initializations)
+            )
+        place = places(module).get(id(function)) if function is not None else None
+        top = place.top.name.value if place is not None and place.top is not None else ""
+        return self.reach.initializing == {top}
 
 
 def _replaced_by_branch(keep_body: bool) -> Callable:
@@ -508,6 +655,29 @@ def _imports_apex_only(statement: cst.BaseStatement) -> bool:
             for handler in statement.handlers
         )
     return False
+
+
+def _imports_amp_with_fallback(statement: cst.Try) -> bool:
+    """`try: from apex import amp` with handlers for apex missing, nothing else."""
+    if statement.orelse is not None or statement.finalbody is not None:
+        return False
+    imported = [
+        small
+        for line in statement.body.body
+        if isinstance(line, cst.SimpleStatementLine)
+        for small in line.body
+    ]
+    if len(imported) != len(statement.body.body) or not all(
+        isinstance(small, (cst.Import, cst.ImportFrom))
+        and _names_apex(small)
+        and "amp" in code_of(small).split()[-1]
+        for small in imported
+    ):
+        return False
+    return all(
+        handler.type is None or dotted_name(handler.type) in {*IMPORT_ERRORS, "Exception"}
+        for handler in statement.handlers
+    )
 
 
 def _names_apex(statement: cst.Import | cst.ImportFrom) -> bool:
@@ -540,3 +710,29 @@ def _with_backward_of(
     small = statement.body[0]
     call = small.value.with_changes(func=small.value.func.with_changes(value=loss))
     return statement.with_changes(body=[small.with_changes(value=call)])
+
+
+def _calls_in(node: cst.CSTNode) -> list[cst.Call]:
+    found = []
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, cst.Call):
+            found.append(current)
+        stack.extend(children(current))
+    return found
+
+
+def _comparisons_in(node: cst.CSTNode) -> list[cst.Comparison]:
+    found = []
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, cst.Comparison):
+            found.append(current)
+        stack.extend(children(current))
+    return found
+
+
+def _is_none(node: cst.BaseExpression) -> bool:
+    return isinstance(node, cst.Name) and node.value == "None"

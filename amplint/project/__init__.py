@@ -258,6 +258,13 @@ class ProjectIndex:
             self._modules[path] = known = (version, module)
         return known[1]
 
+    def relative(self, path: Path) -> str:
+        """`path` as the user reads it: relative to the project root."""
+        try:
+            return path.resolve().relative_to(self.root).as_posix()
+        except ValueError:
+            return str(path)
+
     # -- questions --------------------------------------------------------------
     def callers(self, defining: Path, function: str) -> list[CallSite]:
         """Calls of the module-level function `function` of `defining` from the
@@ -426,21 +433,26 @@ class ProjectView:
         self.path = path.resolve()
         self.consulted: dict[str, str] = {}  # path -> sha256 of the bytes read
 
-    def _note(self, path: Path) -> None:
+    def note(self, path: Path) -> None:
+        """Record that an answer came from the module at `path`."""
         module = self.index.module(path)
         if module is not None and module.path != self.path:
             self.consulted[str(module.path)] = module.digest
 
     def relative(self, path: Path) -> str:
-        try:
-            return path.resolve().relative_to(self.index.root).as_posix()
-        except ValueError:
-            return str(path)
+        return self.index.relative(path)
+
+    def module_path(self, spelled: str) -> Path | None:
+        """The project module an import of `spelled` in this module means
+        (`utils`, `.engine.trainer`), or None."""
+        absolute = self.index._absolute_target(self.path, spelled)
+        path = self.index._find_module(self.path, absolute) if absolute else None
+        return path.resolve() if path is not None else None
 
     def callers(self, function: str) -> list[CallSite]:
         sites = self.index.callers(self.path, function)
         for site in sites:
-            self._note(site.path)
+            self.note(site.path)
         return sites
 
     def loss_helpers(self, imported: dict[str, str]) -> dict[str, LossHelper]:
@@ -452,7 +464,7 @@ class ProjectView:
             path, helpers = self.index.loss_helpers(self.path, target)
             if path is None or path.resolve() == self.path:
                 continue
-            self._note(path)
+            self.note(path)
             for name, helper in helpers.items():
                 where = f"{self.relative(helper.path)}:{helper.line}"
                 found[f"{local}.{name}" if name else local] = replace(helper, where=where)
@@ -470,7 +482,7 @@ class ProjectView:
             or self.index.imports(self.path, use.path)
         ]
         for use in uses:
-            self._note(use.path)
+            self.note(use.path)
         return uses
 
     def custom_kernels(self) -> list[CustomKernel]:
@@ -486,7 +498,7 @@ class ProjectView:
         ]
         found = []
         for path in sorted(self._reached(starts)):
-            self._note(path)
+            self.note(path)
             module = self.index.module(path)
             kernel = custom_kernel_in(module) if module is not None else None
             if kernel is not None:

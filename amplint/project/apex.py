@@ -1,0 +1,294 @@
+"""The modules of a project that share apex.amp's state, and how the GradScaler
+that replaces it reaches each of them.
+
+apex.amp is one state per process: ``amp.initialize`` in ``train_net.py`` makes
+the loss scaler that ``amp.scale_loss`` in ``engine/trainer.py`` and
+``amp.state_dict()`` in ``utils.py`` use.  torch.amp has no such state, so the
+migration makes a GradScaler where ``amp.initialize`` ran and hands it to every
+top-level def and class that used apex's state, a *taker*: a function gets it
+as a keyword-only parameter, a class as an ``__init__`` parameter kept on the
+instance.  Every call of a taker passes it on, so a def that calls a taker
+becomes one too (unless it makes the scaler itself).
+
+A program migrates whole or not at all: half a migration runs neither with apex
+nor without it.  So this module answers, from text and ``ast`` alone, which
+modules one migration rewrites, which defs and classes take the scaler, and
+what stops the migration where the scaler cannot follow.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from amplint.names import SCALER_NAMES, free_name
+from amplint.project import ProjectIndex, ProjectView, _bindings, _Module
+
+# apex.amp members that read or change the loss scaler's state; their users
+# need the GradScaler after the migration.
+STATE_MEMBERS = frozenset({"scale_loss", "state_dict", "load_state_dict", "_amp_state"})
+_MODULE_LEVEL = "<module>"
+
+
+@dataclass(frozen=True)
+class Taker:
+    """A top-level def or class that receives the GradScaler after the migration."""
+
+    path: Path
+    name: str
+    is_class: bool
+
+
+@dataclass(frozen=True)
+class ApexProgram:
+    """One migration: the apex.amp modules connected by project imports."""
+
+    modules: tuple[Path, ...]  # every module it rewrites, this one included
+    initializers: tuple[Path, ...]  # those calling amp.initialize
+    takers: frozenset[Taker]
+    # The keyword each module's takers receive the scaler as: the first of
+    # SCALER_NAMES that module does not spell already.
+    scaler_names: dict[Path, str] = field(hash=False)
+    # Why the scaler cannot reach a taker: a call from a module without apex,
+    # or from module level of a module that does not make the scaler.
+    obstacles: tuple[str, ...] = ()
+
+    def takers_in(self, path: Path) -> dict[str, Taker]:
+        return {taker.name: taker for taker in self.takers if taker.path == path}
+
+
+@dataclass
+class _Definition:
+    """What the migration needs to know of one top-level def or class."""
+
+    name: str
+    is_class: bool
+    line: int
+    uses_state: bool = False
+    initializes: bool = False
+    calls: set[str] = field(default_factory=set)  # callees, dotted: `utils.save`, `Trainer`
+
+
+@dataclass
+class _ApexFacts:
+    """A module's use of apex.amp, by top-level definition."""
+
+    path: Path
+    uses_amp: bool
+    definitions: dict[str, _Definition]  # `<module>` for the statements outside any
+
+
+def _apex_facts(module: _Module) -> _ApexFacts | None:
+    """How `module` uses apex.amp, from its imports; None when it does not."""
+    if "apex" not in module.text or module.tree is None:
+        return None
+    amp_names: set[str] = set()  # local names of apex.amp
+    apex_names: set[str] = set()  # local names of apex (`apex.amp.X`)
+    members: dict[str, str] = {}  # `from apex.amp import scale_loss`: local -> member
+    for node in ast.walk(module.tree):
+        if isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            for alias in node.names:
+                local = alias.asname or alias.name
+                if node.module == "apex" and alias.name == "amp":
+                    amp_names.add(local)
+                elif node.module == "apex.amp":
+                    members[local] = alias.name
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name == "apex.amp" and alias.asname:
+                    amp_names.add(alias.asname)
+                elif alias.name.split(".")[0] == "apex" and not alias.asname:
+                    apex_names.add("apex")
+    if not (amp_names or apex_names or members):
+        return None
+
+    def member_of(node: ast.AST) -> str | None:
+        """`scale_loss` for `amp.scale_loss`, `apex.amp.scale_loss` or an imported member."""
+        if isinstance(node, ast.Name):
+            return members.get(node.id)
+        if not isinstance(node, ast.Attribute):
+            return None
+        owner = node.value
+        if isinstance(owner, ast.Name) and owner.id in amp_names:
+            return node.attr
+        if (
+            isinstance(owner, ast.Attribute)
+            and owner.attr == "amp"
+            and isinstance(owner.value, ast.Name)
+            and owner.value.id in apex_names
+        ):
+            return node.attr
+        return None
+
+    facts = _ApexFacts(module.path, False, {})
+    outside = _Definition(_MODULE_LEVEL, False, 1)
+    for statement in module.tree.body:
+        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            definition = _Definition(
+                statement.name, isinstance(statement, ast.ClassDef), statement.lineno
+            )
+        else:
+            definition = outside
+        for node in ast.walk(statement):
+            member = member_of(node)
+            if member is not None:
+                facts.uses_amp = True
+                definition.uses_state |= member in STATE_MEMBERS
+                definition.initializes |= member == "initialize"
+            if isinstance(node, ast.Call):
+                callee = _dotted(node.func)
+                if callee is not None:
+                    definition.calls.add(callee)
+        facts.definitions[definition.name] = definition
+    facts.definitions[_MODULE_LEVEL] = outside
+    return facts if facts.uses_amp else None
+
+
+def apex_program(view: ProjectView) -> ApexProgram | None:
+    """The migration `view`'s module belongs to, or None where it uses no apex.amp."""
+    index = view.index
+    own = index.module(view.path)
+    if own is None or _apex_facts(own) is None:
+        return None
+    component = _component(index, view.path)
+    facts = {}
+    for path in sorted(component):
+        module = index.module(path)
+        found = _apex_facts(module) if module is not None else None
+        if found is not None:
+            facts[path] = found
+            view.note(path)
+    takers, obstacles = _takers(index, facts, component)
+    for path in component - set(facts):  # callers of takers without apex
+        view.note(path)
+    return ApexProgram(
+        modules=tuple(sorted(facts)),
+        initializers=tuple(
+            sorted(
+                path
+                for path, f in facts.items()
+                if any(d.initializes for d in f.definitions.values())
+            )
+        ),
+        takers=frozenset(takers),
+        scaler_names={path: free_name(SCALER_NAMES, index.module(path).text) for path in facts},
+        obstacles=tuple(obstacles),
+    )
+
+
+def _takers(
+    index: ProjectIndex, facts: dict[Path, _ApexFacts], component: set[Path]
+) -> tuple[set[Taker], list[str]]:
+    """The defs and classes that take the scaler: those using apex's state, then
+    those calling a taker, as far as the calls go; and where a call of a taker
+    cannot pass it."""
+    # A module that makes the scaler at module level keeps it a global its
+    # functions read: they take nothing.
+    takers = {
+        Taker(path, d.name, d.is_class)
+        for path, f in facts.items()
+        if not f.definitions[_MODULE_LEVEL].initializes
+        for d in f.definitions.values()
+        if d.uses_state and not d.initializes and d.name != _MODULE_LEVEL
+    }
+    obstacles: list[str] = []
+    changed = True
+    while changed:
+        changed = False
+        for path, f in facts.items():
+            makes_scaler_at_top = f.definitions[_MODULE_LEVEL].initializes
+            for definition in f.definitions.values():
+                if (
+                    definition.initializes
+                    or makes_scaler_at_top
+                    and definition.name != _MODULE_LEVEL
+                ):
+                    continue
+                called = _called_takers(index, path, definition.calls, takers)
+                if not called:
+                    continue
+                if definition.name == _MODULE_LEVEL:
+                    if not makes_scaler_at_top:
+                        obstacles.append(
+                            f"{index.relative(path)} calls `{called[0].name}` at module level, "
+                            "where no GradScaler is made"
+                        )
+                    continue
+                taker = Taker(path, definition.name, definition.is_class)
+                if taker not in takers:
+                    takers.add(taker)
+                    changed = True
+    for path in sorted(component - set(facts)):
+        module = index.module(path)
+        if module is None or not any(t.name in module.text for t in takers):
+            continue
+        for taker in takers:
+            if taker.name in module.text and _calls_taker(index, module, taker):
+                obstacles.append(
+                    f"{index.relative(path)} calls `{taker.name}` of "
+                    f"{index.relative(taker.path)} and does not use apex: pass the GradScaler "
+                    "there by hand"
+                )
+    return takers, sorted(set(obstacles))
+
+
+def _called_takers(
+    index: ProjectIndex, path: Path, calls: set[str], takers: set[Taker]
+) -> list[Taker]:
+    """The takers among `calls`, spelled in the module at `path`."""
+    module = index.module(path)
+    found = []
+    for taker in sorted(takers, key=lambda t: (str(t.path), t.name)):
+        if taker.path == path:
+            if taker.name in calls:
+                found.append(taker)
+        elif any(taker.name in call for call in calls) and _calls_taker(index, module, taker):
+            found.append(taker)
+    return found
+
+
+def _calls_taker(index: ProjectIndex, module: _Module, taker: Taker) -> bool:
+    """Whether `module` calls `taker`, through the names it imports it by."""
+    target = index.module(taker.path)
+    if target is None or module.tree is None:
+        return False
+    spellings = set()
+    for imported, local in _bindings(module, target):
+        if imported is None:  # `import utils`: `utils.save_checkpoint(...)`
+            spellings.add(f"{local}.{taker.name}")
+        elif imported == taker.name:  # `from utils import save_checkpoint`
+            spellings.add(local)
+    return any(
+        isinstance(node, ast.Call) and _dotted(node.func) in spellings
+        for node in ast.walk(module.tree)
+    )
+
+
+def _component(index: ProjectIndex, path: Path) -> set[Path]:
+    """The project modules connected to `path` by imports, either way round: a
+    program, as far as its modules import each other."""
+    links: dict[Path, set[Path]] = {}
+    for other in index.paths:
+        other = other.resolve()
+        for imported in index.imported_modules(other):
+            links.setdefault(other, set()).add(imported)
+            links.setdefault(imported, set()).add(other)
+    start = path.resolve()
+    seen = {start}
+    frontier = [start]
+    while frontier:
+        for linked in links.get(frontier.pop(), ()):
+            if linked not in seen:
+                seen.add(linked)
+                frontier.append(linked)
+    return seen
+
+
+def _dotted(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        base = _dotted(node.value)
+        return None if base is None else f"{base}.{node.attr}"
+    return None

@@ -1,0 +1,135 @@
+"""AMP203 across a project: apex.amp's state spans modules, so one migration
+rewrites every module of the program or none.
+
+fixtures/projects/apex_trainer is the shape real apex projects have: the entry
+script calls `amp.initialize`, the training step in trainer.py calls
+`amp.scale_loss`, and utils.py wraps apex's loss-scaler state in a class.  Its
+migration is pinned, runs on the CPU without apex with --fp16 on and off, and
+is written only when every module of it can be.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import FIXTURES, assert_matches_golden, run_cli
+from tests.test_apex import RECORDER
+
+PROJECT = FIXTURES / "projects" / "apex_trainer"
+EXPECTED = FIXTURES / "apex" / "expected" / "apex_trainer"
+MODULES = ("train.py", "trainer.py", "utils.py")
+
+
+def _copy(tmp_path: Path) -> Path:
+    """The project in a directory of its own, marked as a project root."""
+    project = tmp_path / "apex_trainer"
+    shutil.copytree(PROJECT, project)
+    (project / "pyproject.toml").write_text("", encoding="utf-8")
+    return project
+
+
+def _texts(project: Path) -> dict[str, str]:
+    return {name: (project / name).read_text(encoding="utf-8") for name in MODULES}
+
+
+@pytest.fixture(scope="module")
+def migrated(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    project = _copy(tmp_path_factory.mktemp("migrated"))
+    result = run_cli("fix", "--apply", "--no-cache", project)
+    assert result.exit_code == 0, result.output
+    assert "Fixed 7 findings in 3 files" in result.output
+    return project
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_every_module_is_migrated_as_pinned(migrated: Path, name: str) -> None:
+    assert_matches_golden((migrated / name).read_text(encoding="utf-8"), EXPECTED / name)
+
+
+def test_the_scaler_travels_as_the_optimizer_does_and_no_global(migrated: Path) -> None:
+    texts = _texts(migrated)
+    assert not re.search(r"^\s*global ", "".join(texts.values()), re.M)
+    assert not re.search(r"^\s*(from|import) apex", "".join(texts.values()), re.M)
+    # Made where amp.initialize ran, handed to the trainer and the wrapper.
+    assert 'grad_scaler = torch.amp.GradScaler("cuda", enabled=args.fp16)' in texts["train.py"]
+    assert "Trainer(model, optimizer, max_norm=1.0, grad_scaler=grad_scaler)" in texts["train.py"]
+    assert "def __init__(self, model, optimizer, max_norm, *, grad_scaler):" in texts["trainer.py"]
+    assert "return self.grad_scaler.get_scale()" in texts["utils.py"]
+
+
+def test_a_second_fix_changes_nothing(migrated: Path) -> None:
+    before = _texts(migrated)
+    result = run_cli("fix", "--apply", "--unsafe-fixes", "--no-cache", migrated)
+    assert result.exit_code == 0, result.output
+    assert _texts(migrated) == before
+
+
+def _run(project: Path, *arguments: str) -> dict:
+    run = subprocess.run(
+        [sys.executable, "-c", RECORDER, "train.py", *arguments],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "epoch 1 loss" in run.stdout
+    line = next(line for line in run.stdout.splitlines() if line.startswith("AMPLINT-SEEN "))
+    return json.loads(line[len("AMPLINT-SEEN ") :])
+
+
+def test_the_migrated_project_trains_without_apex_with_fp16_on(migrated: Path) -> None:
+    pytest.importorskip("torch")
+    seen = _run(migrated, "--fp16", "--checkpoint", "checkpoint.pt")
+    assert seen["scaler_enabled"] == [True]
+    assert seen["scaled"] == 8  # two epochs of four steps, each through the scaler
+    assert seen["autocast"] and all(e == ["cuda", "torch.float16"] for e in seen["autocast"])
+    assert (migrated / "checkpoint.pt").is_file()
+
+
+def test_the_migrated_project_trains_in_fp32_with_fp16_off(migrated: Path) -> None:
+    pytest.importorskip("torch")
+    seen = _run(migrated)
+    assert seen["scaler_enabled"] == [False]
+
+
+def test_naming_one_module_writes_nothing_and_names_the_others(tmp_path: Path) -> None:
+    project = _copy(tmp_path)
+    before = _texts(project)
+    result = run_cli("fix", "--apply", "--no-cache", project / "train.py")
+    assert _texts(project) == before
+    assert "Fixed" not in result.output or "Fixed 0" in result.output
+    assert "not among the paths named" in result.output
+    assert "trainer.py" in result.output and "utils.py" in result.output
+
+
+def test_one_module_that_cannot_migrate_holds_back_the_others(tmp_path: Path) -> None:
+    project = _copy(tmp_path)
+    utils = project / "utils.py"
+    utils.write_text(
+        utils.read_text(encoding="utf-8")
+        + "\n\ndef opt_properties():\n    return amp._amp_state.opt_properties\n",
+        encoding="utf-8",
+    )
+    before = _texts(project)
+    result = run_cli("fix", "--apply", "--unsafe-fixes", "--no-cache", project)
+    assert _texts(project) == before
+    findings = [line for line in result.output.splitlines() if "AMP203" in line]
+    assert findings
+    others = [line for line in findings if "utils.py:" not in line.split(" ")[0]]
+    assert others and all("which is not fixed: `amp._amp_state" in line for line in others)
+
+
+def test_a_check_says_the_same_as_the_fix(tmp_path: Path) -> None:
+    project = _copy(tmp_path)
+    result = run_cli("check", "--no-cache", "--output-format", "concise", project / "trainer.py")
+    assert "not among the paths named" in result.output
+    result = run_cli("check", "--no-cache", "--output-format", "concise", project)
+    assert "[*]" in result.output and "not fixed" not in result.output
