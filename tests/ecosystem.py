@@ -91,6 +91,8 @@ class FileRow:
     detail: str = ""
     failures: list[str] = field(default_factory=list)
     digest: str | None = None  # sha256 of the rewrite
+    # apex.amp users: the cause of each apex finding left after the fix.
+    apex_left: list[str] | None = None
     original: str = field(default="", repr=False)
     rewrite: str = field(default="", repr=False)
 
@@ -168,26 +170,36 @@ _ALREADY_MANAGED = re.compile(
 
 def check_repo(entry: dict, clones: Path, scratch: Path, jobs: int) -> list[FileRow] | str:
     name, commit = entry["name"], entry["commit"]
+    label = entry.get("label", name)  # a repository pinned twice is told apart
     git_dir = _clone(clones, name)
     if git_dir is None:
         return "missing clone"
-    tree = scratch / name.replace("/", "+")
+    tree = scratch / re.sub(r"[/@]", "+", label)
     error = _export(git_dir, commit, tree)
     if error is not None:
         return f"cannot export {commit[:12]}: {error}"
     paths = [tree / relative for relative in entry["files"]]
-    rows = {path: FileRow(name, relative) for path, relative in zip(paths, entry["files"])}
+    rows = {path: FileRow(label, relative) for path, relative in zip(paths, entry["files"])}
     present = [path for path in paths if path.exists()]
     for path in set(paths) - set(present):
         rows[path].status, rows[path].detail = "error", "not in the commit"
     settings = Settings(root=tree)
     originals = {path: read_source(path) for path in present}
     before = {report.path: report for report in run(present, settings, jobs=jobs)}
-    fixes = {report.path: report for report in run(present, settings, fixing=True, jobs=jobs)}
+    # apex.amp users are fixed as a user migrating off apex runs it.
+    unsafe = bool(entry.get("apex"))
+    fixes = {
+        report.path: report
+        for report in run(present, settings, fixing=True, unsafe=unsafe, jobs=jobs)
+    }
     for path in present:
         row, report = rows[path], before[path]
         row.findings = Counter(d.code for d in report.diagnostics)
         fix = fixes[path]
+        if unsafe:
+            row.apex_left = [
+                _apex_cause(d.message) for d in fix.diagnostics if d.code in ("AMP203", "AMP204")
+            ]
         for failing in (report, fix):
             if failing.error and failing.error.startswith("internal error"):
                 row.failures.append(failing.error)
@@ -215,7 +227,11 @@ def check_repo(entry: dict, clones: Path, scratch: Path, jobs: int) -> list[File
             ):
                 row.status = "silent"
     for report in run(
-        [p for p in present if rows[p].status == "rewritten"], settings, fixing=True, jobs=jobs
+        [p for p in present if rows[p].status == "rewritten"],
+        settings,
+        fixing=True,
+        unsafe=unsafe,
+        jobs=jobs,
     ):
         if report.fixed_text is not None:
             rows[report.path].failures.append("a second fix changes the rewrite")
@@ -235,6 +251,15 @@ def _oracles(original: str, fix: FileReport, settings: Settings) -> list[str]:
     names = name_problems(rewritten) - name_problems(original)
     failures += [f"new name problem: {p}" for p in names if any(w in p for w in _PYFLAKES)]
     return failures
+
+
+def _apex_cause(message: str) -> str:
+    """Why an apex call is still there after `fix --unsafe-fixes`, in a few words."""
+    why = message.split("not fixed: ", 1)[1] if "not fixed: " in message else message
+    why = why.split("which is not fixed: ", 1)[-1]
+    why = re.sub(r"`[^`]*`", "`...`", why).rstrip(")")
+    why = re.sub(r" at line \d+", "", why)
+    return why.split(" (")[0].split(": run its body")[0][:100]
 
 
 def _skip_reason(message: str) -> str:
@@ -264,7 +289,11 @@ def main(argv: list[str] | None = None) -> int:
     options = parser.parse_args(argv)
     corpus = tomllib.loads(CORPUS.read_text(encoding="utf-8"))["repo"]
     if options.repo:
-        corpus = [entry for entry in corpus if entry["name"] in options.repo]
+        corpus = [
+            entry
+            for entry in corpus
+            if entry["name"] in options.repo or entry.get("label") in options.repo
+        ]
     reviewed = _reviewed()
     rows: list[FileRow] = []
     missing: list[str] = []
@@ -353,6 +382,17 @@ def _summary(
     print(f"| rewrites reviewed by hand at this output | {accepted} of {len(rewritten)} |")
     for line in missing:
         print(f"missing: {line}")
+    apex = [row for row in rows if row.apex_left is not None]
+    if apex:
+        left = Counter(cause for row in apex for cause in row.apex_left)
+        print()
+        print(f"apex.amp users: {len({r.repo for r in apex})} repositories, {len(apex)} files")
+        print()
+        print("| apex calls left after `fix --apply --unsafe-fixes`, by cause | count |")
+        print("|---|---:|")
+        for cause, count in left.most_common():
+            print(f"| {cause} | {count} |")
+        print(f"| total | {sum(left.values())} |")
 
 
 if __name__ == "__main__":

@@ -680,3 +680,28 @@ def test_a_notebook_is_migrated_cell_by_cell(tmp_path: Path) -> None:
         "        loss = model(torch.randn(8, 4)).pow(2).mean()\n"
         "    scaler.scale(loss).backward()\n    scaler.step(optimizer)\n    scaler.update()",
     ]
+
+
+def test_a_clip_on_every_micro_step_under_accumulation_is_not_fixed() -> None:
+    """apex unscaled the master gradients on each micro-step; a GradScaler
+    unscales once per optimizer step, so the clip must move first (Swin's
+    train_one_epoch before its maintainers' own migration)."""
+    before = dedent("""
+        import torch
+        from apex import amp
+
+
+        def train(model, optimizer, loader, criterion, accumulation):
+            model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+            for index, (inputs, targets) in enumerate(loader):
+                loss = criterion(model(inputs), targets) / accumulation
+                with amp.scale_loss(loss, optimizer) as scaled_loss:
+                    scaled_loss.backward()
+                torch.nn.utils.clip_grad_norm_(amp.master_params(optimizer), 1.0)
+                if (index + 1) % accumulation == 0:
+                    optimizer.step()
+                    optimizer.zero_grad()
+        """)
+    first, *_ = findings(before)
+    assert "clips on every micro-step while the optimizer steps under a condition" in first
+    assert fixed_unsafe(before) == before

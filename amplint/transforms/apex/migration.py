@@ -580,6 +580,13 @@ class _Migrator:
                         f"and the GradScaler: {step.skip}"
                     )
                 continue
+            clipped = _clip_between_steps(step)
+            if clipped is not None and any(loss in self.losses for loss in losses):
+                raise MigrationBlocked(
+                    f"`{facts.module.code_for_node(clipped)}` clips on every micro-step while the "
+                    "optimizer steps under a condition: a GradScaler unscales once per optimizer "
+                    "step, so move the clip to the accumulation boundary first"
+                )
             insert = InsertAmp(step, facts, self.settings, APEX_CHOICE)
             insert.use_scaler(scaler, self._autocast_enabled(step.function, scaler, module))
             insert.plan_step()
@@ -736,3 +743,40 @@ def _comparisons_in(node: cst.CSTNode) -> list[cst.Comparison]:
 
 def _is_none(node: cst.BaseExpression) -> bool:
     return isinstance(node, cst.Name) and node.value == "None"
+
+
+def _clip_between_steps(step) -> cst.Call | None:
+    """A clip of the step's gradients that runs on iterations where its
+    optimizer does not step (gradient accumulation with a clip per micro-step)."""
+    for edit in step.grad_edits:
+        if edit.clip is None:
+            continue
+        for optimizer_step in step.steps:
+            if step.exclusive(edit.order, optimizer_step.order):
+                continue  # branches no iteration runs both of
+            guards = _ifs_above(step.block, optimizer_step.statement)
+            if guards and not _holds(guards[-1], edit.statement):
+                return edit.clip
+    return None
+
+
+def _ifs_above(block: cst.CSTNode, statement: cst.CSTNode) -> list[cst.If]:
+    """The `if` statements between `block` and `statement`, outermost first."""
+    path: list[cst.CSTNode] = []
+
+    def search(node: cst.CSTNode) -> bool:
+        if node is statement:
+            return True
+        for child in children(node):
+            path.append(child)
+            if search(child):
+                return True
+            path.pop()
+        return False
+
+    search(block)
+    return [node for node in path if isinstance(node, cst.If)]
+
+
+def _holds(holder: cst.CSTNode, statement: cst.CSTNode) -> bool:
+    return holder is statement or any(_holds(child, statement) for child in children(holder))
