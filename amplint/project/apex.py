@@ -23,7 +23,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from amplint.names import SCALER_NAMES, free_name
-from amplint.project import ProjectIndex, ProjectView, _bindings, _Module
+from amplint.project import (
+    ProjectIndex,
+    ProjectView,
+    _bindings,
+    _dotted_expression,
+    _Module,
+)
 
 # apex.amp members that read or change the loss scaler's state; their users
 # need the GradScaler after the migration.
@@ -137,7 +143,7 @@ def _apex_facts(module: _Module) -> _ApexFacts | None:
                 definition.uses_state |= member in STATE_MEMBERS
                 definition.initializes |= member == "initialize"
             if isinstance(node, ast.Call):
-                callee = _dotted(node.func)
+                callee = _dotted_expression(node.func)
                 if callee is not None:
                     definition.calls.add(callee)
         facts.definitions[definition.name] = definition
@@ -260,7 +266,7 @@ def _calls_taker(index: ProjectIndex, module: _Module, taker: Taker) -> bool:
         elif imported == taker.name:  # `from utils import save_checkpoint`
             spellings.add(local)
     return any(
-        isinstance(node, ast.Call) and _dotted(node.func) in spellings
+        isinstance(node, ast.Call) and _dotted_expression(node.func) in spellings
         for node in ast.walk(module.tree)
     )
 
@@ -283,12 +289,3 @@ def _component(index: ProjectIndex, path: Path) -> set[Path]:
                 seen.add(linked)
                 frontier.append(linked)
     return seen
-
-
-def _dotted(node: ast.AST) -> str | None:
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        base = _dotted(node.value)
-        return None if base is None else f"{base}.{node.attr}"
-    return None

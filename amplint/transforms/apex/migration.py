@@ -279,7 +279,7 @@ class _Migrator:
         probe = next(
             (
                 comparison
-                for comparison in _comparisons_in(use.statement)
+                for comparison in _nodes_in(use.statement, cst.Comparison)
                 if comparison.left is use.node
                 and len(comparison.comparisons) == 1
                 and isinstance(comparison.comparisons[0].operator, (cst.Is, cst.IsNot))
@@ -301,7 +301,7 @@ class _Migrator:
                 isinstance(holder, cst.If)
                 and holder.orelse is None
                 and len(holder.body.body) == 1
-                and not _calls_in(holder.test)
+                and not _nodes_in(holder.test, cst.Call)
             ):
                 break
             vanishing = holder
@@ -719,23 +719,13 @@ def _with_backward_of(
     return statement.with_changes(body=[small.with_changes(value=call)])
 
 
-def _calls_in(node: cst.CSTNode) -> list[cst.Call]:
+def _nodes_in(node: cst.CSTNode, kind: type) -> list:
+    """Every node of type `kind` at or below `node`."""
     found = []
     stack = [node]
     while stack:
         current = stack.pop()
-        if isinstance(current, cst.Call):
-            found.append(current)
-        stack.extend(children(current))
-    return found
-
-
-def _comparisons_in(node: cst.CSTNode) -> list[cst.Comparison]:
-    found = []
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        if isinstance(current, cst.Comparison):
+        if isinstance(current, kind):
             found.append(current)
         stack.extend(children(current))
     return found
