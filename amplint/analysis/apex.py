@@ -17,7 +17,7 @@ import libcst as cst
 
 from amplint.analysis.imports import ImportMap, dotted_name
 from amplint.analysis.scopes import Scope, ScopedVisitor
-from amplint.analysis.visitor import children
+from amplint.analysis.visitor import descendants
 
 APEX_AMP = "apex.amp"
 APEX_PARALLEL = "apex.parallel"
@@ -257,12 +257,9 @@ def loss_scale_reads(use: ApexUse, module: cst.Module) -> list[cst.Call]:
         return []
     spelled = re.sub(r"\s+", "", module.code_for_node(use.node)).split("._amp_state")[0]
     found = []
-    stack: list[cst.CSTNode] = [use.statement]
-    while stack:
-        node = stack.pop()
+    for node in descendants(use.statement):
         if isinstance(node, cst.Call):
             match = _LOSS_SCALE_READ.fullmatch(re.sub(r"\s+", "", module.code_for_node(node)))
             if match is not None and match.group("amp") == spelled:
                 found.append(node)
-        stack.extend(children(node))
     return found

@@ -102,6 +102,15 @@ def children(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
                     yield item
 
 
+def descendants(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """`node` and every node below it (punctuation and whitespace left out)."""
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        yield current
+        stack.extend(children(current))
+
+
 # Per node type: (visit, leave, ((field, visit_field, leave_field), ...)).
 _Plan = tuple[
     Callable | None,

@@ -21,6 +21,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from amplint.names import SCALER_NAMES, free_name
 from amplint.project import (
@@ -70,7 +71,6 @@ class _Definition:
 
     name: str
     is_class: bool
-    line: int
     uses_state: bool = False
     initializes: bool = False
     calls: set[str] = field(default_factory=set)  # callees, dotted: `utils.save`, `Trainer`
@@ -80,7 +80,6 @@ class _Definition:
 class _ApexFacts:
     """A module's use of apex.amp, by top-level definition."""
 
-    path: Path
     uses_amp: bool
     definitions: dict[str, _Definition]  # `<module>` for the statements outside any
 
@@ -127,13 +126,11 @@ def _apex_facts(module: _Module) -> _ApexFacts | None:
             return node.attr
         return None
 
-    facts = _ApexFacts(module.path, False, {})
-    outside = _Definition(_MODULE_LEVEL, False, 1)
+    facts = _ApexFacts(False, {})
+    outside = _Definition(_MODULE_LEVEL, False)
     for statement in module.tree.body:
         if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            definition = _Definition(
-                statement.name, isinstance(statement, ast.ClassDef), statement.lineno
-            )
+            definition = _Definition(statement.name, isinstance(statement, ast.ClassDef))
         else:
             definition = outside
         for node in ast.walk(statement):
@@ -155,13 +152,17 @@ def apex_program(view: ProjectView) -> ApexProgram | None:
     """The migration `view`'s module belongs to, or None where it uses no apex.amp."""
     index = view.index
     own = index.module(view.path)
-    if own is None or _apex_facts(own) is None:
+    own_facts = _apex_facts(own) if own is not None else None
+    if own_facts is None:
         return None
     component = _component(index, view.path)
     facts = {}
     for path in sorted(component):
         module = index.module(path)
-        found = _apex_facts(module) if module is not None else None
+        if module is own:
+            found = own_facts
+        else:
+            found = _apex_facts(module) if module is not None else None
         if found is not None:
             facts[path] = found
             view.note(path)
@@ -199,6 +200,13 @@ def _takers(
         if d.uses_state and not d.initializes and d.name != _MODULE_LEVEL
     }
     obstacles: list[str] = []
+    answers: dict[tuple[Path, Taker], bool] = {}  # the fixpoint asks the same again
+
+    def calls(path: Path, taker: Taker) -> bool:
+        if (path, taker) not in answers:
+            answers[path, taker] = _calls_taker(index, index.module(path), taker)
+        return answers[path, taker]
+
     changed = True
     while changed:
         changed = False
@@ -211,7 +219,7 @@ def _takers(
                     and definition.name != _MODULE_LEVEL
                 ):
                     continue
-                called = _called_takers(index, path, definition.calls, takers)
+                called = _called_takers(path, definition.calls, takers, calls)
                 if not called:
                     continue
                 if definition.name == _MODULE_LEVEL:
@@ -230,7 +238,7 @@ def _takers(
         if module is None or not any(t.name in module.text for t in takers):
             continue
         for taker in takers:
-            if taker.name in module.text and _calls_taker(index, module, taker):
+            if taker.name in module.text and calls(path, taker):
                 obstacles.append(
                     f"{index.relative(path)} calls `{taker.name}` of "
                     f"{index.relative(taker.path)} and does not use apex: pass the GradScaler "
@@ -240,16 +248,19 @@ def _takers(
 
 
 def _called_takers(
-    index: ProjectIndex, path: Path, calls: set[str], takers: set[Taker]
+    path: Path,
+    callees: set[str],
+    takers: set[Taker],
+    calls: Callable[[Path, Taker], bool],
 ) -> list[Taker]:
-    """The takers among `calls`, spelled in the module at `path`."""
-    module = index.module(path)
+    """The takers among `callees`, spelled in the module at `path`; `calls`
+    answers whether that module calls a taker of another module."""
     found = []
     for taker in sorted(takers, key=lambda t: (str(t.path), t.name)):
         if taker.path == path:
-            if taker.name in calls:
+            if taker.name in callees:
                 found.append(taker)
-        elif any(taker.name in call for call in calls) and _calls_taker(index, module, taker):
+        elif any(taker.name in callee for callee in callees) and calls(path, taker):
             found.append(taker)
     return found
 

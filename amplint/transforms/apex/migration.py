@@ -43,7 +43,7 @@ from amplint.analysis.apex import (
 )
 from amplint.analysis.imports import dotted_name
 from amplint.analysis.scopes import Scope
-from amplint.analysis.visitor import children
+from amplint.analysis.visitor import children, descendants
 from amplint.analysis.statements import if_condition, name_use, string_value
 from amplint.config import Settings
 from amplint.diagnostics import Edit
@@ -148,7 +148,13 @@ class _Migrator:
         self.uses = scan.of(APEX_AMP)
         self.book = EditBook()
         self.changes: dict[ApexUse, list[str]] = {}
-        self.scaler = free_name(SCALER_NAMES, facts.text)
+        # The program's choice where there is one: its callers pass that keyword.
+        self.program = facts.apex_program
+        here = facts.project.path if facts.project is not None else None
+        if self.program is not None and here in self.program.scaler_names:
+            self.scaler = self.program.scaler_names[here]
+        else:
+            self.scaler = free_name(SCALER_NAMES, facts.text)
         self.torch = facts.imports.name_for("torch", facts.module) or "torch"
         self.initializations: list[_Initialization] = []
         # Uses that need the scaler in reach: scale_loss, state_dict, ...
@@ -158,10 +164,8 @@ class _Migrator:
         self.local_function: cst.FunctionDef | None = None
         self.casts = FunctionCasts(facts, scan, settings, self.book, self.changes, self.torch)
         # The modules one migration rewrites, where the project model knows them.
-        self.program = facts.apex_program
         self.reach: ScalerReach | None = None
         if self.program is not None:
-            self.scaler = self.program.scaler_names.get(facts.project.path, self.scaler)
             self.reach = ScalerReach(facts, self.program, self.scaler, self._initializing())
 
     def _initializing(self) -> set[str]:
@@ -635,8 +639,8 @@ class _Migrator:
                 function is None
                 and all(isinstance(init.use.scope, cst.Module) for init in self.initializations)
             )
-        place = places(module).get(id(function)) if function is not None else None
-        top = place.top.name.value if place is not None and place.top is not None else ""
+        place = self.reach.place(function or module, module)
+        top = place.top.name.value if place.top is not None else ""
         return self.reach.initializing == {top}
 
 
@@ -721,14 +725,7 @@ def _with_backward_of(
 
 def _nodes_in(node: cst.CSTNode, kind: type) -> list:
     """Every node of type `kind` at or below `node`."""
-    found = []
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        if isinstance(current, kind):
-            found.append(current)
-        stack.extend(children(current))
-    return found
+    return [found for found in descendants(node) if isinstance(found, kind)]
 
 
 def _is_none(node: cst.BaseExpression) -> bool:
@@ -769,4 +766,4 @@ def _ifs_above(block: cst.CSTNode, statement: cst.CSTNode) -> list[cst.If]:
 
 
 def _holds(holder: cst.CSTNode, statement: cst.CSTNode) -> bool:
-    return holder is statement or any(_holds(child, statement) for child in children(holder))
+    return any(node is statement for node in descendants(holder))

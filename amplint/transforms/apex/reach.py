@@ -73,11 +73,17 @@ class ScalerReach:
         self.initializing = initializing
         here = facts.project.path if facts.project is not None else None
         self.takers = program.takers_in(here) if here is not None else {}
+        self._placed: tuple[cst.Module, dict[int, _Place]] | None = None
+
+    def place(self, scope: Scope, module: cst.Module) -> _Place:
+        """Where `scope` of `module` sits; each tree is placed once, not per question."""
+        if self._placed is None or self._placed[0] is not module:
+            self._placed = (module, places(module))
+        return self._placed[1].get(id(scope), _Place(None, None))
 
     def expression(self, scope: Scope, module: cst.Module | None = None) -> str:
         """How code in `scope` (of `module`, the analysed one by default) spells the scaler."""
-        module = module or self.facts.module
-        place = places(module).get(id(scope), _Place(None, None))
+        place = self.place(scope, module or self.facts.module)
         if place.top is None:
             if "" in self.initializing:
                 return self.scaler
@@ -165,7 +171,7 @@ class ScalerReach:
                 )
 
             return init, taking
-        if any(True for base in definition.bases if _decorator_name(base) != "object"):
+        if any(_decorator_name(base) != "object" for base in definition.bases):
             raise MigrationBlocked(
                 f"`{name}` has no __init__ of its own to take the GradScaler (its base class's "
                 "would be replaced)"
