@@ -705,3 +705,32 @@ def test_a_clip_on_every_micro_step_under_accumulation_is_not_fixed() -> None:
     first, *_ = findings(before)
     assert "clips on every micro-step while the optimizer steps under a condition" in first
     assert fixed_unsafe(before) == before
+
+
+def test_a_try_importing_other_apex_modules_with_amp_stays() -> None:
+    """Only a `try` that imports apex.amp alone goes with its fallback: one that
+    also imports apex's fp16 utilities still guards names the code uses."""
+    before = dedent("""
+        import torch
+
+        try:
+            from apex import amp
+            from apex import fp16_utils as amp_utils
+        except ImportError:
+            amp = amp_utils = None
+
+
+        def train(model, optimizer, loader, criterion):
+            model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+            for inputs, targets in loader:
+                optimizer.zero_grad()
+                loss = criterion(model(inputs), targets)
+                with amp.scale_loss(loss, optimizer) as scaled_loss:
+                    scaled_loss.backward()
+                optimizer.step()
+            return amp_utils.to_python_float(loss)
+        """)
+    migrated = fixed(before)
+    assert "scaler.scale(loss).backward()" in migrated  # migrated, and
+    assert "from apex import fp16_utils as amp_utils" in migrated  # the guard kept
+    assert "except ImportError:" in migrated

@@ -672,23 +672,30 @@ def _imports_amp_with_fallback(statement: cst.Try) -> bool:
     """`try: from apex import amp` with handlers for apex missing, nothing else."""
     if statement.orelse is not None or statement.finalbody is not None:
         return False
-    imported = [
-        small
+    if not all(
+        isinstance(line, cst.SimpleStatementLine) and all(_binds_apex_amp(s) for s in line.body)
         for line in statement.body.body
-        if isinstance(line, cst.SimpleStatementLine)
-        for small in line.body
-    ]
-    if len(imported) != len(statement.body.body) or not all(
-        isinstance(small, (cst.Import, cst.ImportFrom))
-        and _names_apex(small)
-        and "amp" in code_of(small).split()[-1]
-        for small in imported
     ):
         return False
     return all(
         handler.type is None or dotted_name(handler.type) in {*IMPORT_ERRORS, "Exception"}
         for handler in statement.handlers
     )
+
+
+def _binds_apex_amp(small: cst.BaseSmallStatement) -> bool:
+    """`from apex import amp [as x]`, `import apex.amp as x`: apex.amp and nothing else."""
+    if isinstance(small, cst.ImportFrom):
+        module = code_of(small.module) if small.module is not None else ""
+        return (
+            not small.relative
+            and not isinstance(small.names, cst.ImportStar)
+            and module == "apex"
+            and all(code_of(alias.name) == "amp" for alias in small.names)
+        )
+    if isinstance(small, cst.Import):
+        return all(code_of(alias.name) == "apex.amp" for alias in small.names)
+    return False
 
 
 def _names_apex(statement: cst.Import | cst.ImportFrom) -> bool:
