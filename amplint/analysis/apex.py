@@ -207,6 +207,11 @@ def find_apex_uses(module: cst.Module, imports: ImportMap) -> ApexScan:
     return ApexScan(finder.uses, finder.functions)
 
 
+def squeezed(code: str) -> str:
+    """`code` without whitespace: two spellings of one expression compare equal."""
+    return re.sub(r"\s+", "", code)
+
+
 def is_apex(path: str) -> bool:
     """Whether the dotted path `path` is apex or lies inside it."""
     return path == "apex" or path.startswith("apex.")
@@ -255,11 +260,11 @@ def loss_scale_reads(use: ApexUse, module: cst.Module) -> list[cst.Call]:
     state that the GradScaler answers (`get_scale()`)."""
     if use.member.split(".")[0] != "_amp_state":
         return []
-    spelled = re.sub(r"\s+", "", module.code_for_node(use.node)).split("._amp_state")[0]
+    spelled = squeezed(module.code_for_node(use.node)).split("._amp_state")[0]
     found = []
     for node in descendants(use.statement):
         if isinstance(node, cst.Call):
-            match = _LOSS_SCALE_READ.fullmatch(re.sub(r"\s+", "", module.code_for_node(node)))
+            match = _LOSS_SCALE_READ.fullmatch(squeezed(module.code_for_node(node)))
             if match is not None and match.group("amp") == spelled:
                 found.append(node)
     return found

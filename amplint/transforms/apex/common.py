@@ -3,8 +3,6 @@ and small readers of calls and code."""
 
 from __future__ import annotations
 
-import re
-
 import libcst as cst
 
 _CODE = cst.Module([])
@@ -17,10 +15,6 @@ class MigrationBlocked(Exception):
 def code_of(node: cst.CSTNode) -> str:
     """`node` as source, for nodes whose module is not at hand."""
     return _CODE.code_for_node(node)
-
-
-def squeezed(code: str) -> str:
-    return re.sub(r"\s+", "", code)
 
 
 def keyword_args(call: cst.Call) -> dict[str, cst.Arg]:

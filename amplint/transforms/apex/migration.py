@@ -40,6 +40,7 @@ from amplint.analysis.apex import (
     is_apex,
     is_private,
     loss_scale_reads,
+    squeezed,
 )
 from amplint.analysis.imports import dotted_name
 from amplint.analysis.scopes import Scope
@@ -54,7 +55,6 @@ from amplint.transforms.apex.common import (
     code_of,
     keyword_args,
     positional_args,
-    squeezed,
 )
 from amplint.transforms.apex.functions import FunctionCasts
 from amplint.transforms.apex.reach import ScalerReach, places
