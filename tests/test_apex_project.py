@@ -1,7 +1,7 @@
 """AMP203 across a project: apex.amp's state spans modules, so one migration
 rewrites every module of the program or none.
 
-fixtures/projects/apex_trainer is the shape real apex projects have: the entry
+fixtures/apex/apex_trainer is the shape real apex projects have: the entry
 script calls `amp.initialize`, the training step in trainer.py calls
 `amp.scale_loss`, and utils.py wraps apex's loss-scaler state in a class.  Its
 migration is pinned, runs on the CPU without apex with --fp16 on and off, and
@@ -22,7 +22,7 @@ import pytest
 from tests.helpers import FIXTURES, assert_matches_golden, run_cli
 from tests.test_apex import RECORDER
 
-PROJECT = FIXTURES / "projects" / "apex_trainer"
+PROJECT = FIXTURES / "apex" / "apex_trainer"
 EXPECTED = FIXTURES / "apex" / "expected" / "apex_trainer"
 MODULES = ("train.py", "trainer.py", "utils.py")
 
