@@ -332,14 +332,19 @@ def fix(paths, apply_, unsafe_fixes, **options) -> None:
     for finding in remaining:
         click.echo(text_row(finding), err=not apply_, color=color())
     files = "file" if changed_files == 1 else "files"
+    # As `check` does: say what --unsafe-fixes would add, so a user who ran the
+    # safe fix knows the rest is one flag away (after reading what it changes).
+    unsafe_left = 0 if unsafe_fixes else sum(1 for finding in remaining if finding.unsafe_fix)
+    more = f" {unsafe_left} more fixable with --unsafe-fixes." if unsafe_left else ""
     if apply_:
         click.echo(
-            f"Fixed {fixed} {_noun(fixed)} in {changed_files} {files}; {len(remaining)} remaining."
+            f"Fixed {fixed} {_noun(fixed)} in {changed_files} {files}; "
+            f"{len(remaining)} remaining.{more}"
         )
     else:
         click.echo(
             f"Would fix {fixed} {_noun(fixed)} in {changed_files} {files}; "
-            f"{len(remaining)} would remain.",
+            f"{len(remaining)} would remain.{more}",
             err=True,
         )
     if errors:

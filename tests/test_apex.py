@@ -163,6 +163,19 @@ def test_fix_reports_every_finding_the_one_migration_resolved(tmp_path: Path) ->
     assert "Fixed 4 findings in 1 file; 0 remaining." in result.output
 
 
+def test_fix_says_how_many_more_unsafe_fixes_would_apply(tmp_path: Path) -> None:
+    script = tmp_path / "gan.py"
+    script.write_text((FIXTURES / "apex" / "gan_num_losses.py").read_text(encoding="utf-8"))
+    shown = run_cli("fix", "--no-cache", script)
+    assert "4 would remain. 4 more fixable with --unsafe-fixes." in shown.output
+    applied = run_cli("fix", "--apply", "--no-cache", script)
+    assert "0 findings in 0 files; 4 remaining. 4 more fixable with --unsafe-fixes." in (
+        applied.output
+    )
+    unsafe = run_cli("fix", "--no-cache", "--unsafe-fixes", script)
+    assert "more fixable" not in unsafe.output
+
+
 # -- AMP203, case by case ------------------------------------------------------------
 LOOP = """
     for inputs, targets in loader:
