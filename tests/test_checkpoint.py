@@ -187,3 +187,133 @@ def test_an_init_that_resumes_before_making_its_scaler_is_not_rewritten() -> Non
         """)
     assert "AMP109" in codes_of(source)
     assert fixed(source) == source
+
+
+# -- a checkpoint helper the scaler has to be passed to ---------------------------------
+HELPERS = """
+import torch
+
+
+def save_checkpoint(model, optimizer, path):
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, path)
+
+
+def load_checkpoint(path, model, optimizer):
+    checkpoint = torch.load(path)
+    model.load_state_dict(checkpoint["model"])
+    optimizer.load_state_dict(checkpoint["optimizer"])
+
+
+def train(model, optimizer, loader, path, resume):
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**EXPONENT)
+    if resume:
+        load_checkpoint(path, model, optimizer)
+    for x, y in loader:
+        with torch.autocast("cpu", dtype=torch.float16):
+            loss = torch.nn.functional.mse_loss(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad()
+    save_checkpoint(model, optimizer, path)
+    return scaler
+"""
+
+
+def _helpers(exponent: int) -> str:
+    return dedent(HELPERS).replace("EXPONENT", str(exponent))
+
+
+def test_a_helper_that_takes_the_optimizer_takes_the_scaler_too() -> None:
+    source = _helpers(10)
+    assert codes_of(source).count("AMP109") == 2
+    result = fixed(source)
+    assert "def save_checkpoint(model, optimizer, path, *, scaler=None):\n" in result
+    assert '"scaler": scaler.state_dict() if scaler is not None else None}' in result
+    assert "def load_checkpoint(path, model, optimizer, *, scaler=None):\n" in result
+    assert (
+        '    if scaler is not None and checkpoint.get("scaler"):\n'
+        '        scaler.load_state_dict(checkpoint["scaler"])\n'
+    ) in result
+    assert "        load_checkpoint(path, model, optimizer, scaler=scaler)\n" in result
+    assert "    save_checkpoint(model, optimizer, path, scaler=scaler)\n" in result
+    assert "AMP109" not in codes_of(result)
+    assert fixed(result) == result
+
+
+def test_the_passed_scaler_survives_a_resume_and_other_callers_still_work(tmp_path) -> None:
+    torch = pytest.importorskip("torch")
+    # Two runs of the rewritten module: the second starts from a scale 2**10
+    # away from the first's and must come back to where the first left off.
+    namespace: dict = {}
+    exec(compile(fixed(_helpers(10)), "first", "exec"), namespace)
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    loader = [(torch.randn(8, 4), torch.randn(8, 2)) for _ in range(3)]
+    path = tmp_path / "checkpoint.pt"
+    first = namespace["train"](model, optimizer, loader, path, resume=False)
+    assert torch.load(path)["scaler"]["scale"] == first.get_scale()
+    second: dict = {}
+    exec(compile(fixed(_helpers(20)), "second", "exec"), second)
+    resumed = second["train"](model, optimizer, [], path, resume=True)
+    assert resumed.get_scale() == first.get_scale()
+    # A caller that has no scaler (another script) saves and loads as before.
+    second["save_checkpoint"](model, optimizer, path)
+    assert torch.load(path)["scaler"] is None
+    second["load_checkpoint"](path, model, optimizer)
+
+
+def test_a_call_before_the_scaler_exists_does_not_pass_it() -> None:
+    source = _helpers(10)
+    source = source.replace(
+        '    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10)\n'
+        "    if resume:\n"
+        "        load_checkpoint(path, model, optimizer)\n",
+        "    if resume:\n"
+        "        load_checkpoint(path, model, optimizer)\n"
+        '    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10)\n',
+    )
+    result = fixed(source)
+    assert "def save_checkpoint(model, optimizer, path, *, scaler=None):\n" in result
+    assert "def load_checkpoint(path, model, optimizer):\n" in result  # no caller has it
+    assert codes_of(result) == ["AMP109"]
+
+
+def test_a_helper_that_reads_a_global_optimizer_is_not_given_the_scaler() -> None:
+    # the scaler travels as the optimizer does: here neither is an argument
+    source = _helpers(10)
+    source = source.replace(
+        "def save_checkpoint(model, optimizer, path):", "def save_checkpoint(model, path):"
+    ).replace("save_checkpoint(model, optimizer, path)", "save_checkpoint(model, path)")
+    result = fixed(source)
+    assert "def save_checkpoint(model, path):\n" in result
+    assert "AMP109" in codes_of(result)
+
+
+def test_a_scaler_parameter_defaulting_to_none_is_guarded() -> None:
+    source = _source("""
+        def save(model, optimizer, path, scaler=None):
+            torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, path)
+        """)
+    assert '"scaler": scaler.state_dict() if scaler is not None else None}' in fixed(source)
+
+
+def test_a_checkpoint_holding_the_model_itself_is_a_checkpoint() -> None:
+    # waveglow saves the module object next to the optimizer's state
+    source = _source("""
+        def save(model, optimizer, scaler, iteration, path):
+            torch.save({"model": model, "iteration": iteration,
+                        "optimizer": optimizer.state_dict()}, path)
+        """)
+    result = fixed(source)
+    assert '"optimizer": optimizer.state_dict(),\n                "scaler": scaler.state_dict()}' in (
+        result
+    )
+
+
+def test_the_optimizer_state_alone_is_not_a_checkpoint() -> None:
+    source = _source("""
+        def save(optimizer, scaler, path):
+            torch.save({"optimizer": optimizer.state_dict()}, path)
+        """)
+    assert "AMP109" not in codes_of(source)

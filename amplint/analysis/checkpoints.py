@@ -6,10 +6,16 @@ starts again at 65536 and skips steps while it backs off.  The scaler's
 ``state_dict()`` belongs next to the optimizer's in the checkpoint, and its
 ``load_state_dict`` next to the optimizer's on resume.
 
-Checkpoint dicts are recognised by their values: at least two
-``x.state_dict()`` calls, one on an optimizer.  A resume is
+Checkpoint dicts are recognised by their values: an optimizer's
+``state_dict()`` and at least one more entry.  A resume is
 ``optimizer.load_state_dict(checkpoint["key"])``.  The module must use exactly
 one scaler (``S.scale(...)`` somewhere) and never pass it to a checkpoint.
+
+A checkpoint in a module-level helper (``def save_checkpoint(model, optimizer,
+path)``) cannot name a scaler that is local to its caller; the scaler then
+travels the way the optimizer does, as an argument: the helper is its
+*carrier* when the optimizer is one of its parameters and some call of it in
+the module stands where the scaler is bound.
 """
 
 from __future__ import annotations
@@ -26,6 +32,15 @@ from amplint.analysis.steps import is_scaler, looks_like_optimizer
 
 
 @dataclass(frozen=True, eq=False)
+class Carrier:
+    """A module-level function that would take the scaler as a parameter to
+    reach a checkpoint, and its calls that can pass it."""
+
+    function: cst.FunctionDef
+    calls: tuple[cst.Call, ...]
+
+
+@dataclass(frozen=True, eq=False)
 class CheckpointWithoutScaler:
     """A checkpoint dict with the optimizer's state and not the scaler's."""
 
@@ -34,6 +49,8 @@ class CheckpointWithoutScaler:
     scaler: str
     key: str  # the key the scaler's state is saved under
     reachable: bool  # whether the scaler can be named where the dict is built
+    optional: bool  # the scaler is a parameter defaulting to None: guard its use
+    carrier: Carrier | None  # when not reachable: the function to pass it through
 
 
 @dataclass(frozen=True, eq=False)
@@ -47,6 +64,8 @@ class ResumeWithoutScaler:
     key: str
     reachable: bool
     quote: str  # the quote the optimizer's key is written with
+    optional: bool
+    carrier: Carrier | None
 
 
 @dataclass(frozen=True)
@@ -79,6 +98,10 @@ class _CheckpointFinder(ScopedVisitor):
         # source order (0 for a parameter): a scaler named before it is bound
         # would be a NameError.
         self.bound: dict[Scope, dict[str, int]] = {}
+        self.optional: dict[Scope, set[str]] = {}  # parameters defaulting to None
+        self.top_level: set[cst.FunctionDef] = set()  # functions defined at module level
+        # calls of a plain name: name -> (call, scope, class, position)
+        self.calls: dict[str, list[tuple[cst.Call, Scope, cst.ClassDef | None, int]]] = {}
         self.dicts: list[tuple[cst.Dict, Scope, cst.ClassDef | None, int]] = []
         self.resumes: list[
             tuple[cst.SimpleStatementLine, cst.Call, Scope, cst.ClassDef | None, int]
@@ -96,8 +119,12 @@ class _CheckpointFinder(ScopedVisitor):
     def enter_scope(self, scope: Scope) -> None:
         bound = self.bound.setdefault(scope, {})
         if isinstance(scope, cst.FunctionDef):
+            if len(self.scopes) == 2:
+                self.top_level.add(scope)
             for param in (*scope.params.params, *scope.params.kwonly_params):
                 bound[param.name.value] = 0
+                if isinstance(param.default, cst.Name) and param.default.value == "None":
+                    self.optional.setdefault(scope, set()).add(param.name.value)
 
     def visit_Assign(self, node: cst.Assign) -> None:
         for target in node.targets:
@@ -106,6 +133,9 @@ class _CheckpointFinder(ScopedVisitor):
                 self.bound[self.scope].setdefault(name, self._position)
 
     def visit_Call(self, node: cst.Call) -> None:
+        if isinstance(node.func, cst.Name):
+            entry = (node, self.scope, self._class(), self._position)
+            self.calls.setdefault(node.func.value, []).append(entry)
         method = method_name(node)
         if method is None or not is_scaler(node.func.value):
             return
@@ -151,12 +181,45 @@ def find_checkpoints_without_scaler(module: cst.Module) -> CheckpointScan:
         # Set by another method, or a global the function reads when it runs.
         return scope is not module and (on_self or scaler in finder.bound.get(module, {}))
 
+    def carrier(scope: Scope, optimizer: str | None) -> Carrier | None:
+        """`scope` as the function the scaler would be passed to: a module-level
+        function that takes the optimizer as a parameter (the scaler travels
+        as the optimizer does) and never binds the scaler's name itself, with
+        the calls of it that stand where the scaler is bound."""
+        if (
+            scope not in finder.top_level
+            or "." in scaler
+            or optimizer is None
+            or finder.bound[scope].get(optimizer.split(".")[0]) != 0
+            or scaler in finder.bound[scope]
+        ):
+            return None
+        calls = tuple(
+            call
+            for call, caller, class_def, position in finder.calls.get(scope.name.value, ())
+            if reachable(caller, class_def, position)
+            and not any(
+                arg.star or arg.keyword is not None and arg.keyword.value == scaler
+                for arg in call.args
+            )
+        )
+        return Carrier(scope, calls) if calls else None
+
+    def placed(scope: Scope, class_def, position: int, optimizer: str | None) -> dict:
+        if reachable(scope, class_def, position):
+            optional = scaler in finder.optional.get(scope, ())
+            return {"reachable": True, "optional": optional, "carrier": None}
+        return {"reachable": False, "optional": False, "carrier": carrier(scope, optimizer)}
+
     saves = []
     if not finder.saved:
         for node, scope, class_def, position in finder.dicts:
-            found = _checkpoint(node, scaler, reachable(scope, class_def, position))
+            found = _checkpoint(node)
             if found is not None:
-                saves.append(found)
+                optimizer_entry, key = found
+                owner = _state_dict_of(optimizer_entry.value)
+                where = placed(scope, class_def, position, owner)
+                saves.append(CheckpointWithoutScaler(node, optimizer_entry, scaler, key, **where))
     # One restore per checkpoint a scope reads: after the last of the optimizers
     # loaded from it (a GAN's `optim_g` and `optim_d` share one scaler).
     resumes: dict[tuple[int, str, str], ResumeWithoutScaler] = {}
@@ -170,30 +233,32 @@ def find_checkpoints_without_scaler(module: cst.Module) -> CheckpointScan:
             holder = dotted_name(argument.value)
             if key is None or holder is None:
                 continue
+            optimizer = dotted_name(call.func.value)
             resume = ResumeWithoutScaler(
                 statement,
                 call,
                 holder,
                 scaler,
                 scaler_key(key, set()),
-                reachable(scope, class_def, position),
-                index.value.quote,
+                quote=index.value.quote,
+                **placed(scope, class_def, position, optimizer),
             )
             resumes.pop((id(scope), holder, resume.key), None)
             resumes[(id(scope), holder, resume.key)] = resume
     return CheckpointScan(saves, list(resumes.values()))
 
 
-def _checkpoint(node: cst.Dict, scaler: str, reachable: bool) -> CheckpointWithoutScaler | None:
+def _checkpoint(node: cst.Dict) -> tuple[cst.DictElement, str] | None:
+    """The optimizer's entry of a checkpoint dict and the key for the scaler's."""
     entries = [e for e in node.elements if isinstance(e, cst.DictElement)]
     states = [(e, _state_dict_of(e.value)) for e in entries]
     optimizers = [e for e, owner in states if owner is not None and looks_like_optimizer(owner)]
-    if len([owner for _, owner in states if owner is not None]) < 2 or not optimizers:
+    # The optimizer's state and anything else (the weights, as a state dict or
+    # the module itself; the epoch) make a training checkpoint.
+    if len(entries) < 2 or not optimizers:
         return None
     keys = {string_value(e.key) for e in entries}
     optimizer_key = string_value(optimizers[-1].key)
     if optimizer_key is None:
         return None
-    return CheckpointWithoutScaler(
-        node, optimizers[-1], scaler, scaler_key(optimizer_key, keys), reachable
-    )
+    return optimizers[-1], scaler_key(optimizer_key, keys)

@@ -155,17 +155,21 @@ def apex_program(view: ProjectView) -> ApexProgram | None:
     own_facts = _apex_facts(own) if own is not None else None
     if own_facts is None:
         return None
-    component = _component(index, view.path)
-    facts = {}
-    for path in sorted(component):
+    imports = _imports(index)
+    connected = _connected(imports, view.path.resolve())
+    every_facts: dict[Path, _ApexFacts] = {}
+    for path in sorted(connected):
         module = index.module(path)
         if module is own:
             found = own_facts
         else:
             found = _apex_facts(module) if module is not None else None
         if found is not None:
-            facts[path] = found
-            view.note(path)
+            every_facts[path] = found
+    component = _program(imports, every_facts, view.path.resolve())
+    facts = {path: found for path, found in every_facts.items() if path in component}
+    for path in facts:
+        view.note(path)
     takers, obstacles = _takers(index, facts, component)
     for path in component - set(facts):  # callers of takers without apex
         view.note(path)
@@ -282,16 +286,18 @@ def _calls_taker(index: ProjectIndex, module: _Module, taker: Taker) -> bool:
     )
 
 
-def _component(index: ProjectIndex, path: Path) -> set[Path]:
-    """The project modules connected to `path` by imports, either way round: a
-    program, as far as its modules import each other."""
+def _imports(index: ProjectIndex) -> dict[Path, set[Path]]:
+    """Each project module -> the project modules it imports."""
+    return {path.resolve(): set(index.imported_modules(path.resolve())) for path in index.paths}
+
+
+def _connected(imports: dict[Path, set[Path]], start: Path) -> set[Path]:
+    """The modules linked to `start` by imports, either way round."""
     links: dict[Path, set[Path]] = {}
-    for other in index.paths:
-        other = other.resolve()
-        for imported in index.imported_modules(other):
-            links.setdefault(other, set()).add(imported)
-            links.setdefault(imported, set()).add(other)
-    start = path.resolve()
+    for importer, imported in imports.items():
+        for other in imported:
+            links.setdefault(importer, set()).add(other)
+            links.setdefault(other, set()).add(importer)
     seen = {start}
     frontier = [start]
     while frontier:
@@ -300,3 +306,48 @@ def _component(index: ProjectIndex, path: Path) -> set[Path]:
                 seen.add(linked)
                 frontier.append(linked)
     return seen
+
+
+def _downstream(imports: dict[Path, set[Path]], start: Path) -> set[Path]:
+    """`start` and every module it imports, transitively."""
+    seen = {start}
+    frontier = [start]
+    while frontier:
+        for imported in imports.get(frontier.pop(), ()):
+            if imported not in seen:
+                seen.add(imported)
+                frontier.append(imported)
+    return seen
+
+
+def _program(
+    imports: dict[Path, set[Path]], facts: dict[Path, _ApexFacts], start: Path
+) -> set[Path]:
+    """The modules one migration with `start` rewrites or must check.
+
+    apex's state flows from a module calling ``amp.initialize`` into the
+    modules it imports (directly or through others): those share its scaler.
+    Two entry scripts that merely import the same module without apex (a
+    dataset, a model) share nothing, and each migrates on its own; two that
+    import one apex module (a trainer whose functions take the scaler) migrate
+    together.  Modules without apex that import a module of the program are
+    kept too: they may call a function that now takes the scaler."""
+    apex = set(facts)
+    initializers = [
+        path for path, f in facts.items() if any(d.initializes for d in f.definitions.values())
+    ]
+    reach = {path: _downstream(imports, path) for path in initializers}
+    program = _downstream(imports, start)
+    changed = True
+    while changed:
+        changed = False
+        for path, downstream in reach.items():
+            if not downstream <= program and downstream & program & apex:
+                program |= downstream
+                changed = True
+    callers = {
+        importer
+        for importer, imported in imports.items()
+        if importer not in apex and imported & program & apex
+    }
+    return program | callers

@@ -7,6 +7,11 @@ have.  The fix saves ``"scaler": S.state_dict()`` next to the optimizer's
 state, and restores it behind ``if checkpoint.get("scaler"):`` so checkpoints
 written before the fix (no key) and by a disabled scaler (an empty state dict,
 which an enabled scaler refuses to load) still load.
+
+A checkpoint written by a module-level helper that receives the optimizer
+receives the scaler the same way: a keyword-only ``scaler=None`` parameter,
+passed by the calls that have the scaler, with the scaler's lines guarded by
+``scaler is not None`` so other callers keep working unchanged.
 """
 
 from __future__ import annotations
@@ -16,11 +21,13 @@ from typing import Iterator
 import libcst as cst
 
 from amplint.analysis import ModuleFacts
-from amplint.analysis.checkpoints import CheckpointWithoutScaler, ResumeWithoutScaler
+from amplint.analysis.checkpoints import Carrier, CheckpointWithoutScaler, ResumeWithoutScaler
 from amplint.config import Settings
 from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix
 from amplint.prefilter import SourceClues
 from amplint.rules.base import Rule
+from amplint.transforms.arguments import insert_argument, keyword_argument
+from amplint.transforms.scaler_scope import with_keyword_only
 from amplint.transforms.statements import followed_by
 
 UNREACHABLE = "; not rewritten: `{scaler}` is not in scope here, pass it in"
@@ -50,7 +57,7 @@ class ScalerNotCheckpointed(Rule):
             "a resumed run restarts the loss scale from its initial value (65536 by default) "
             "and skips steps finding it again"
         )
-        if not save.reachable:
+        if not save.reachable and save.carrier is None:
             return Diagnostic(
                 self.code,
                 message + UNREACHABLE.format(scaler=save.scaler),
@@ -58,15 +65,18 @@ class ScalerNotCheckpointed(Rule):
             )
         index = next(i for i, e in enumerate(save.checkpoint.elements) if e is save.optimizer_entry)
         quote = save.optimizer_entry.key.quote
+        state = f"{save.scaler}.state_dict()"
+        if save.optional or save.carrier is not None:
+            state = f"{state} if {save.scaler} is not None else None"
         entry = cst.DictElement(
-            cst.SimpleString(f"{quote}{save.key}{quote}"),
-            cst.parse_expression(f"{save.scaler}.state_dict()"),
+            cst.SimpleString(f"{quote}{save.key}{quote}"), cst.parse_expression(state)
         )
-        fix = Fix(
-            Applicability.SAFE,
-            f"`{save.scaler}.state_dict()` saved with the checkpoint",
-            (Edit(save.checkpoint, lambda node: _inserted(node, index, entry)),),
-        )
+        edits = [Edit(save.checkpoint, lambda node: _inserted(node, index, entry))]
+        what = f"`{save.scaler}.state_dict()` saved with the checkpoint"
+        if save.carrier is not None:
+            edits += _passing(save.carrier, save.scaler)
+            what = f"`{save.scaler}` passed to `{save.carrier.function.name.value}` and " + what[1:]
+        fix = Fix(Applicability.SAFE, what, tuple(edits))
         return Diagnostic(self.code, message, facts.span(save.optimizer_entry), fix)
 
     def _resume(self, resume: ResumeWithoutScaler, facts: ModuleFacts) -> Diagnostic:
@@ -75,7 +85,7 @@ class ScalerNotCheckpointed(Rule):
             f"`{call}` restores the optimizer but the scaler is never restored: the "
             "resumed run restarts the loss scale from its initial value"
         )
-        if not resume.reachable:
+        if not resume.reachable and resume.carrier is None:
             return Diagnostic(
                 self.code,
                 message + UNREACHABLE.format(scaler=resume.scaler),
@@ -83,15 +93,34 @@ class ScalerNotCheckpointed(Rule):
             )
         key, holder, scaler = resume.key, resume.checkpoint, resume.scaler
         quoted = f"{resume.quote}{key}{resume.quote}"
+        test = f"{holder}.get({quoted})"
+        if resume.optional or resume.carrier is not None:
+            test = f"{scaler} is not None and {test}"
         restore = cst.parse_statement(
-            f"if {holder}.get({quoted}):\n    {scaler}.load_state_dict({holder}[{quoted}])\n"
+            f"if {test}:\n    {scaler}.load_state_dict({holder}[{quoted}])\n"
         )
-        fix = Fix(
-            Applicability.SAFE,
-            f"`{scaler}` restored when the checkpoint has it",
-            (Edit(resume.statement, lambda node: followed_by(node, [restore])),),
-        )
+        edits = [Edit(resume.statement, lambda node: followed_by(node, [restore]))]
+        what = f"`{scaler}` restored when the checkpoint has it"
+        if resume.carrier is not None:
+            edits += _passing(resume.carrier, scaler)
+            what = f"`{scaler}` passed to `{resume.carrier.function.name.value}` and restored"
+        fix = Fix(Applicability.SAFE, what, tuple(edits))
         return Diagnostic(self.code, message, facts.span(resume.call), fix)
+
+
+def _passing(carrier: Carrier, scaler: str) -> list[Edit]:
+    """The edits that pass `scaler` to the carrier: a keyword-only parameter
+    defaulting to None (a caller that has no scaler, perhaps in another
+    module, keeps working) and ``scaler=scaler`` at each call that has it."""
+    default = cst.Name("None")
+    argument = keyword_argument(scaler, cst.Name(scaler))
+    return [
+        Edit(carrier.function.params, lambda node: with_keyword_only(node, scaler, default)),
+        *(
+            Edit(call, lambda node: insert_argument(node, len(node.args), argument))
+            for call in carrier.calls
+        ),
+    ]
 
 
 def _inserted(node: cst.Dict, index: int, entry: cst.DictElement) -> cst.Dict:

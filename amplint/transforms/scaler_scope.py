@@ -201,11 +201,19 @@ def with_parameter_after(
     return params.with_changes(**{field_name: items})
 
 
-def with_keyword_only(params: cst.Parameters, new_name: str) -> cst.Parameters:
-    """`params` with a keyword-only parameter ``new_name`` at the end of the
-    keyword-only ones (after a new bare ``*`` where there is none), laid out like
-    its neighbours.  A caller that does not pass it fails with a TypeError
-    instead of shifting its positional arguments by one."""
+def with_keyword_only(
+    params: cst.Parameters, new_name: str, default: cst.BaseExpression | None = None
+) -> cst.Parameters:
+    """`params` with a keyword-only parameter ``new_name`` (``=default`` when
+    given) at the end of the keyword-only ones (after a new bare ``*`` where
+    there is none), laid out like its neighbours.  A caller that does not pass
+    a required one fails with a TypeError instead of shifting its positional
+    arguments by one."""
+    if default is not None:
+        no_space = cst.SimpleWhitespace("")
+        defaulted = {"default": default, "equal": cst.AssignEqual(no_space, no_space)}
+    else:
+        defaulted = {}
     star = params.star_arg if isinstance(params.star_arg, (cst.Param, cst.ParamStar)) else None
     ordered = [*params.params, *([star] if star is not None else []), *params.kwonly_params]
     if params.star_kwarg is not None:
@@ -222,7 +230,7 @@ def with_keyword_only(params: cst.Parameters, new_name: str) -> cst.Parameters:
         None,
     )
     if between is None:
-        new = cst.Param(cst.Name(new_name))
+        new = cst.Param(cst.Name(new_name), **defaulted)
         if star is not None:
             return params.with_changes(kwonly_params=[*params.kwonly_params, new])
         return params.with_changes(star_arg=cst.ParamStar(), kwonly_params=[new])
@@ -230,7 +238,7 @@ def with_keyword_only(params: cst.Parameters, new_name: str) -> cst.Parameters:
     # of the one it follows; that one takes a comma that leads to the next line.
     before = params.star_kwarg is None
     last = ordered[-1] if before else ordered[-2]
-    new = cst.Param(cst.Name(new_name), comma=last.comma)
+    new = cst.Param(cst.Name(new_name), comma=last.comma, **defaulted)
     closing = {}
     if not isinstance(last.comma, cst.Comma):  # `b\n)`: the newline before `)` moves on
         new = new.with_changes(whitespace_after_param=last.whitespace_after_param)
