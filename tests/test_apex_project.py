@@ -133,3 +133,50 @@ def test_a_check_says_the_same_as_the_fix(tmp_path: Path) -> None:
     assert "not among the paths named" in result.output
     result = run_cli("check", "--no-cache", "--output-format", "concise", project)
     assert "[*]" in result.output and "not fixed" not in result.output
+
+
+ENTRY = """
+import torch
+from apex import amp
+
+from models import make_model
+
+
+def main(loader):
+    model = make_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    for x, y in loader:
+        optimizer.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        with amp.scale_loss(loss, optimizer) as scaled_loss:
+            scaled_loss.backward()
+        optimizer.step()
+"""
+
+
+def test_two_scripts_sharing_a_module_without_apex_migrate_each_on_its_own(
+    tmp_path: Path,
+) -> None:
+    # waveglow's train.py and inference.py both import mel2samp: apex's state
+    # does not flow between them, so neither waits for the other.
+    (tmp_path / "pyproject.toml").write_text("", encoding="utf-8")
+    (tmp_path / "models.py").write_text(
+        "import torch\n\n\ndef make_model():\n    return torch.nn.Linear(4, 2)\n", encoding="utf-8"
+    )
+    for name in ("pretrain.py", "finetune.py"):
+        (tmp_path / name).write_text(ENTRY.lstrip(), encoding="utf-8")
+    result = run_cli("fix", "--apply", "--no-cache", tmp_path / "pretrain.py")
+    assert "Fixed 2 findings in 1 file" in result.output, result.output
+    assert "apex" not in (tmp_path / "pretrain.py").read_text(encoding="utf-8")
+    assert "amp.initialize" in (tmp_path / "finetune.py").read_text(encoding="utf-8")
+
+
+def test_two_scripts_sharing_an_apex_module_migrate_together(tmp_path: Path) -> None:
+    project = _copy(tmp_path)
+    (project / "eval_train.py").write_text(
+        (project / "train.py").read_text(encoding="utf-8"), encoding="utf-8"
+    )
+    result = run_cli("fix", "--apply", "--no-cache", project / "train.py")
+    assert "Fixed" not in result.output or "Fixed 0" in result.output
+    assert "eval_train.py" in result.output and "not among the paths named" in result.output
