@@ -306,8 +306,9 @@ def test_a_checkpoint_holding_the_model_itself_is_a_checkpoint() -> None:
                         "optimizer": optimizer.state_dict()}, path)
         """)
     result = fixed(source)
-    assert '"optimizer": optimizer.state_dict(),\n                "scaler": scaler.state_dict()}' in (
-        result
+    assert (
+        '"optimizer": optimizer.state_dict(),\n                "scaler": scaler.state_dict()}'
+        in (result)
     )
 
 

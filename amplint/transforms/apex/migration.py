@@ -45,7 +45,7 @@ from amplint.analysis.apex import (
 from amplint.analysis.imports import dotted_name
 from amplint.analysis.scopes import Scope
 from amplint.analysis.visitor import children, descendants
-from amplint.analysis.statements import if_condition, name_use, string_value
+from amplint.analysis.statements import if_condition, method_name, name_use, string_value
 from amplint.config import Settings
 from amplint.diagnostics import Edit
 from amplint.names import SCALER_NAMES, free_name
@@ -468,8 +468,9 @@ class _Migrator:
         created = cst.parse_statement(line + "\n")
         use = init.use
         top = use.ancestors[0] if use.ancestors else use.statement
+        earlier = self._resume_before(init, top)
         if not init.removable:
-            self.book.insert_before(top, [created])
+            self.book.insert_before(earlier or top, [created])
             return
         # The statement goes, with the `if`s around it that hold nothing else
         # (`if args.fp16: from apex import amp; model, opt = amp.initialize(...)`).
@@ -478,13 +479,47 @@ class _Migrator:
             if not (isinstance(holder, cst.If) and self._empties(holder, vanishing)):
                 break
             vanishing = holder
-        if vanishing is top:  # the scaler takes its place
+        if vanishing is top and earlier is None:  # the scaler takes its place
             self.book.rewrite(
                 top, lambda node: created.with_changes(leading_lines=node.leading_lines)
             )
         else:  # made before the statement it was nested in, whichever branch runs
             self.book.rewrite(vanishing, lambda _: cst.RemovalSentinel.REMOVE)
-            self.book.insert_before(top, [created])
+            self.book.insert_before(earlier or top, [created])
+
+    def _resume_before(self, init: _Initialization, top: cst.BaseStatement):
+        """The statement of the scope's body that restores the optimizer from a
+        checkpoint before amp.initialize runs, if any: the scaler is made before
+        it, beside the optimizer, so the resume can restore the scaler too (a
+        GradScaler made later would have its state reset).  None where the
+        scaler's `enabled=` reads a name bound between the two."""
+        scope = init.use.scope
+        body = scope.body if isinstance(scope, cst.Module) else scope.body.body
+        position = next((i for i, statement in enumerate(body) if statement is top), None)
+        call = init.use.call
+        arguments = positional_args(call)[1:2] if call is not None else []
+        if position is None or not arguments:
+            return None
+        given = arguments[0].value
+        elements = given.elements if isinstance(given, (cst.List, cst.Tuple)) else ()
+        optimizers = {self.code(e.value) for e in elements} or {self.code(given)}
+
+        def resumes(statement: cst.BaseStatement) -> bool:
+            return any(
+                method_name(node) == "load_state_dict" and self.code(node.func.value) in optimizers
+                for node in descendants(statement)
+                if isinstance(node, cst.Call)
+            )
+
+        first = next((i for i in range(position) if resumes(body[i])), None)
+        if first is None:
+            return None
+        if init.condition is not None:
+            read = name_use(cst.parse_expression(init.condition)).read
+            for statement in body[first:position]:
+                if read & name_use(statement).bound:
+                    return None
+        return body[first]
 
     def _empties(self, holder: cst.If, removed: cst.BaseStatement) -> bool:
         """Whether `holder` holds nothing once `removed` and apex imports are gone."""
