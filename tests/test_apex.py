@@ -793,3 +793,44 @@ def test_a_resume_before_the_flag_is_set_keeps_the_migration_back() -> None:
     assert result.text == source
     refused = [d.message for d in result.remaining if d.code == "AMP203"]
     assert refused and all("would leave AMP109" in message for message in refused)
+
+
+def test_autocast_covers_the_model_call_made_before_a_profiler_step() -> None:
+    # `profiler.step()` between forward and loss is no optimizer step: stopping
+    # there left the model outside autocast (no speed-up at all).
+    source = _train(
+        '    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n',
+        LOOP.replace(
+            "        loss = criterion(model(inputs), targets)\n",
+            "        outputs = model(inputs)\n"
+            "        profiler.step()\n"
+            "        torch.cuda.synchronize()\n"
+            "        loss = criterion(outputs, targets)\n",
+        ),
+    )
+    assert (
+        '        with torch.autocast("cuda", dtype=torch.float16):\n'
+        "            outputs = model(inputs)\n"
+        "            profiler.step()\n"
+        "            torch.cuda.synchronize()\n"
+        "            loss = criterion(outputs, targets)\n"
+        "        scaler.scale(loss).backward()\n"
+    ) in fixed(source)
+
+
+@pytest.mark.parametrize(
+    "line, ends",
+    [
+        ("optimizer.step()", True),
+        ("self.opt_d.step()", True),
+        ("scaler.step(optimizer)", True),
+        ("loss_d.backward()", True),
+        ("profiler.step()", False),
+        ("prof.step()", False),
+        ("lr_scheduler.step()", False),
+    ],
+)
+def test_which_step_calls_end_the_forward_region(line: str, ends: bool) -> None:
+    from amplint.analysis.forward import _ends_forward_search
+
+    assert _ends_forward_search(cst.parse_statement(line + "\n")) is ends

@@ -426,15 +426,27 @@ def _ends_forward_search(statement: cst.BaseStatement) -> bool:
     return finder.found
 
 
+# `.step()` receivers that are not an optimizer's: a profiler's schedule, an LR
+# scheduler, a timer.  Their step is harmless under autocast, and the model call
+# usually sits before a profiler's.
+_NOT_OPTIMIZER_STEP = re.compile(r"prof|sched|timer|tqdm|progress|pbar|bar$", re.I)
+
+
 class _StepCallFinder(Visitor):
-    """Does a statement call `.backward(...)` or `.step(...)` anywhere inside?"""
+    """Does a statement call `.backward(...)` or an optimizer's (or a scaler's)
+    `.step(...)` anywhere inside?"""
 
     def __init__(self) -> None:
         self.found = False
 
     def visit_Call(self, node: cst.Call) -> None:
-        if method_name(node) in ("step", "backward"):
+        method = method_name(node)
+        if method == "backward":
             self.found = True
+        elif method == "step":
+            receiver = dotted_name(node.func.value) or ""
+            last = receiver.rsplit(".", 1)[-1]
+            self.found |= not last or _NOT_OPTIMIZER_STEP.search(last) is None
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
         return False
