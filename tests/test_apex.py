@@ -834,3 +834,35 @@ def test_which_step_calls_end_the_forward_region(line: str, ends: bool) -> None:
     from amplint.analysis.forward import _ends_forward_search
 
     assert _ends_forward_search(cst.parse_statement(line + "\n")) is ends
+
+
+def test_initialize_in_both_arms_of_an_if_makes_one_scaler_enabled_by_either() -> None:
+    # Two scalers, one per arm, left the first dead and the second's
+    # condition alone deciding: O2 runs trained in FP32.
+    source = _train(
+        '    if args.opt_level == "O2":\n'
+        '        model, optimizer = amp.initialize(model, optimizer, opt_level="O2")\n'
+        "    else:\n"
+        '        model, optimizer = amp.initialize(model, optimizer, opt_level="O1", '
+        "enabled=args.fp16)\n"
+    )
+    result = fixed(source, unsafe=True)
+    assert result.count("GradScaler(") == 1
+    assert (
+        "def train(model, optimizer, loader, criterion, args):\n"
+        '    scaler = torch.amp.GradScaler("cuda", enabled=args.opt_level == "O2" or args.fp16)\n'
+        "\n"
+        "    for inputs, targets in loader:\n"
+    ) in result
+    assert codes_of(result) == [] and fixed(result, unsafe=True) == result
+
+
+def test_initialize_twice_in_sequence_is_not_fixed() -> None:
+    source = _train(
+        '    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n'
+        "    model = torch.compile(model)\n"
+        '    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n'
+    )
+    result = fix_text(source, ALL, Settings(), unsafe=True)
+    assert result.text == source
+    assert any("runs more than once in one scope" in d.message for d in result.remaining)

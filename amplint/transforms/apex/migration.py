@@ -107,6 +107,26 @@ def _conjunction(pieces: Sequence[str]) -> str | None:
     return " and ".join(parts)
 
 
+def _disjunction(alternatives: Sequence[Sequence[str]]) -> str | None:
+    """`a or b` of conjunctions; None (always) when one of them is empty.  An
+    alternative that starts by negating a whole earlier one drops that piece:
+    `if A: ... else: ... B` gives `A or B`, not `A or not A and B`."""
+    if any(not pieces for pieces in alternatives):
+        return None
+    seen: list[str] = []
+    parts = []
+    for pieces in alternatives:
+        kept = [p for p in pieces if not any(p == _negated(earlier) for earlier in seen)]
+        conjunction = _conjunction(kept)
+        if conjunction is None:
+            return None
+        node = cst.parse_expression(conjunction)
+        loose = isinstance(node, (cst.IfExp, cst.Lambda, cst.NamedExpr))
+        parts.append(f"({conjunction})" if loose else conjunction)
+        seen.append(conjunction)
+    return " or ".join(dict.fromkeys(parts))
+
+
 def _negated(test: str) -> str:
     node = cst.parse_expression(test)
     simple = isinstance(node, (cst.Name, cst.Attribute, cst.Call, cst.Subscript))
@@ -117,7 +137,7 @@ def _negated(test: str) -> str:
 class _Initialization:
     use: ApexUse
     removable: bool  # the statement only binds what amp.initialize returns
-    condition: str | None  # when the scaler is enabled; None: always
+    conditions: list[str]  # when the scaler is enabled, all of them; empty: always
     init_scale: str | None  # a static apex loss scale, where GradScaler starts
 
 
@@ -369,9 +389,7 @@ class _Migrator:
         self.changes[use] = changes
         if conditions != ["False"]:
             conditions = self._conditions(use) + conditions
-        self.initializations.append(
-            _Initialization(use, removable, _conjunction(conditions), init_scale)
-        )
+        self.initializations.append(_Initialization(use, removable, conditions, init_scale))
 
     def _options(self, call: cst.Call) -> tuple[list[str], list[str], str | None]:
         """What amp.initialize's keywords mean for the scaler: the conditions it
@@ -434,8 +452,14 @@ class _Migrator:
 
     # -- where the scaler is made ---------------------------------------------------
     def _place_scaler(self) -> None:
+        by_scope: dict[int, list[_Initialization]] = {}
         for init in self.initializations:
-            self._create_scaler(init)
+            by_scope.setdefault(id(init.use.scope), []).append(init)
+        for inits in by_scope.values():
+            if len(inits) == 1:
+                self._create_scaler(inits[0])
+            else:
+                self._create_one_scaler(inits)
         init_scopes = [init.use.scope for init in self.initializations]
         if self.reach is not None:
             try:
@@ -458,16 +482,49 @@ class _Migrator:
             for function in functions.values():
                 self._declare_global(function)
 
-    def _create_scaler(self, init: _Initialization) -> None:
+    def _scaler_statement(self, init_scale: str | None, condition: str | None):
         arguments = ['"cuda"']
-        if init.init_scale is not None:
-            arguments.append(f"init_scale={init.init_scale}")
-        if init.condition is not None:
-            arguments.append(f"enabled={init.condition}")
+        if init_scale is not None:
+            arguments.append(f"init_scale={init_scale}")
+        if condition is not None:
+            arguments.append(f"enabled={condition}")
         line = f"{self.scaler} = {self.torch}.amp.GradScaler({', '.join(arguments)})"
-        created = cst.parse_statement(line + "\n")
+        return cst.parse_statement(line + "\n")
+
+    def _create_one_scaler(self, inits: list[_Initialization]) -> None:
+        """One GradScaler for the amp.initialize calls of one scope, in the
+        branches of one `if` (`if args.O2: ...(opt_level="O2") else: ...`):
+        enabled when any of them would have run.  Two scalers would leave the
+        first dead, and the second's condition alone decides."""
+        tops = {id(_top(init.use)): _top(init.use) for init in inits}
+        lines = ", ".join(str(self.facts.span(init.use.node).line) for init in inits)
+        if len(tops) > 1:
+            raise MigrationBlocked(
+                f"amp.initialize runs more than once in one scope (lines {lines}): one "
+                "GradScaler replaces them, and which of them it should follow is a guess"
+            )
+        if len({init.init_scale for init in inits}) > 1:
+            raise MigrationBlocked(
+                f"the amp.initialize calls at lines {lines} start from different loss scales"
+            )
+        (top,) = tops.values()
+        condition = _disjunction([init.conditions for init in inits])
+        created = self._scaler_statement(inits[0].init_scale, condition)
+        removed = {id(init.use.statement) for init in inits if init.removable}
+        if isinstance(top, cst.If) and _holds_only(top, removed):
+            self.book.rewrite(
+                top, lambda node: created.with_changes(leading_lines=node.leading_lines)
+            )
+            return
+        for init in inits:
+            if init.removable:
+                self.book.rewrite(init.use.statement, lambda _: cst.RemovalSentinel.REMOVE)
+        self.book.insert_before(top, [created])
+
+    def _create_scaler(self, init: _Initialization) -> None:
+        created = self._scaler_statement(init.init_scale, _conjunction(init.conditions))
         use = init.use
-        top = use.ancestors[0] if use.ancestors else use.statement
+        top = _top(use)
         earlier = self._resume_before(init, top)
         if not init.removable:
             self.book.insert_before(earlier or top, [created])
@@ -514,8 +571,9 @@ class _Migrator:
         first = next((i for i in range(position) if resumes(body[i])), None)
         if first is None:
             return None
-        if init.condition is not None:
-            read = name_use(cst.parse_expression(init.condition)).read
+        condition = _conjunction(init.conditions)
+        if condition is not None:
+            read = name_use(cst.parse_expression(condition)).read
             for statement in body[first:position]:
                 if read & name_use(statement).bound:
                     return None
@@ -659,7 +717,7 @@ class _Migrator:
     ) -> str | None:
         """autocast's `enabled=`: the condition amp.initialize ran under where the
         step sees it, else whether the scaler it reaches is enabled."""
-        conditions = {init.condition for init in self.initializations}
+        conditions = {_conjunction(init.conditions) for init in self.initializations}
         if self.initializations and conditions == {None}:
             return None
         if len(conditions) == 1 and self._in_initializing_scope(function, module):
@@ -677,6 +735,29 @@ class _Migrator:
         place = self.reach.place(function or module, module)
         top = place.top.name.value if place.top is not None else ""
         return self.reach.initializing == {top}
+
+
+def _top(use: ApexUse) -> cst.BaseStatement:
+    """The statement of the scope's body that holds `use`."""
+    return use.ancestors[0] if use.ancestors else use.statement
+
+
+def _holds_only(holder: cst.If, removed: set[int]) -> bool:
+    """Whether every branch of `holder` holds only statements in `removed` (by
+    id) and apex imports, and its tests call nothing: the whole `if` can go."""
+    branch: cst.If | cst.Else | None = holder
+    while branch is not None:
+        if isinstance(branch, cst.If) and any(
+            isinstance(node, cst.Call) for node in descendants(branch.test)
+        ):
+            return False
+        for statement in branch.body.body:
+            if id(statement) in removed or _imports_apex_only(statement):
+                continue
+            if not (isinstance(statement, cst.If) and _holds_only(statement, removed)):
+                return False
+        branch = branch.orelse if isinstance(branch, cst.If) else None
+    return True
 
 
 def _replaced_by_branch(keep_body: bool) -> Callable:
