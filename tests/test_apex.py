@@ -10,6 +10,7 @@ Set AMPLINT_UPDATE_GOLDEN=1 to rewrite the pinned outputs after a reviewed chang
 from __future__ import annotations
 
 import json
+from contextlib import nullcontext
 import subprocess
 import sys
 from pathlib import Path
@@ -866,3 +867,34 @@ def test_initialize_twice_in_sequence_is_not_fixed() -> None:
     result = fix_text(source, ALL, Settings(), unsafe=True)
     assert result.text == source
     assert any("runs more than once in one scope" in d.message for d in result.remaining)
+
+
+def test_a_restore_of_amp_state_skips_apex_checkpoints_and_loads_new_ones() -> None:
+    torch = pytest.importorskip("torch")
+    source = _train(
+        '    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n'
+        "    if args.resume:\n"
+        '        amp.load_state_dict(torch.load(args.resume)["amp"])\n'
+    )
+    result = fixed(source)
+    guard = (
+        '        amp_state = torch.load(args.resume)["amp"]\n'
+        '        if amp_state and "loss_scaler0" not in amp_state:  # not apex\'s state, not empty\n'
+        "            scaler.load_state_dict(amp_state)\n"
+    )
+    assert guard in result
+    # The guard, run against what checkpoints hold: apex's state and a disabled
+    # scaler's {} are skipped (load_state_dict raises on both), a GradScaler's loads.
+    restore = dedent(guard.split("\n", 1)[1])
+    saved = torch.amp.GradScaler("cpu", init_scale=128.0).state_dict()
+    for state, scale in (
+        ({"loss_scaler0": {"loss_scale": 512.0, "unskipped": 7}}, 65536.0),
+        ({}, 65536.0),
+        (saved, 128.0),
+    ):
+        scaler = torch.amp.GradScaler("cpu")
+        exec(restore, {"scaler": scaler, "amp_state": state})
+        assert scaler.get_scale() == scale
+        unguarded = pytest.raises((KeyError, RuntimeError)) if state is not saved else nullcontext()
+        with unguarded:
+            torch.amp.GradScaler("cpu").load_state_dict(state)

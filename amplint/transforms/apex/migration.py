@@ -253,6 +253,8 @@ class _Migrator:
             self._scale_loss(use)
         elif member == "master_params" and use.call is not None:
             self._master_params(use)
+        elif member == "load_state_dict" and self._restore_guarded(use):
+            self.scaler_scopes.append(use.scope)
         elif member in ("state_dict", "load_state_dict") and use.call is not None:
             self.book.rewrite(
                 use.call,
@@ -280,6 +282,41 @@ class _Migrator:
         else:
             shown = self.code(use.call or use.node)
             raise MigrationBlocked(f"`{shown}` has no torch.amp counterpart amplint knows")
+
+    def _restore_guarded(self, use: ApexUse) -> bool:
+        """`amp.load_state_dict(state)` as a statement of its own becomes a
+        restore that checkpoints from before the migration survive: apex's
+        state (`{"loss_scaler0": {...}}`) and a disabled scaler's empty one are
+        skipped (GradScaler raises on both), and the scaler starts afresh."""
+        statement = use.statement
+        if (
+            use.call is None
+            or len(use.call.args) != 1
+            or not isinstance(statement, cst.SimpleStatementLine)
+            or len(statement.body) != 1
+            or not isinstance(statement.body[0], cst.Expr)
+            or statement.body[0].value is not use.call
+        ):
+            return False
+        state = self.code(use.call.args[0].value)
+        scaler = self.scaler_at(use.scope)
+        lines = []
+        if any(isinstance(node, cst.Call) for node in descendants(use.call.args[0].value)):
+            held = free_name(("amp_state", "scaler_state"), self.facts.text)
+            lines.append(f"{held} = {state}\n")
+            state = held
+        lines.append(
+            f'if {state} and "loss_scaler0" not in {state}:  # not apex\'s state, not empty\n'
+            f"    {scaler}.load_state_dict({state})\n"
+        )
+        replacement = [cst.parse_statement(line) for line in lines]
+
+        def guarded(node: cst.SimpleStatementLine) -> cst.FlattenSentinel:
+            first = replacement[0].with_changes(leading_lines=node.leading_lines)
+            return cst.FlattenSentinel([first, *replacement[1:]])
+
+        self.book.rewrite(statement, guarded)
+        return True
 
     # -- try: from apex import amp / except ImportError: amp = None -----------------
     def _drop_import_fallbacks(self) -> None:
