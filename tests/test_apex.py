@@ -898,3 +898,35 @@ def test_a_restore_of_amp_state_skips_apex_checkpoints_and_loads_new_ones() -> N
         unguarded = pytest.raises((KeyError, RuntimeError)) if state is not saved else nullcontext()
         with unguarded:
             torch.amp.GradScaler("cpu").load_state_dict(state)
+
+
+def test_to_python_float_becomes_item_and_its_import_goes() -> None:
+    before = dedent("""
+        from apex.fp16_utils import to_python_float
+
+        def log(meter, loss, a, b):
+            meter.update(to_python_float(loss.data), 4)
+            return to_python_float(a + b)
+        """)
+    after = dedent("""
+        def log(meter, loss, a, b):
+            meter.update(loss.data.item(), 4)
+            return (a + b).item()
+        """)
+    assert fixed(before) == after
+
+
+def test_each_fp16_utils_name_says_what_replaces_it() -> None:
+    text = dedent("""
+        from apex.fp16_utils import FP16_Optimizer, network_to_half, prep_param_lists
+
+        model = network_to_half(model)
+        model_params, master_params = prep_param_lists(model)
+        optimizer = FP16_Optimizer(optimizer, dynamic_loss_scale=True)
+        """)
+    reported = findings(text)
+    assert "keep the model in float32 and run its forward pass under torch.autocast" in (
+        reported[0]
+    )
+    assert "no master copy is needed" in reported[1]
+    assert "a torch.amp.GradScaler: `scaler.scale(loss).backward()`" in reported[2]

@@ -28,6 +28,7 @@ from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix, Span
 from amplint.prefilter import SourceClues
 from amplint.rules.base import Rule
 from amplint.transforms.apex import MigrationBlocked, migrate_apex
+from amplint.transforms.apex.common import atom
 from amplint.transforms.imports import ensure_torch_imported, tidy_apex_imports
 
 REMOVED = "removed from apex in 2025"
@@ -38,10 +39,9 @@ _AMP_REPLACEMENTS = {
     "scale_loss": "`scaler.scale(loss).backward()`, with `scaler.step(optimizer)` and "
     "`scaler.update()` after it",
     "master_params": "the optimizer's own parameters, after `scaler.unscale_(optimizer)`",
-    "state_dict": "`scaler.state_dict()` (checkpoints apex wrote hold `loss_scaler0` and "
-    "do not load into a GradScaler)",
-    "load_state_dict": "`scaler.load_state_dict(...)` (checkpoints apex wrote hold "
-    "`loss_scaler0` and do not load into a GradScaler)",
+    "state_dict": "`scaler.state_dict()`",
+    "load_state_dict": "`scaler.load_state_dict(...)`, skipped for checkpoints apex wrote "
+    "(`loss_scaler0`), which do not load into a GradScaler",
     "float_function": '`torch.amp.custom_fwd(device_type="cuda", cast_inputs=torch.float32)` '
     "on the autograd Function it applies",
     "half_function": '`torch.amp.custom_fwd(device_type="cuda", cast_inputs=torch.float16)` '
@@ -51,6 +51,27 @@ _AMP_REPLACEMENTS = {
     "register_half_function": "autocast's own choice of dtype",
     "register_promote_function": "autocast's own choice of dtype",
     "disable_casts": '`torch.autocast("cuda", enabled=False)`',
+}
+
+# What replaces each apex.fp16_utils name: the whole FP16 recipe (a half model,
+# FP32 master weights, a loss scaler) is what autocast and a GradScaler do.
+_KEEP_FLOAT32 = "keep the model in float32 and run its forward pass under torch.autocast"
+_MASTER_WEIGHTS = "no master copy is needed: the weights stay float32 under torch.autocast"
+_FP16_UTILS_REPLACEMENTS = {
+    "network_to_half": _KEEP_FLOAT32,
+    "convert_network": _KEEP_FLOAT32,
+    "convert_module": _KEEP_FLOAT32,
+    "BN_convert_float": _KEEP_FLOAT32,
+    "tofp16": _KEEP_FLOAT32,
+    "FP16Model": _KEEP_FLOAT32,
+    "FP16_Optimizer": "a torch.amp.GradScaler: `scaler.scale(loss).backward()`, "
+    "`scaler.step(optimizer)`, `scaler.update()`, around the plain optimizer",
+    "LossScaler": "a torch.amp.GradScaler(init_scale=..., growth_interval=...)",
+    "DynamicLossScaler": "a torch.amp.GradScaler",
+    "prep_param_lists": _MASTER_WEIGHTS,
+    "model_grads_to_master_grads": _MASTER_WEIGHTS,
+    "master_params_to_model_params": _MASTER_WEIGHTS,
+    "clip_grad_norm": "`torch.nn.utils.clip_grad_norm_`, after `scaler.unscale_(optimizer)`",
 }
 
 _DDP = "apex.parallel.DistributedDataParallel"
@@ -140,13 +161,7 @@ class ApexOther(Rule):
                     span,
                 )
             elif use.module == APEX_FP16_UTILS:
-                yield Diagnostic(
-                    self.code,
-                    f"`{spelled}`: apex.fp16_utils was {REMOVED}; keep the model in float32 and "
-                    "use torch.autocast with a torch.amp.GradScaler instead of FP16_Optimizer "
-                    "and network_to_half (not fixed: the training loop changes shape)",
-                    span,
-                )
+                yield self._fp16_utils(use, spelled, span)
             elif (
                 use.module == APEX_AMP
                 and is_private(use.member)
@@ -160,6 +175,25 @@ class ApexOther(Rule):
                 )
             # Anything else from apex (fused optimizers, normalization) is not
             # mixed precision and still ships.
+
+    def _fp16_utils(self, use: ApexUse, spelled: str, span: Span) -> Diagnostic:
+        message = f"`{spelled}`: apex.fp16_utils was {REMOVED}"
+        call = use.call
+        if use.member == "to_python_float" and call is not None:
+            if len(call.args) == 1 and not call.args[0].keyword and not call.args[0].star:
+                # apex's own body: `t.item()` where t has it (a tensor), else t[0]
+                item = cst.Call(cst.Attribute(atom(call.args[0].value), cst.Name("item")))
+                edit = Edit(call, lambda _: item)
+                fix = Fix(Applicability.SAFE, "-> .item()", (edit,), _PASSES)
+                return Diagnostic(self.code, message + "; use `.item()`", span, fix)
+        replacement = _FP16_UTILS_REPLACEMENTS.get(use.member)
+        if replacement is None:
+            replacement = "torch.autocast with a torch.amp.GradScaler, the model kept in float32"
+        return Diagnostic(
+            self.code,
+            f"{message}; use {replacement} (not fixed: the training loop changes shape)",
+            span,
+        )
 
     def _ddp(self, use: ApexUse, spelled: str, span: Span, facts: ModuleFacts) -> Diagnostic:
         replacement = f"{_torch_name(use, facts)}.nn.parallel.DistributedDataParallel"

@@ -117,9 +117,9 @@ class _UnusedImportTidier(cst.CSTTransformer):
     ) -> list[cst.BaseStatement]:
         """Drop removed lines, handing their comments to the next statement.
 
-        When a removed line opened an indented block, the blank lines that
-        separated it from the next statement go too: black puts no blank line
-        right after `if ...:` or `def ...:`.
+        When a removed line opened an indented block (or the file), the blank
+        lines that separated it from the next statement go too: black puts no
+        blank line right after `if ...:` or `def ...:`, nor at a file's top.
         """
         result: list[cst.BaseStatement] = []
         carried: list[cst.EmptyLine] = []
@@ -167,7 +167,10 @@ class _UnusedImportTidier(cst.CSTTransformer):
         return updated_node.with_changes(body=body)
 
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module):
-        body = self._drop_placeholders(updated_node.body, opens_block=False)
+        # A file that began with the removed line begins with the next
+        # statement, not with the blank lines that followed it.
+        starts_file = not updated_node.header
+        body = self._drop_placeholders(updated_node.body, opens_block=starts_file)
         return updated_node.with_changes(body=body)
 
 
