@@ -87,6 +87,24 @@ _DROPPED_KEYWORDS = {
     "min_loss_scale": "the GradScaler's scale has no lower bound",
     "max_loss_scale": "the GradScaler's scale has no upper bound",
 }
+# The apex.amp members the migration maps: a probe for one of them (`hasattr(amp,
+# "state_dict")`, `"state_dict" in amp.__dict__`) holds once migrated.
+_MAPPED_MEMBERS = frozenset(
+    {
+        "initialize",
+        "scale_loss",
+        "master_params",
+        "state_dict",
+        "load_state_dict",
+        "float_function",
+        "half_function",
+        "promote_function",
+        "register_float_function",
+        "register_half_function",
+        "register_promote_function",
+        "disable_casts",
+    }
+)
 # What apex adds to a training step, and an FP32 branch beside it does plainly.
 _STEP_MEMBERS = {"scale_loss", "master_params"}
 
@@ -263,6 +281,8 @@ class _Migrator:
                 ),
             )
             self.scaler_scopes.append(use.scope)
+        elif member in ("", "__dict__") and self._feature_probe(use):
+            pass
         elif member.split(".")[0] == "_amp_state" and use.call is None:
             self._loss_scale(use)
         elif member == "disable_casts" and use.call is not None and not use.call.args:
@@ -335,8 +355,9 @@ class _Migrator:
     # -- assert amp is not None ------------------------------------------------------
     def _availability_probe(self, use: ApexUse) -> bool:
         """`amp is not None` asks whether apex imported; torch.amp always does.
-        An `assert` of it goes (with an `if` holding nothing else), other
-        probes become `True` / `False`.  False for any other use of `amp`."""
+        An `assert` of it goes (with an `if` holding nothing else), an `if`
+        testing it alone keeps the branch that runs, other probes become
+        `True` / `False`.  False for any other use of `amp`."""
         probe = next(
             (
                 comparison
@@ -354,7 +375,7 @@ class _Migrator:
         statement = use.statement
         small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
         if not (isinstance(small, cst.Assert) and small.test is probe and available):
-            self.book.rewrite(probe, lambda _: cst.Name("True" if available else "False"))
+            self._answer(statement, probe, available)
             return True
         vanishing: cst.BaseStatement = statement
         for holder in reversed(use.ancestors):
@@ -368,6 +389,59 @@ class _Migrator:
             vanishing = holder
         self.book.rewrite(vanishing, lambda _: cst.RemovalSentinel.REMOVE)
         return True
+
+    def _feature_probe(self, use: ApexUse) -> bool:
+        """`hasattr(amp, "state_dict")` and `"state_dict" in amp.__dict__` ask
+        whether the installed apex has a feature (timm's ApexScaler); for a
+        member the migration maps, the answer is yes.  An `if` testing only
+        that keeps the branch that runs; other probes become `True`/`False`."""
+        probe, holds = None, True
+        for node in descendants(use.statement):
+            if (
+                use.member == ""
+                and isinstance(node, cst.Call)
+                and dotted_name(node.func) == "hasattr"
+                and len(node.args) == 2
+                and node.args[0].value is use.node
+            ):
+                probe, name = node, string_value(node.args[1].value)
+            elif (
+                use.member == "__dict__"
+                and isinstance(node, cst.Comparison)
+                and len(node.comparisons) == 1
+                and node.comparisons[0].comparator is use.node
+                and isinstance(node.comparisons[0].operator, (cst.In, cst.NotIn))
+            ):
+                probe, name = node, string_value(node.left)
+                holds = isinstance(node.comparisons[0].operator, cst.In)
+            if probe is not None:
+                break
+        if probe is None or name not in _MAPPED_MEMBERS:
+            return False
+        self._answer(use.statement, probe, holds)
+        return True
+
+    def _answer(self, statement: cst.BaseStatement, probe: cst.CSTNode, holds: bool) -> None:
+        """`probe` answered: an `if` testing only it becomes the branch that runs
+        (nothing, where that is an absent `else`), any other use a literal."""
+        if not (isinstance(statement, cst.If) and statement.test is probe):
+            self.book.rewrite(probe, lambda _: cst.Name("True" if holds else "False"))
+            return
+
+        def branch(node: cst.If):
+            # `node` has its branches migrated already: keep them, not the originals.
+            if holds:
+                kept = list(node.body.body)
+            elif isinstance(node.orelse, cst.If):  # an `elif` runs instead: it is the `if`
+                return node.orelse.with_changes(leading_lines=node.leading_lines)
+            else:
+                kept = list(node.orelse.body.body) if node.orelse is not None else []
+            if not kept:
+                return cst.RemovalSentinel.REMOVE
+            lines = [*node.leading_lines, *kept[0].leading_lines]
+            return cst.FlattenSentinel([kept[0].with_changes(leading_lines=lines), *kept[1:]])
+
+        self.book.rewrite(statement, branch)
 
     # -- if args.fp16: <apex> else: <fp32> --------------------------------------------
     def _keep_fp32_branches(self) -> set[int]:
@@ -478,9 +552,10 @@ class _Migrator:
         """The `if` tests `use` runs under, as they must hold."""
         pieces = []
         chain = [*use.ancestors, use.statement]
+        probes = {id(other.node) for other in self.uses if other.member == ""}
         for index, holder in enumerate(chain[:-1]):
-            if not isinstance(holder, cst.If):
-                continue
+            if not isinstance(holder, cst.If) or _is_none_test(holder.test, probes):
+                continue  # `if amp is not None:` holds once migrated (see _answer)
             test, taken = if_condition(holder.test)
             if chain[index + 1] is holder.orelse:
                 taken = not taken
@@ -772,6 +847,17 @@ class _Migrator:
         place = self.reach.place(function or module, module)
         top = place.top.name.value if place.top is not None else ""
         return self.reach.initializing == {top}
+
+
+def _is_none_test(test: cst.BaseExpression, names: set[int]) -> bool:
+    """Whether `test` is `x is None` / `x is not None` for a node of `names` (by id)."""
+    return (
+        isinstance(test, cst.Comparison)
+        and id(test.left) in names
+        and len(test.comparisons) == 1
+        and isinstance(test.comparisons[0].operator, (cst.Is, cst.IsNot))
+        and _is_none(test.comparisons[0].comparator)
+    )
 
 
 def _top(use: ApexUse) -> cst.BaseStatement:
