@@ -318,3 +318,15 @@ def test_the_optimizer_state_alone_is_not_a_checkpoint() -> None:
             torch.save({"optimizer": optimizer.state_dict()}, path)
         """)
     assert "AMP109" not in codes_of(source)
+
+
+def test_a_conditional_optimizer_state_is_mirrored_for_the_scaler() -> None:
+    # yolov5 drops the optimizer's state from its last checkpoint
+    source = _source("""
+        def save(model, optimizer, scaler, final_epoch, path):
+            ckpt = {"model": model, "optimizer": None if final_epoch else optimizer.state_dict()}
+            torch.save(ckpt, path)
+        """)
+    result = fixed(source)
+    assert '"scaler": None if final_epoch else scaler.state_dict()}' in result
+    assert "AMP109" not in codes_of(result)

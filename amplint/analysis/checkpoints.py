@@ -83,7 +83,10 @@ def scaler_key(optimizer_key: str, taken: set[str]) -> str:
 
 
 def _state_dict_of(value: cst.BaseExpression) -> str | None:
-    """`x` for a value `x.state_dict()`."""
+    """`x` for a value `x.state_dict()`, also as one side of a conditional
+    (`None if final_epoch else optimizer.state_dict()`, as yolov5 saves)."""
+    if isinstance(value, cst.IfExp):
+        return _state_dict_of(value.body) or _state_dict_of(value.orelse)
     if isinstance(value, cst.Call) and method_name(value) == "state_dict" and not value.args:
         return dotted_name(value.func.value)
     return None

@@ -68,9 +68,13 @@ class ScalerNotCheckpointed(Rule):
         state = f"{save.scaler}.state_dict()"
         if save.optional or save.carrier is not None:
             state = f"{state} if {save.scaler} is not None else None"
-        entry = cst.DictElement(
-            cst.SimpleString(f"{quote}{save.key}{quote}"), cst.parse_expression(state)
-        )
+        value = cst.parse_expression(state)
+        saved = save.optimizer_entry.value
+        if isinstance(saved, cst.IfExp) and not (save.optional or save.carrier is not None):
+            # Saved when the optimizer's state is: `None if final else scaler.state_dict()`.
+            side = "body" if _saves_state(saved.body) else "orelse"
+            value = saved.with_changes(**{side: value})
+        entry = cst.DictElement(cst.SimpleString(f"{quote}{save.key}{quote}"), value)
         edits = [Edit(save.checkpoint, lambda node: _inserted(node, index, entry))]
         what = f"`{save.scaler}.state_dict()` saved with the checkpoint"
         if save.carrier is not None:
@@ -106,6 +110,12 @@ class ScalerNotCheckpointed(Rule):
             what = f"`{scaler}` passed to `{resume.carrier.function.name.value}` and restored"
         fix = Fix(Applicability.SAFE, what, tuple(edits))
         return Diagnostic(self.code, message, facts.span(resume.call), fix)
+
+
+def _saves_state(value: cst.BaseExpression) -> bool:
+    return isinstance(value, cst.Call) and (
+        isinstance(value.func, cst.Attribute) and value.func.attr.value == "state_dict"
+    )
 
 
 def _passing(carrier: Carrier, scaler: str) -> list[Edit]:
