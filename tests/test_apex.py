@@ -750,35 +750,25 @@ def test_a_try_importing_other_apex_modules_with_amp_stays() -> None:
     assert "except ImportError:" in migrated
 
 
-RESUME_THEN_INITIALIZE = """
-import torch
-from apex import amp
-
-
-def train(model, optimizer, loader, criterion, checkpoint, args):
-    if checkpoint is not None:
-        optimizer.load_state_dict(checkpoint["optimizer"])
-    if args.fp16:
-        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
-    for inputs, targets in loader:
-        optimizer.zero_grad()
-        loss = criterion(model(inputs), targets)
-        with amp.scale_loss(loss, optimizer) as scaled_loss:
-            scaled_loss.backward()
-        optimizer.step()
-"""
+RESUME_THEN_INITIALIZE = _train(
+    "    if args.checkpoint is not None:\n"
+    '        optimizer.load_state_dict(args.checkpoint["optimizer"])\n'
+    "    if args.fp16:\n"
+    '        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n'
+)
 
 
 def test_a_resume_before_initialize_gets_the_scaler_made_before_it() -> None:
     # yolov5 restores the optimizer, then calls amp.initialize: a scaler made
     # where initialize ran could not be restored with it (AMP109 would stay).
-    result = fixed(dedent(RESUME_THEN_INITIALIZE))
+    result = fixed(RESUME_THEN_INITIALIZE)
     assert (
         '    scaler = torch.amp.GradScaler("cuda", enabled=args.fp16)\n'
-        "    if checkpoint is not None:\n"
-        '        optimizer.load_state_dict(checkpoint["optimizer"])\n'
-        '        if checkpoint.get("scaler"):\n'
-        '            scaler.load_state_dict(checkpoint["scaler"])\n'
+        "    if args.checkpoint is not None:\n"
+        '        optimizer.load_state_dict(args.checkpoint["optimizer"])\n'
+        '        if args.checkpoint.get("scaler"):\n'
+        '            scaler.load_state_dict(args.checkpoint["scaler"])\n'
+        "\n"
         "    for inputs, targets in loader:\n"
     ) in result
     assert "amp." not in result.replace("torch.amp.", "")
@@ -787,7 +777,7 @@ def test_a_resume_before_initialize_gets_the_scaler_made_before_it() -> None:
 
 def test_a_resume_before_the_flag_is_set_keeps_the_migration_back() -> None:
     # `enabled=use_amp` could not be read before `use_amp` is bound
-    source = dedent(RESUME_THEN_INITIALIZE).replace(
+    source = RESUME_THEN_INITIALIZE.replace(
         "    if args.fp16:\n", "    use_amp = args.fp16\n    if use_amp:\n"
     )
     result = fix_text(source, ALL, Settings(), unsafe=True)

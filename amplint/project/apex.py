@@ -298,6 +298,12 @@ def _connected(imports: dict[Path, set[Path]], start: Path) -> set[Path]:
         for other in imported:
             links.setdefault(importer, set()).add(other)
             links.setdefault(other, set()).add(importer)
+    return _reachable(links, start)
+
+
+def _reachable(links: dict[Path, set[Path]], start: Path) -> set[Path]:
+    """`start` and every module its links lead to, transitively: with the
+    import edges, `start` and what it imports."""
     seen = {start}
     frontier = [start]
     while frontier:
@@ -305,18 +311,6 @@ def _connected(imports: dict[Path, set[Path]], start: Path) -> set[Path]:
             if linked not in seen:
                 seen.add(linked)
                 frontier.append(linked)
-    return seen
-
-
-def _downstream(imports: dict[Path, set[Path]], start: Path) -> set[Path]:
-    """`start` and every module it imports, transitively."""
-    seen = {start}
-    frontier = [start]
-    while frontier:
-        for imported in imports.get(frontier.pop(), ()):
-            if imported not in seen:
-                seen.add(imported)
-                frontier.append(imported)
     return seen
 
 
@@ -336,8 +330,8 @@ def _program(
     initializers = [
         path for path, f in facts.items() if any(d.initializes for d in f.definitions.values())
     ]
-    reach = {path: _downstream(imports, path) for path in initializers}
-    program = _downstream(imports, start)
+    reach = {path: _reachable(imports, path) for path in initializers}
+    program = _reachable(imports, start)
     changed = True
     while changed:
         changed = False
