@@ -49,7 +49,9 @@ class CheckpointWithoutScaler:
     scaler: str
     key: str  # the key the scaler's state is saved under
     reachable: bool  # whether the scaler can be named where the dict is built
-    optional: bool  # the scaler is a parameter defaulting to None: guard its use
+    # The scaler is (or, passed through the carrier, becomes) a parameter
+    # defaulting to None: guard its use.
+    optional: bool
     carrier: Carrier | None  # when not reachable: the function to pass it through
 
 
@@ -82,11 +84,11 @@ def scaler_key(optimizer_key: str, taken: set[str]) -> str:
     return key if key not in taken else "grad_" + key
 
 
-def _state_dict_of(value: cst.BaseExpression) -> str | None:
+def state_dict_of(value: cst.BaseExpression) -> str | None:
     """`x` for a value `x.state_dict()`, also as one side of a conditional
     (`None if final_epoch else optimizer.state_dict()`, as yolov5 saves)."""
     if isinstance(value, cst.IfExp):
-        return _state_dict_of(value.body) or _state_dict_of(value.orelse)
+        return state_dict_of(value.body) or state_dict_of(value.orelse)
     if isinstance(value, cst.Call) and method_name(value) == "state_dict" and not value.args:
         return dotted_name(value.func.value)
     return None
@@ -212,7 +214,8 @@ def find_checkpoints_without_scaler(module: cst.Module) -> CheckpointScan:
         if reachable(scope, class_def, position):
             optional = scaler in finder.optional.get(scope, ())
             return {"reachable": True, "optional": optional, "carrier": None}
-        return {"reachable": False, "optional": False, "carrier": carrier(scope, optimizer)}
+        passed = carrier(scope, optimizer)  # the scaler arrives as `scaler=None`
+        return {"reachable": False, "optional": passed is not None, "carrier": passed}
 
     saves = []
     if not finder.saved:
@@ -220,7 +223,7 @@ def find_checkpoints_without_scaler(module: cst.Module) -> CheckpointScan:
             found = _checkpoint(node)
             if found is not None:
                 optimizer_entry, key = found
-                owner = _state_dict_of(optimizer_entry.value)
+                owner = state_dict_of(optimizer_entry.value)
                 where = placed(scope, class_def, position, owner)
                 saves.append(CheckpointWithoutScaler(node, optimizer_entry, scaler, key, **where))
     # One restore per checkpoint a scope reads: after the last of the optimizers
@@ -254,7 +257,7 @@ def find_checkpoints_without_scaler(module: cst.Module) -> CheckpointScan:
 def _checkpoint(node: cst.Dict) -> tuple[cst.DictElement, str] | None:
     """The optimizer's entry of a checkpoint dict and the key for the scaler's."""
     entries = [e for e in node.elements if isinstance(e, cst.DictElement)]
-    states = [(e, _state_dict_of(e.value)) for e in entries]
+    states = [(e, state_dict_of(e.value)) for e in entries]
     optimizers = [e for e, owner in states if owner is not None and looks_like_optimizer(owner)]
     # The optimizer's state and anything else (the weights, as a state dict or
     # the module itself; the epoch) make a training checkpoint.

@@ -21,7 +21,12 @@ from typing import Iterator
 import libcst as cst
 
 from amplint.analysis import ModuleFacts
-from amplint.analysis.checkpoints import Carrier, CheckpointWithoutScaler, ResumeWithoutScaler
+from amplint.analysis.checkpoints import (
+    Carrier,
+    CheckpointWithoutScaler,
+    ResumeWithoutScaler,
+    state_dict_of,
+)
 from amplint.config import Settings
 from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix
 from amplint.prefilter import SourceClues
@@ -66,13 +71,13 @@ class ScalerNotCheckpointed(Rule):
         index = next(i for i, e in enumerate(save.checkpoint.elements) if e is save.optimizer_entry)
         quote = save.optimizer_entry.key.quote
         state = f"{save.scaler}.state_dict()"
-        if save.optional or save.carrier is not None:
+        if save.optional:
             state = f"{state} if {save.scaler} is not None else None"
         value = cst.parse_expression(state)
         saved = save.optimizer_entry.value
-        if isinstance(saved, cst.IfExp) and not (save.optional or save.carrier is not None):
+        if isinstance(saved, cst.IfExp) and not save.optional:
             # Saved when the optimizer's state is: `None if final else scaler.state_dict()`.
-            side = "body" if _saves_state(saved.body) else "orelse"
+            side = "body" if state_dict_of(saved.body) is not None else "orelse"
             value = saved.with_changes(**{side: value})
         entry = cst.DictElement(cst.SimpleString(f"{quote}{save.key}{quote}"), value)
         edits = [Edit(save.checkpoint, lambda node: _inserted(node, index, entry))]
@@ -98,7 +103,7 @@ class ScalerNotCheckpointed(Rule):
         key, holder, scaler = resume.key, resume.checkpoint, resume.scaler
         quoted = f"{resume.quote}{key}{resume.quote}"
         test = f"{holder}.get({quoted})"
-        if resume.optional or resume.carrier is not None:
+        if resume.optional:
             test = f"{scaler} is not None and {test}"
         restore = cst.parse_statement(
             f"if {test}:\n    {scaler}.load_state_dict({holder}[{quoted}])\n"
@@ -110,12 +115,6 @@ class ScalerNotCheckpointed(Rule):
             what = f"`{scaler}` passed to `{resume.carrier.function.name.value}` and restored"
         fix = Fix(Applicability.SAFE, what, tuple(edits))
         return Diagnostic(self.code, message, facts.span(resume.call), fix)
-
-
-def _saves_state(value: cst.BaseExpression) -> bool:
-    return isinstance(value, cst.Call) and (
-        isinstance(value.func, cst.Attribute) and value.func.attr.value == "state_dict"
-    )
 
 
 def _passing(carrier: Carrier, scaler: str) -> list[Edit]:

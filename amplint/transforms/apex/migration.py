@@ -321,7 +321,7 @@ class _Migrator:
         state = self.code(use.call.args[0].value)
         scaler = self.scaler_at(use.scope)
         lines = []
-        if any(isinstance(node, cst.Call) for node in descendants(use.call.args[0].value)):
+        if _nodes_in(use.call.args[0].value, cst.Call):
             held = free_name(("amp_state", "scaler_state"), self.facts.text)
             lines.append(f"{held} = {state}\n")
             state = held
@@ -362,10 +362,7 @@ class _Migrator:
             (
                 comparison
                 for comparison in _nodes_in(use.statement, cst.Comparison)
-                if comparison.left is use.node
-                and len(comparison.comparisons) == 1
-                and isinstance(comparison.comparisons[0].operator, (cst.Is, cst.IsNot))
-                and _is_none(comparison.comparisons[0].comparator)
+                if _is_none_test(comparison, {id(use.node)})
             ),
             None,
         )
@@ -676,8 +673,7 @@ class _Migrator:
         def resumes(statement: cst.BaseStatement) -> bool:
             return any(
                 method_name(node) == "load_state_dict" and self.code(node.func.value) in optimizers
-                for node in descendants(statement)
-                if isinstance(node, cst.Call)
+                for node in _nodes_in(statement, cst.Call)
             )
 
         first = next((i for i in range(position) if resumes(body[i])), None)
@@ -870,9 +866,7 @@ def _holds_only(holder: cst.If, removed: set[int]) -> bool:
     id) and apex imports, and its tests call nothing: the whole `if` can go."""
     branch: cst.If | cst.Else | None = holder
     while branch is not None:
-        if isinstance(branch, cst.If) and any(
-            isinstance(node, cst.Call) for node in descendants(branch.test)
-        ):
+        if isinstance(branch, cst.If) and _nodes_in(branch.test, cst.Call):
             return False
         for statement in branch.body.body:
             if id(statement) in removed or _imports_apex_only(statement):
