@@ -433,10 +433,7 @@ class _Migrator:
                 return node.orelse.with_changes(leading_lines=node.leading_lines)
             else:
                 kept = list(node.orelse.body.body) if node.orelse is not None else []
-            if not kept:
-                return cst.RemovalSentinel.REMOVE
-            lines = [*node.leading_lines, *kept[0].leading_lines]
-            return cst.FlattenSentinel([kept[0].with_changes(leading_lines=lines), *kept[1:]])
+            return _in_place_of(node, kept) if kept else cst.RemovalSentinel.REMOVE
 
         self.book.rewrite(statement, branch)
 
@@ -879,11 +876,15 @@ def _holds_only(holder: cst.If, removed: set[int]) -> bool:
 
 def _replaced_by_branch(keep_body: bool) -> Callable:
     def rewrite(node: cst.If) -> cst.FlattenSentinel:
-        kept = list((node.body if keep_body else node.orelse.body).body)
-        first = kept[0].with_changes(leading_lines=[*node.leading_lines, *kept[0].leading_lines])
-        return cst.FlattenSentinel([first, *kept[1:]])
+        return _in_place_of(node, list((node.body if keep_body else node.orelse.body).body))
 
     return rewrite
+
+
+def _in_place_of(node: cst.If, kept: list[cst.BaseStatement]) -> cst.FlattenSentinel:
+    """The statements of one branch of `node` where `node` stood, its comments first."""
+    first = kept[0].with_changes(leading_lines=[*node.leading_lines, *kept[0].leading_lines])
+    return cst.FlattenSentinel([first, *kept[1:]])
 
 
 def _imports_apex_only(statement: cst.BaseStatement) -> bool:
