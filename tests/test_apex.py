@@ -464,6 +464,18 @@ def test_float_function_on_a_plain_function_is_not_fixed() -> None:
     assert fixed_unsafe(before) == before
 
 
+def test_float_function_on_a_compiled_op_names_the_op_and_what_to_do() -> None:
+    before = (
+        "import torch\nfrom apex import amp\nfrom package import _C\n\n"
+        "nms = amp.float_function(_C.nms)\n"
+        'model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n'
+    )
+    (message,) = [f for f in findings(before) if "`amp.float_function`:" in f]
+    assert "`amp.float_function(_C.nms)`: `_C.nms` is not a def of this module" in message
+    assert "call it on `.float()` tensors" in message
+    assert fixed_unsafe(before) == before
+
+
 def test_float_function_as_a_call_on_a_wrapper() -> None:
     before = (
         "import torch\nfrom apex import amp\n\n"

@@ -76,15 +76,22 @@ class FunctionCasts:
             self.book.rewrite(decorated, _without_decorator(index))
         function = self._wrapped_autograd_function(decorated)
         dtype = CAST_DTYPES[kind]
-        name = decorated.name.value if decorated is not None else self.code(use.node)
+        name = decorated.name.value if decorated is not None else wrapped
         if function is not None and dtype is not None:
             self._custom_fwd(function, dtype)
             return
         if kind == "float":
+            applied = f"`@{spelled}` on `{name}`" if use.decorator else f"`{self.code(use.call)}`"
+            if decorated is None:  # `nms = amp.float_function(_C.nms)`: a compiled op
+                raise MigrationBlocked(
+                    f"{applied}: `{name}` is not a def of this module that applies an autograd "
+                    f'Function: call it on `.float()` tensors under `{self.torch}.autocast("cuda", '
+                    "enabled=False)` where it is called"
+                )
             raise MigrationBlocked(
-                f"`@{spelled}` on `{name}`, which is not a wrapper of an autograd Function: "
-                f'run its body under `{self.torch}.autocast("cuda", enabled=False)` with its '
-                "tensor inputs cast by `.float()`"
+                f"{applied}: `{name}` is not a wrapper of an autograd Function: run its body "
+                f'under `{self.torch}.autocast("cuda", enabled=False)` with its tensor inputs '
+                "cast by `.float()`"
             )
         forced = "float16" if kind == "half" else "their widest type"
         self.changes.setdefault(use, []).append(
