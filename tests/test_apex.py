@@ -613,10 +613,50 @@ def test_apex_ddp_without_apex_options_is_a_safe_fix() -> None:
     assert fixed(before) == after
 
 
-def test_a_star_import_from_fp16_utils_is_reported() -> None:
+def test_a_star_import_from_fp16_utils_binds_apex_names() -> None:
     text = "from apex.fp16_utils import *\n\noptimizer = FP16_Optimizer(optimizer)\n"
     (message,) = findings(text)
-    assert message.startswith("1:6 AMP204 `apex.fp16_utils`: apex.fp16_utils was removed")
+    assert message.startswith("3:13 AMP204 `FP16_Optimizer`: apex.fp16_utils was removed")
+    assert "a torch.amp.GradScaler" in message
+    assert fixed_unsafe(text) == text  # the star stays while a name it binds is read
+
+
+def test_a_star_import_goes_with_the_last_name_it_bound() -> None:
+    before = dedent("""
+        import torch
+
+        try:
+            from apex.fp16_utils import *
+        except ImportError:
+            pass
+
+
+        def log(loss):
+            return to_python_float(loss)
+        """)
+    after = dedent("""
+        import torch
+
+
+        def log(loss):
+            return loss.item()
+        """)
+    assert fixed(before) == after
+
+
+def test_a_star_import_binding_nothing_read_goes() -> None:
+    before = "import torch\nfrom apex.fp16_utils import *\n\nx = torch.ones(1)\n"
+    (message,) = findings(before)
+    assert message == (
+        "2:6 AMP204 [*] `apex.fp16_utils`: apex.fp16_utils was removed from apex in 2025; "
+        "nothing it exports is used here"
+    )
+    assert fixed(before) == "import torch\n\nx = torch.ones(1)\n"
+
+
+def test_a_star_of_another_module_binds_nothing() -> None:
+    text = "from apex.contrib import *\n\noptimizer = FP16_Optimizer(optimizer)\n"
+    assert not [f for f in findings(text) if "FP16_Optimizer" in f]
 
 
 def test_a_feature_probe_of_apex_amp_is_not_private_state() -> None:
@@ -980,3 +1020,63 @@ def test_an_if_testing_whether_apex_imported_keeps_the_branch_that_runs() -> Non
         "    for inputs, targets in loader:\n"
     ) in result
     assert codes_of(result) == []
+
+
+# NVIDIA's Tacotron 2 ran softmax in float16 under apex O1 this way.
+TACOTRON_LISTS = (
+    'amp.lists.functional_overrides.FP32_FUNCS.remove("softmax")\n'
+    'amp.lists.functional_overrides.FP16_FUNCS.append("softmax")\n'
+)
+
+
+def test_op_list_edits_go_and_say_what_autocast_does_instead() -> None:
+    before = _train('    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n')
+    before = before.replace("from apex import amp\n", "from apex import amp\n" + TACOTRON_LISTS)
+    reported = [f for f in findings(before) if "amp.lists" in f]
+    assert len(reported) == 2 and all("[*]" in f for f in reported)
+    assert all(
+        "autocast runs `softmax` in float32 (its op lists cannot be edited)" in f for f in reported
+    )
+    assert "apex's edit stopped forcing it to float32" in reported[0]
+    assert "apex's edit forced it to float16" in reported[1]
+    assert fixed(before) == before  # not exact: softmax stays float32
+    migrated = fixed_unsafe(before)
+    assert "lists" not in migrated and "apex" not in migrated
+
+
+def test_an_op_list_edit_autocast_already_matches_is_a_safe_fix() -> None:
+    before = _train('    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n')
+    before = before.replace(
+        "from apex import amp\n",
+        "from apex import amp\n\n"
+        "# keep the attention softmax in float32\n"
+        "if amp is not None:\n"
+        '    amp.lists.functional_overrides.FP32_FUNCS.extend(["softmax", "log_softmax"])\n',
+    )
+    migrated = fixed(before)
+    assert "apex" not in migrated and "if amp" not in migrated and "FP32_FUNCS" not in migrated
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        "amp.lists.functional_overrides.FP16_FUNCS = []",
+        "amp.lists.functional_overrides.FP16_FUNCS.append(name)",
+        "ops = amp.lists.torch_overrides.FP32_FUNCS",
+    ],
+)
+def test_other_uses_of_the_op_lists_are_not_fixed(edit: str) -> None:
+    before = _train('    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n')
+    before = before.replace("from apex import amp\n", f"from apex import amp\n{edit}\n")
+    assert fixed_unsafe(before) == before
+
+
+def test_an_if_holding_an_availability_assert_and_initialize_goes_whole() -> None:
+    before = _train(
+        "    if args.fp16:\n"
+        '        assert amp is not None, "install apex"\n'
+        '        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n'
+    )
+    migrated = fixed(before)
+    assert "pass" not in migrated and "if args.fp16" not in migrated
+    assert 'scaler = torch.amp.GradScaler("cuda", enabled=args.fp16)' in migrated

@@ -55,6 +55,16 @@ class ApexUse:
         """`scale_loss` for apex.amp.scale_loss; "" for the module itself."""
         return self.target[len(self.module) + 1 :]
 
+    @property
+    def is_star_import(self) -> bool:
+        """`from apex.fp16_utils import *`, the use being the module's name."""
+        return isinstance(self.statement, cst.SimpleStatementLine) and any(
+            isinstance(small, cst.ImportFrom)
+            and isinstance(small.names, cst.ImportStar)
+            and small.module is self.node
+            for small in self.statement.body
+        )
+
 
 @dataclass(frozen=True, eq=False)
 class AutogradFunction:
@@ -104,8 +114,8 @@ class _ApexFinder(ScopedVisitor):
         return False
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
-        # `from apex.fp16_utils import *`: the names it binds are unknown, the
-        # module is the use.
+        # `from apex.fp16_utils import *`: the star is a use of its own; the
+        # names it binds (imports.STAR_EXPORTS) are uses where they are read.
         module = dotted_name(node.module) if node.module is not None else None
         if isinstance(node.names, cst.ImportStar) and module and is_apex(module):
             statement = self._open[-1][-1]

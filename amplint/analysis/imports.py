@@ -16,6 +16,27 @@ from amplint.analysis.scopes import Scope, ScopedVisitor
 
 # The target of a name that imports bind to different things in one scope.
 AMBIGUOUS = "<ambiguous>"
+# What `from X import *` binds, for the modules whose names amplint follows
+# through a star: apex.fp16_utils (removed in 2025), as its last release
+# exported them; scripts took `to_python_float` and friends by `*`.
+STAR_EXPORTS = {
+    "apex.fp16_utils": (
+        "BN_convert_float",
+        "network_to_half",
+        "prep_param_lists",
+        "model_grads_to_master_grads",
+        "master_params_to_model_params",
+        "tofp16",
+        "to_python_float",
+        "clip_grad_norm",
+        "convert_module",
+        "convert_network",
+        "FP16Model",
+        "FP16_Optimizer",
+        "LossScaler",
+        "DynamicLossScaler",
+    ),
+}
 
 
 def dotted_name(node: cst.BaseExpression) -> str | None:
@@ -90,6 +111,9 @@ class ImportMap(ScopedVisitor):
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
         if isinstance(node.names, cst.ImportStar):
+            module = module_name(node.module) if not node.relative else None
+            for name in STAR_EXPORTS.get(module or "", ()):
+                self._bind(name, f"{module}.{name}", node)
             return False
         # `from .losses import bce` binds `.losses.bce`: never a torch name, but
         # the project model follows it to the module that defines it.

@@ -51,6 +51,7 @@ _AMP_REPLACEMENTS = {
     "register_half_function": "autocast's own choice of dtype",
     "register_promote_function": "autocast's own choice of dtype",
     "disable_casts": '`torch.autocast("cuda", enabled=False)`',
+    "lists": "torch.autocast's own op lists, built into torch (the edit goes)",
 }
 
 # What replaces each apex.fp16_utils name: the whole FP16 recipe (a half model,
@@ -124,7 +125,8 @@ class ApexAmp(Rule):
             )
         for use in uses:
             spelled = facts.module.code_for_node(use.node)
-            replacement = _AMP_REPLACEMENTS.get(use.member, "").replace("scaler.", f"{scaler}.")
+            member = "lists" if use.member.startswith("lists.") else use.member
+            replacement = _AMP_REPLACEMENTS.get(member, "").replace("scaler.", f"{scaler}.")
             if not replacement:
                 message = f"`{spelled}`: apex.amp was {REMOVED}"
             else:
@@ -160,6 +162,10 @@ class ApexOther(Rule):
                     "options have no counterpart)",
                     span,
                 )
+            elif use.module == APEX_FP16_UTILS and use.is_star_import:
+                star = self._fp16_utils_star(use, spelled, span, facts)
+                if star is not None:
+                    yield star
             elif use.module == APEX_FP16_UTILS:
                 yield self._fp16_utils(use, spelled, span)
             elif (
@@ -175,6 +181,21 @@ class ApexOther(Rule):
                 )
             # Anything else from apex (fused optimizers, normalization) is not
             # mixed precision and still ships.
+
+    def _fp16_utils_star(
+        self, use: ApexUse, spelled: str, span: Span, facts: ModuleFacts
+    ) -> Diagnostic | None:
+        """`from apex.fp16_utils import *`: each name it binds that the module
+        reads is a finding of its own, and the star goes with the last; one
+        that binds nothing read goes now."""
+        if any(other.module == APEX_FP16_UTILS and other is not use for other in facts.apex.uses):
+            return None
+        # The edit marks the line as this fix's region; the tidying pass removes
+        # it, with a `try` that guarded only it.
+        edit = Edit(use.statement, lambda statement: statement)
+        fix = Fix(Applicability.SAFE, "remove the import", (edit,), _PASSES)
+        message = f"`{spelled}`: apex.fp16_utils was {REMOVED}; nothing it exports is used here"
+        return Diagnostic(self.code, message, span, fix)
 
     def _fp16_utils(self, use: ApexUse, spelled: str, span: Span) -> Diagnostic:
         message = f"`{spelled}`: apex.fp16_utils was {REMOVED}"

@@ -15,7 +15,7 @@ import libcst as cst
 
 from amplint.analysis.apex import is_apex
 from amplint.analysis.deprecated_amp import DEPRECATED_MODULES
-from amplint.analysis.imports import Binding, ImportMap, dotted_name, module_name
+from amplint.analysis.imports import STAR_EXPORTS, Binding, ImportMap, dotted_name, module_name
 from amplint.analysis.scopes import Scope, ScopedVisitor
 
 
@@ -70,9 +70,11 @@ class _UnusedImportTidier(cst.CSTTransformer):
         self.vanished: dict[int, cst.SimpleStatementLine] = {}
 
     def _without_unused(self, statement: cst.BaseSmallStatement, unused: set[str]):
-        if not isinstance(statement, (cst.Import, cst.ImportFrom)) or isinstance(
-            statement.names, cst.ImportStar
-        ):
+        if isinstance(statement, cst.ImportFrom) and isinstance(statement.names, cst.ImportStar):
+            # A star of a module whose exports are known goes when none is used.
+            exported = STAR_EXPORTS.get(module_name(statement.module) or "", ())
+            return None if exported and set(exported) <= unused else statement
+        if not isinstance(statement, (cst.Import, cst.ImportFrom)):
             return statement
         kept = [alias for alias in statement.names if _local_name(alias) not in unused]
         if not kept:

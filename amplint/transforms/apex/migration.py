@@ -57,6 +57,7 @@ from amplint.transforms.apex.common import (
     positional_args,
 )
 from amplint.transforms.apex.functions import FunctionCasts
+from amplint.transforms.apex.op_lists import list_edit_changes
 from amplint.transforms.apex.reach import ScalerReach, places
 from amplint.transforms.edits import EditBook, apply_edits
 from amplint.transforms.imports import (
@@ -198,6 +199,7 @@ class _Migrator:
         # Uses that need the scaler in reach: scale_loss, state_dict, ...
         self.scaler_scopes: list[Scope] = []
         self.losses: list[str] = []  # each loss apex scaled, as its backward will spell it
+        self.removed: set[int] = set()  # ids of the statements the migration removes
         # The function the scaler is a local of; None for a module global.
         self.local_function: cst.FunctionDef | None = None
         self.casts = FunctionCasts(facts, scan, settings, self.book, self.changes, self.torch)
@@ -292,6 +294,9 @@ class _Migrator:
             self.casts.cast_function(use, member.split("_")[0])
         elif member.startswith("register_") and member.endswith("_function"):
             self.casts.registration(use, member[len("register_") : -len("_function")])
+        elif member.startswith("lists."):  # `amp.lists.functional_overrides.FP16_FUNCS.append`
+            self.changes[use] = list_edit_changes(use, self.code(use.call or use.node))
+            self._remove(use.statement)
         elif is_private(member):  # `amp._amp_state.handle`, `amp._initialize`
             raise MigrationBlocked(
                 f"`{self.code(use.node)}` reads apex's private state (AMP204); "
@@ -384,7 +389,7 @@ class _Migrator:
             ):
                 break
             vanishing = holder
-        self.book.rewrite(vanishing, lambda _: cst.RemovalSentinel.REMOVE)
+        self._remove(vanishing)
         return True
 
     def _feature_probe(self, use: ApexUse) -> bool:
@@ -616,7 +621,7 @@ class _Migrator:
         (top,) = tops.values()
         condition = _disjunction([init.conditions for init in inits])
         created = self._scaler_statement(inits[0].init_scale, condition)
-        removed = {id(init.use.statement) for init in inits if init.removable}
+        removed = {id(init.use.statement) for init in inits if init.removable} | self.removed
         if isinstance(top, cst.If) and _holds_only(top, removed):
             self.book.rewrite(
                 top, lambda node: created.with_changes(leading_lines=node.leading_lines)
@@ -624,7 +629,7 @@ class _Migrator:
             return
         for init in inits:
             if init.removable:
-                self.book.rewrite(init.use.statement, lambda _: cst.RemovalSentinel.REMOVE)
+                self._remove(init.use.statement)
         self.book.insert_before(top, [created])
 
     def _create_scaler(self, init: _Initialization) -> None:
@@ -647,7 +652,7 @@ class _Migrator:
                 top, lambda node: created.with_changes(leading_lines=node.leading_lines)
             )
         else:  # made before the statement it was nested in, whichever branch runs
-            self.book.rewrite(vanishing, lambda _: cst.RemovalSentinel.REMOVE)
+            self._remove(vanishing)
             self.book.insert_before(earlier or top, [created])
 
     def _resume_before(self, init: _Initialization, top: cst.BaseStatement):
@@ -684,12 +689,18 @@ class _Migrator:
                     return None
         return body[first]
 
+    def _remove(self, statement: cst.BaseStatement) -> None:
+        self.removed.add(id(statement))
+        self.book.rewrite(statement, lambda _: cst.RemovalSentinel.REMOVE)
+
     def _empties(self, holder: cst.If, removed: cst.BaseStatement) -> bool:
-        """Whether `holder` holds nothing once `removed` and apex imports are gone."""
+        """Whether `holder` holds nothing once `removed`, the statements removed
+        before it (`assert amp is not None`) and apex imports are gone."""
         if holder.orelse is not None:
             return False
         return all(
-            statement is removed or _imports_apex_only(statement) for statement in holder.body.body
+            statement is removed or id(statement) in self.removed or _imports_apex_only(statement)
+            for statement in holder.body.body
         )
 
     def _declare_global(self, function: cst.FunctionDef) -> None:
