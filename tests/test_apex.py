@@ -41,12 +41,14 @@ def fixed_unsafe(text: str, settings: Settings | None = None) -> str:
 
 
 # -- the fixtures ------------------------------------------------------------------
-def test_there_are_the_six_fixtures_the_issue_names() -> None:
+def test_there_are_the_fixtures_the_issue_names() -> None:
     assert [script.stem for script in SCRIPTS] == [
+        "attention_op_lists",
         "bert_finetune_accum",
         "checkpoint_amp_state",
         "float_function_custom_op",
         "gan_num_losses",
+        "guarded_profiled_step",
         "imagenet_ddp_prefetch",
         "o2_master_weights",
     ]
@@ -116,6 +118,8 @@ print("AMPLINT-SEEN " + json.dumps(seen))
 
 # The flag that turns apex off in each script, where it has one.
 FP32_FLAGS = {
+    "attention_op_lists": ["--no-fp16"],
+    "guarded_profiled_step": ["--no-amp"],
     "bert_finetune_accum": ["--no_fp16"],
     "checkpoint_amp_state": ["--opt-level", "O0"],
     "float_function_custom_op": ["--opt_level", "O0"],
@@ -898,6 +902,28 @@ def test_initialize_in_both_arms_of_an_if_makes_one_scaler_enabled_by_either() -
         "    for inputs, targets in loader:\n"
     ) in result
     assert codes_of(result) == [] and fixed(result, unsafe=True) == result
+
+
+@pytest.mark.parametrize(
+    ("arms", "enabled"),
+    [
+        # both arms share `enabled=args.amp`: the flag alone, not `o2 and amp or not o2 and amp`
+        (("args.o2", "args.amp"), "args.amp"),
+        # `enabled=True` is no condition: the first arm enables it alone
+        (("args.o2", "True"), "args.o2 or args.amp"),
+    ],
+)
+def test_what_both_arms_share_is_factored_out_of_enabled(arms, enabled) -> None:
+    test, first = arms
+    source = _train(
+        f"    if {test}:\n"
+        f'        model, optimizer = amp.initialize(model, optimizer, opt_level="O1", enabled={first})\n'
+        "    else:\n"
+        '        model, optimizer = amp.initialize(model, optimizer, opt_level="O1", '
+        "enabled=args.amp)\n"
+    )
+    made = [line.strip() for line in fixed(source).splitlines() if "GradScaler(" in line]
+    assert made == [f'scaler = torch.amp.GradScaler("cuda", enabled={enabled})']
 
 
 def test_initialize_twice_in_sequence_is_not_fixed() -> None:

@@ -127,9 +127,18 @@ def _conjunction(pieces: Sequence[str]) -> str | None:
 
 
 def _disjunction(alternatives: Sequence[Sequence[str]]) -> str | None:
-    """`a or b` of conjunctions; None (always) when one of them is empty.  An
-    alternative that starts by negating a whole earlier one drops that piece:
-    `if A: ... else: ... B` gives `A or B`, not `A or not A and B`."""
+    """`a or b` of conjunctions; None (always) when one of them is empty.  The
+    pieces every alternative shares are factored out, and an alternative that
+    negates a whole earlier one drops that piece: `if A: ...(enabled=E) else:
+    ...(enabled=E)` gives `E`, and `if A: ... else: ... B` gives `A or B`, not
+    `A or not A and B`."""
+    common = [p for p in alternatives[0] if all(p in other for other in alternatives[1:])]
+    rests = [[p for p in pieces if p not in common] for pieces in alternatives]
+    either = _any_of(rests)
+    return _conjunction([*common, *([either] if either is not None else [])])
+
+
+def _any_of(alternatives: Sequence[Sequence[str]]) -> str | None:
     if any(not pieces for pieces in alternatives):
         return None
     seen: list[str] = []
@@ -508,7 +517,7 @@ class _Migrator:
         conditions: list[str] = []
         changes: list[str] = []
         enabled = keywords.get("enabled")
-        if enabled is not None:
+        if enabled is not None and self.code(enabled.value) != "True":
             conditions.append(self.code(enabled.value))
         opt_level = keywords.get("opt_level")
         level = string_value(opt_level.value) if opt_level is not None else "O1"
