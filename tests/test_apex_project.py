@@ -180,3 +180,84 @@ def test_two_scripts_sharing_an_apex_module_migrate_together(tmp_path: Path) -> 
     result = run_cli("fix", "--apply", "--no-cache", project / "train.py")
     assert "Fixed" not in result.output or "Fixed 0" in result.output
     assert "eval_train.py" in result.output and "not among the paths named" in result.output
+
+
+# XLM's shape: amp.initialize in a method of the trainer, one `optimize(loss)`
+# for every objective, each objective's forward pass in its own method.
+TRAINER_WITH_OPTIMIZE = """\
+import sys
+
+import torch
+from torch import nn
+from apex import amp
+
+
+class Trainer:
+    def __init__(self, model, optimizer, fp16):
+        self.model = model
+        self.optimizer = optimizer
+        self.criterion = nn.CrossEntropyLoss()
+        if fp16:
+            self.model, self.optimizer = amp.initialize(model, optimizer, opt_level="O1")
+
+    def optimize(self, loss):
+        self.optimizer.zero_grad()
+        with amp.scale_loss(loss, self.optimizer) as scaled_loss:
+            scaled_loss.backward()
+        torch.nn.utils.clip_grad_norm_(amp.master_params(self.optimizer), 1.0)
+        self.optimizer.step()
+
+    def classify_step(self, x, y):
+        loss = self.criterion(self.model(x), y)
+        self.optimize(loss)
+        return loss.item()
+
+    def smooth_step(self, x, y):
+        logits = self.model(x)
+        loss = 0.5 * self.criterion(logits, y) + 0.1 * logits.pow(2).mean()
+        self.optimize(loss)
+        return loss.item()
+
+
+if __name__ == "__main__":
+    torch.manual_seed(0)
+    model = nn.Linear(6, 3)
+    trainer = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), "--fp16" in sys.argv)
+    x, y = torch.randn(16, 6), torch.randint(0, 3, (16,))
+    for _ in range(3):
+        print("loss", trainer.classify_step(x, y), trainer.smooth_step(x, y))
+    print("scale", trainer.scaler.get_scale() if trainer.scaler.is_enabled() else None)
+"""
+
+
+def test_initialize_in_a_method_keeps_the_scaler_on_the_instance_and_autocasts_the_callers(
+    tmp_path: Path,
+) -> None:
+    script = tmp_path / "trainer.py"
+    script.write_text(TRAINER_WITH_OPTIMIZE, encoding="utf-8")
+    result = run_cli("fix", "--apply", "--no-cache", script)
+    assert result.exit_code == 0, result.output
+    migrated = script.read_text(encoding="utf-8")
+    assert 'self.scaler = torch.amp.GradScaler("cuda", enabled=fp16)' in migrated
+    assert "global" not in migrated and "apex" not in migrated
+    # autocast where each loss is computed, the scaler's calls in `optimize`
+    autocast = 'with torch.autocast("cuda", dtype=torch.float16, enabled=self.scaler.is_enabled()):'
+    assert migrated.count(autocast) == 2
+    assert "        self.scaler.scale(loss).backward()\n        self.scaler.unscale_(" in migrated
+    second = run_cli("fix", "--no-cache", script)
+    assert second.output == "Would fix 0 findings in 0 files; 0 would remain.\n"
+    pytest.importorskip("torch")
+    for flags, enabled in ((["--fp16"], True), ([], False)):
+        run = subprocess.run(
+            [sys.executable, "-c", RECORDER, script.name, *flags],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert run.returncode == 0, run.stderr[-3000:]
+        line = next(line for line in run.stdout.splitlines() if line.startswith("AMPLINT-SEEN "))
+        seen = json.loads(line[len("AMPLINT-SEEN ") :])
+        assert seen["scaler_enabled"] == [enabled]
+        assert seen["scaled"] == 6  # both objectives, three times, through the scaler
+        assert seen["autocast"] == [["cuda", "torch.float16"]] * 6

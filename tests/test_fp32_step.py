@@ -917,3 +917,64 @@ def test_a_loop_that_never_clears_its_gradients_gets_no_scaler() -> None:
             "    optimizer.step()\n", f"    optimizer.step()\n    {clearing}\n"
         )
         assert "scaler.step(optimizer)" in fixed(cleared)
+
+
+# -- a step whose loss comes from the caller: `self.optimize(loss)` ----------------
+OPTIMIZE = """\
+import torch
+
+
+class Trainer:
+    def __init__(self, model, optimizer):
+        self.model = model
+        self.optimizer = optimizer
+
+    def optimize(self, loss):
+        self.optimizer.zero_grad()
+        loss.backward()
+        self.optimizer.step()
+"""
+
+
+def test_autocast_goes_where_each_caller_in_the_class_computes_the_loss() -> None:
+    source = OPTIMIZE + (
+        "\n    def step(self, x, y):\n"
+        "        loss = torch.nn.functional.mse_loss(self.model(x), y)\n"
+        "        self.optimize(loss)\n"
+    )
+    rewritten = fixed(source)
+    assert (
+        '        with torch.autocast("cuda", dtype=torch.float16):\n'
+        "            loss = torch.nn.functional.mse_loss(self.model(x), y)\n"
+        "        self.optimize(loss)\n"
+    ) in rewritten
+    assert "        self.scaler.scale(loss).backward()\n" in rewritten
+
+
+@pytest.mark.parametrize(
+    ("callers", "reason"),
+    [
+        ("", "no `self.optimize(...)` in the class passes it"),
+        (
+            "\n    def fit(self, losses):\n        for loss in losses:\n            self.optimize(loss)\n",
+            "`self.optimize(...)` in `fit`: ",
+        ),
+        (
+            "\n    def hooks(self):\n        return [self.optimize]\n",
+            "`self.optimize` is used other than called",
+        ),
+        (
+            "\n    def step(self, x, y):\n"
+            "        with torch.autocast('cuda'):\n"
+            "            loss = (self.model(x) - y).pow(2).mean()\n"
+            "        self.optimize(loss)\n",
+            "runs under autocast already",
+        ),
+    ],
+    ids=["no caller", "loss not computed there", "passed on", "caller under autocast"],
+)
+def test_a_step_whose_callers_cannot_all_take_autocast_is_not_rewritten(callers, reason) -> None:
+    source = OPTIMIZE + callers
+    (finding,) = [d.message for d in lint_text(source, ALL, Settings()) if d.code == "AMP001"]
+    assert "not rewritten" in finding and reason in finding
+    assert fixed(source) == source

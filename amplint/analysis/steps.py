@@ -17,6 +17,7 @@ from typing import Iterator, Sequence, Union
 
 import libcst as cst
 
+from amplint.analysis.caller_forward import caller_regions
 from amplint.analysis.forward import (
     AUTOCAST_UNSAFE_LOSSES,
     ForwardRegion,
@@ -34,6 +35,7 @@ from amplint.analysis.statements import (
     exclusive,
     statements_in_order,
     method_name,
+    name_use,
 )
 from amplint.analysis.visitor import Visitor
 from amplint.project import LossHelper
@@ -152,6 +154,9 @@ class TrainingStep:
 
     # Why amplint does not rewrite this step, in the user's terms; None if it can.
     skip: str | None = None
+    # The forward regions are at the calls of the step's method in its class
+    # (`self.optimize(loss)`), not in the step's own block.
+    forward_at_callers: bool = False
     # A loss in a forward region that raises under CUDA autocast, as spelled.
     unsafe_loss: str | None = None
     # The call that takes gradients inside the forward pass (a gradient penalty),
@@ -394,16 +399,41 @@ class _StepFinder(ScopedVisitor):
                 # `if i % n_critic == 0:` around the generator's whole step: its
                 # loss is computed in the same suite as its backward.
                 region = self._forward_region_in_suite(step, backward, parameters) or region
+            if isinstance(region, str) and _given(backward.loss, parameters):
+                # `def optimize(self, loss)`: the forward pass is at its callers.
+                if step.forward_at_callers:
+                    continue
+                region = self._regions_at_callers(step, backward) or region
             if isinstance(region, str):
                 return region
-            if not any(self.calls.runs_model(statement) for statement in region.statements):
-                return NO_FORWARD
-            region = self.calls.with_unsafe_loss_after(region)
-            step.unsafe_loss = step.unsafe_loss or region.unsafe_loss
-            step.gradient_penalty = step.gradient_penalty or self.calls.gradient_penalty(region)
-            step.regions.append(region)
+            for found in region if isinstance(region, list) else [region]:
+                if not any(self.calls.runs_model(statement) for statement in found.statements):
+                    return NO_FORWARD
+                found = self.calls.with_unsafe_loss_after(found)
+                step.unsafe_loss = step.unsafe_loss or found.unsafe_loss
+                step.gradient_penalty = step.gradient_penalty or self.calls.gradient_penalty(found)
+                step.regions.append(found)
             lower = backward.top + 1
         return None
+
+    def _regions_at_callers(
+        self, step: TrainingStep, backward: BackwardCall
+    ) -> list[ForwardRegion] | str | None:
+        """The forward regions at the calls of the step's method in its class,
+        for a loss the method is given (see analysis/caller_forward.py); None
+        for a step that is not a method's."""
+        if step.class_def is None or step.function is None:
+            return None
+        found = caller_regions(
+            step.class_def,
+            step.function,
+            backward.loss,
+            self.calls.runs_model,
+            self.module.code_for_node,
+        )
+        if isinstance(found, list):
+            step.forward_at_callers = True
+        return found
 
     def _forward_region_in_suite(
         self, step: TrainingStep, backward: BackwardCall, parameters: set[str]
@@ -465,6 +495,12 @@ class _StepFinder(ScopedVisitor):
             finder.walk(argument)
             return finder.found
         return dotted_name(argument) in self.optimizers.backward_functions
+
+
+def _given(loss: cst.BaseExpression, parameters: set[str]) -> bool:
+    """Whether `loss` reads only the function's parameters (`loss`, `losses[0]`)."""
+    read = name_use(loss).read
+    return bool(read) and read <= parameters
 
 
 def _statements_before(

@@ -294,6 +294,29 @@ class InsertAmp:
     def place_scaler(self) -> str | None:
         """Plan the scaler's creation beside the optimizer it serves (see
         transforms/scaler_scope.py); returns why it cannot be placed, or None."""
+        return self._place_scaler() or self.callers_obstacle()
+
+    def callers_obstacle(self) -> str | None:
+        """For a step whose forward regions are at its method's callers: the
+        rewrite spans the class, and autocast there must read nothing local to
+        the step's method (a scaler kept in one of its locals)."""
+        step = self.step
+        if not step.forward_at_callers:
+            return None
+        self.target = step.class_def
+        function = step.function
+        method_self = function.params.params[0].name.value
+        local = set(parameter_names(function)) | name_use(function.body).bound
+        read = name_use(cst.parse_expression(self.autocast_code)).read
+        stranded = sorted((read & local) - {method_self})
+        if stranded:
+            return (
+                f"autocast at the callers of `{function.name.value}` would read "
+                f"`{stranded[0]}`, which only `{function.name.value}` sees"
+            )
+        return None
+
+    def _place_scaler(self) -> str | None:
         step = self.step
         if not self.choice.uses_scaler and not self.choice.picks_dtype_at_run_time:
             self.target = step.owner  # bfloat16: autocast alone, nothing to place
@@ -312,6 +335,11 @@ class InsertAmp:
             method_self = function.params.params[0].name.value
             if all(name.startswith(f"{method_self}.") for name in optimizers):
                 return self._place_on_instance()
+        if step.forward_at_callers:
+            return (
+                f"the forward pass is at the callers of `{function.name.value}`, so its "
+                "GradScaler must live on the instance, and it steps an optimizer that does not"
+            )
         if function is not None:
             params = function.params
             parameters = [p.name.value for p in (*params.params, *params.kwonly_params)]
@@ -538,15 +566,20 @@ class InsertAmp:
             self.dtype_expression = dtype_name
 
     # -- the step itself --------------------------------------------------------
-    def plan_step(self, autocast_regions: bool = True) -> None:
-        """Plan autocast around the forward regions (unless the step has its own,
-        `autocast_regions=False`) and the scaler's calls."""
-        step, plan = self.step, self.plan
+    @property
+    def autocast_code(self) -> str:
+        """The autocast context manager the forward regions get, as Python."""
         autocast = f"{self.torch}.autocast({self.device_code}, dtype={self.dtype_expression}"
         enabled = self.autocast_enabled or self.device_enabled
         if enabled is not None:
             autocast += f", enabled={enabled}"
-        autocast += ")"
+        return autocast + ")"
+
+    def plan_step(self, autocast_regions: bool = True) -> None:
+        """Plan autocast around the forward regions (unless the step has its own,
+        `autocast_regions=False`) and the scaler's calls."""
+        step, plan = self.step, self.plan
+        autocast = self.autocast_code
 
         def wrapper(statements: Sequence[cst.BaseStatement]) -> cst.With:
             return cst.With(

@@ -602,13 +602,17 @@ class _Migrator:
             for function in functions.values():
                 self._declare_global(function)
 
-    def _scaler_statement(self, init_scale: str | None, condition: str | None):
+    def _scaler_statement(self, init: _Initialization, condition: str | None):
+        """`scaler = torch.amp.GradScaler(...)` where `init` ran (`self.scaler = `
+        in a method, where the instance keeps it)."""
+        init_scale = init.init_scale
         arguments = ['"cuda"']
         if init_scale is not None:
             arguments.append(f"init_scale={init_scale}")
         if condition is not None:
             arguments.append(f"enabled={condition}")
-        line = f"{self.scaler} = {self.torch}.amp.GradScaler({', '.join(arguments)})"
+        target = self.scaler_at(init.use.scope)
+        line = f"{target} = {self.torch}.amp.GradScaler({', '.join(arguments)})"
         return cst.parse_statement(line + "\n")
 
     def _create_one_scaler(self, inits: list[_Initialization]) -> None:
@@ -629,7 +633,7 @@ class _Migrator:
             )
         (top,) = tops.values()
         condition = _disjunction([init.conditions for init in inits])
-        created = self._scaler_statement(inits[0].init_scale, condition)
+        created = self._scaler_statement(inits[0], condition)
         removed = {id(init.use.statement) for init in inits if init.removable} | self.removed
         if isinstance(top, cst.If) and _holds_only(top, removed):
             self.book.rewrite(
@@ -642,7 +646,7 @@ class _Migrator:
         self.book.insert_before(top, [created])
 
     def _create_scaler(self, init: _Initialization) -> None:
-        created = self._scaler_statement(init.init_scale, _conjunction(init.conditions))
+        created = self._scaler_statement(init, _conjunction(init.conditions))
         use = init.use
         top = _top(use)
         earlier = self._resume_before(init, top)
@@ -811,6 +815,9 @@ class _Migrator:
                 )
             insert = InsertAmp(step, facts, self.settings, APEX_CHOICE)
             insert.use_scaler(scaler, self._autocast_enabled(step.function, scaler, module))
+            obstacle = insert.callers_obstacle()
+            if obstacle is not None:
+                raise MigrationBlocked(obstacle)
             insert.plan_step()
             edits.append(Edit(insert.target, insert.rewrite))
             scaled += losses
@@ -859,6 +866,14 @@ class _Migrator:
             )
         place = self.reach.place(function or module, module)
         top = place.top.name.value if place.top is not None else ""
+        if isinstance(place.top, cst.ClassDef):
+            # Of a class, only the method that ran amp.initialize sees its condition.
+            ran = {
+                self.reach.place(init.use.scope, self.facts.module).method
+                for init in self.initializations
+            }
+            names = {method.name.value for method in ran if method is not None}
+            return place.method is not None and names == {place.method.name.value}
         return self.reach.initializing == {top}
 
 

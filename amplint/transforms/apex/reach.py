@@ -91,7 +91,13 @@ class ScalerReach:
                 "module-level code uses apex's state, and no GradScaler is made there"
             )
         name = place.top.name.value
-        if name in self.initializing or "" in self.initializing:
+        if "" in self.initializing:
+            return self.scaler
+        if name in self.initializing:
+            # amp.initialize in a method (`__init__`, XLM's `init_amp`): the
+            # scaler is the instance's, made there and read by every method.
+            if isinstance(place.top, cst.ClassDef):
+                return self._on_instance(place)
             return self.scaler
         taker = self.takers.get(name)
         if taker is None:
@@ -100,6 +106,10 @@ class ScalerReach:
             )
         if not taker.is_class:
             return self.scaler
+        return self._on_instance(place)
+
+    def _on_instance(self, place: _Place) -> str:
+        name = place.top.name.value
         method = place.method
         if (
             method is None

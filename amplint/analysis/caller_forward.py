@@ -1,0 +1,166 @@
+"""The forward pass of a step whose loss comes from the caller.
+
+``def optimize(self, loss): loss.backward(); self.optimizer.step()`` is a training
+step without its forward pass: each ``self.optimize(loss)`` elsewhere in the
+class computes the loss it is given (XLM's trainer, research code with one
+``optimize`` for several objectives).  Autocast belongs around the forward
+region at each of those calls, found there exactly as a step's own region is
+found above its backward.
+
+Only a method's calls through ``self`` in its own class are followed: their
+forward regions lie in the class the rewrite already spans (the GradScaler is
+an attribute of the instance), and every name autocast reads there is the
+instance's or the module's.  A call from elsewhere (another module, a plain
+function) still works after the rewrite, in FP32; the finding names the calls
+it covered.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Callable, Iterator, Sequence
+
+import libcst as cst
+
+from amplint.analysis.forward import ForwardRegion, forward_region
+from amplint.analysis.statements import child_suites, parameter_names
+from amplint.analysis.visitor import Visitor, descendants
+
+# A caller already running its forward pass under autocast (or apex's scaler).
+_AUTOCAST = re.compile(r"autocast|scale_loss")
+
+
+def caller_regions(
+    class_def: cst.ClassDef,
+    function: cst.FunctionDef,
+    loss: cst.BaseExpression,
+    runs_model: Callable[[cst.CSTNode], bool],
+    code_for: Callable[[cst.CSTNode], str],
+) -> list[ForwardRegion] | str:
+    """The forward region at each call `self.<function>(...)` in the other
+    methods of `class_def`, where `loss` (a parameter of `function`) is passed;
+    or why they cannot all be found."""
+    parameters = parameter_names(function)
+    if not isinstance(loss, cst.Name) or len(parameters) < 2 or loss.value not in parameters[1:]:
+        return "the loss comes from the caller"
+    name = function.name.value
+    positional = [param.name.value for param in function.params.params]
+    # Where a call passes it by position (after self); None: by keyword only.
+    position = positional.index(loss.value) - 1 if loss.value in positional[1:] else None
+    regions: list[ForwardRegion] = []
+    for method in _methods(class_def):
+        if method is function or not method.params.params:
+            continue
+        me = method.params.params[0].name.value
+        finder = _SelfCalls(me, name)
+        finder.walk(method.body)
+        if finder.other_uses:
+            return f"`{me}.{name}` is used other than called (passed on, stored)"
+        for call in finder.calls:
+            argument = _argument(call, position, loss.value)
+            where = f"`{me}.{name}(...)` in `{method.name.value}`"
+            if argument is None:
+                return f"{where} does not pass the loss by position or by name"
+            if _AUTOCAST.search(code_for(method)):
+                return f"{where} runs under autocast already"
+            region = _region_above(method, call, argument, runs_model)
+            if isinstance(region, str):
+                return f"{where}: {region}"
+            if not any(runs_model(statement) for statement in region.statements):
+                return f"{where}: no model call computes the loss it passes"
+            regions.append(region)
+    if not regions:
+        return (
+            f"`{loss.value}` comes from the caller, and no `self.{name}(...)` in the class "
+            "passes it; autocast belongs where the forward pass runs"
+        )
+    return regions
+
+
+def _methods(class_def: cst.ClassDef) -> Iterator[cst.FunctionDef]:
+    if isinstance(class_def.body, cst.IndentedBlock):
+        for statement in class_def.body.body:
+            if isinstance(statement, cst.FunctionDef):
+                yield statement
+
+
+def _argument(call: cst.Call, position: int | None, keyword: str) -> cst.BaseExpression | None:
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == keyword:
+            return arg.value
+    if position is None or any(arg.star for arg in call.args):
+        return None
+    positional = [arg for arg in call.args if arg.keyword is None]
+    return positional[position].value if position < len(positional) else None
+
+
+def _region_above(
+    method: cst.FunctionDef,
+    call: cst.Call,
+    loss: cst.BaseExpression,
+    runs_model: Callable[[cst.CSTNode], bool],
+) -> ForwardRegion | str:
+    """The forward region computing `loss` above the statement holding `call`:
+    in the suite holding that statement, else in each suite around it."""
+    chain = _suites_to(method.body.body, call)
+    if chain is None:
+        return "the call is not in a statement of the method"
+    parameters = set(parameter_names(method))
+    reason = "cannot find where the loss it passes is computed"
+    for suite, index in reversed(chain):
+        region = forward_region(suite, loss, index, 0, parameters, runs_model)
+        if isinstance(region, ForwardRegion):
+            return region
+        reason = region
+    return reason
+
+
+def _suites_to(
+    suite: Sequence[cst.BaseStatement], call: cst.Call
+) -> list[tuple[Sequence[cst.BaseStatement], int]] | None:
+    """The suites from `suite` down to the one whose statement holds `call`,
+    each with the index of the statement leading down; None if not there.  A
+    nested def or class is not entered: its code runs elsewhere."""
+    for index, statement in enumerate(suite):
+        if isinstance(statement, (cst.FunctionDef, cst.ClassDef)) or not _holds(statement, call):
+            continue
+        for inner in child_suites(statement):
+            deeper = _suites_to(inner, call)
+            if deeper is not None:
+                return [(suite, index), *deeper]
+        return [(suite, index)]
+    return None
+
+
+def _holds(node: cst.CSTNode, target: cst.CSTNode) -> bool:
+    return any(descendant is target for descendant in descendants(node))
+
+
+class _SelfCalls(Visitor):
+    """The calls `me.name(...)` in a method, and whether `me.name` is used otherwise."""
+
+    def __init__(self, me: str, name: str) -> None:
+        self.me, self.name = me, name
+        self.calls: list[cst.Call] = []
+        self.other_uses = 0
+        self._called: set[int] = set()
+
+    def _is_ours(self, node: cst.BaseExpression) -> bool:
+        return (
+            isinstance(node, cst.Attribute)
+            and node.attr.value == self.name
+            and isinstance(node.value, cst.Name)
+            and node.value.value == self.me
+        )
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if self._is_ours(node.func):
+            self.calls.append(node)
+            self._called.add(id(node.func))
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        if self._is_ours(node) and id(node) not in self._called:
+            self.other_uses += 1
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return False  # a nested def's `self` is another name's business
