@@ -24,7 +24,7 @@ import libcst as cst
 
 from amplint.analysis.forward import ForwardRegion, forward_region
 from amplint.analysis.statements import child_suites, parameter_names
-from amplint.analysis.visitor import Visitor, descendants
+from amplint.analysis.visitor import Visitor, holds
 
 # A caller already running its forward pass under autocast (or apex's scaler).
 _AUTOCAST = re.compile(r"autocast|scale_loss")
@@ -56,13 +56,13 @@ def caller_regions(
         finder.walk(method.body)
         if finder.other_uses:
             return f"`{me}.{name}` is used other than called (passed on, stored)"
+        where = f"`{me}.{name}(...)` in `{method.name.value}`"
+        if finder.calls and _AUTOCAST.search(code_for(method)):
+            return f"{where} runs under autocast already"
         for call in finder.calls:
             argument = _argument(call, position, loss.value)
-            where = f"`{me}.{name}(...)` in `{method.name.value}`"
             if argument is None:
                 return f"{where} does not pass the loss by position or by name"
-            if _AUTOCAST.search(code_for(method)):
-                return f"{where} runs under autocast already"
             region = _region_above(method, call, argument, runs_model)
             if isinstance(region, str):
                 return f"{where}: {region}"
@@ -122,7 +122,7 @@ def _suites_to(
     each with the index of the statement leading down; None if not there.  A
     nested def or class is not entered: its code runs elsewhere."""
     for index, statement in enumerate(suite):
-        if isinstance(statement, (cst.FunctionDef, cst.ClassDef)) or not _holds(statement, call):
+        if isinstance(statement, (cst.FunctionDef, cst.ClassDef)) or not holds(statement, call):
             continue
         for inner in child_suites(statement):
             deeper = _suites_to(inner, call)
@@ -130,10 +130,6 @@ def _suites_to(
                 return [(suite, index), *deeper]
         return [(suite, index)]
     return None
-
-
-def _holds(node: cst.CSTNode, target: cst.CSTNode) -> bool:
-    return any(descendant is target for descendant in descendants(node))
 
 
 class _SelfCalls(Visitor):

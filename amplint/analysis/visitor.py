@@ -111,6 +111,11 @@ def descendants(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
         stack.extend(children(current))
 
 
+def holds(node: cst.CSTNode, target: cst.CSTNode) -> bool:
+    """Whether `target` is `node` or a node inside it."""
+    return any(descendant is target for descendant in descendants(node))
+
+
 # Per node type: (visit, leave, ((field, visit_field, leave_field), ...)).
 _Plan = tuple[
     Callable | None,

@@ -21,6 +21,7 @@ from amplint.analysis.bf16_scaler import GRAD_SCALERS
 from amplint.analysis.device import ScriptDevice, script_device
 from amplint.analysis.forward import ForwardRegion
 from amplint.analysis.steps import TrainingStep
+from amplint.analysis.visitor import holds
 from amplint.config import Settings
 from amplint.names import DTYPE_NAMES, SCALER_NAMES, free_name
 from amplint.analysis.statements import name_use, parameter_names, string_value
@@ -121,22 +122,6 @@ def _leaves(statement: cst.BaseStatement) -> bool:
     return isinstance(statement, cst.SimpleStatementLine) and any(
         isinstance(small, (cst.Continue, cst.Break, cst.Return)) for small in statement.body
     )
-
-
-def _contains(statement: cst.CSTNode, node: cst.CSTNode) -> bool:
-    """Whether `node` is `statement` or inside it."""
-    if statement is node:
-        return True
-    found = False
-
-    class _Finder(cst.CSTVisitor):
-        def on_visit(self, visited: cst.CSTNode) -> bool:
-            nonlocal found
-            found = found or visited is node
-            return not found
-
-    statement.visit(_Finder())
-    return found
 
 
 def _output_names(value: cst.BaseExpression) -> list[str]:
@@ -303,7 +288,6 @@ class InsertAmp:
         step = self.step
         if not step.forward_at_callers:
             return None
-        self.target = step.class_def
         function = step.function
         method_self = function.params.params[0].name.value
         local = set(parameter_names(function)) | name_use(function.body).bound
@@ -319,7 +303,7 @@ class InsertAmp:
     def _place_scaler(self) -> str | None:
         step = self.step
         if not self.choice.uses_scaler and not self.choice.picks_dtype_at_run_time:
-            self.target = step.owner  # bfloat16: autocast alone, nothing to place
+            self.target = self._spanned()  # bfloat16: autocast alone, nothing to place
             return None
         function = step.function
         existing = self._existing_scaler()
@@ -517,9 +501,14 @@ class InsertAmp:
     def use_scaler(self, scaler: str, enabled: str | None) -> None:
         """Plan the step around a GradScaler that exists already, reached as
         `scaler`; autocast gets ``enabled=`` the expression `enabled` when given."""
-        self.target = self.step.owner
+        self.target = self._spanned()
         self.scaler = scaler
         self.autocast_enabled = enabled
+
+    def _spanned(self) -> cst.CSTNode:
+        """What the plan rewrites when it makes no scaler of its own: the step's
+        block, or its class when the forward regions are at its method's callers."""
+        return self.step.class_def if self.step.forward_at_callers else self.step.owner
 
     def _place_on_instance(self) -> str | None:
         step = self.step
@@ -687,7 +676,7 @@ class InsertAmp:
         holders = [
             statement
             for statement, path in zip(step.statements, step.paths)
-            if path == shared and _contains(statement, last_step.statement)
+            if path == shared and holds(statement, last_step.statement)
         ]
         return holders[-1] if holders else step.block.body[step.tops[last_step.order]]
 

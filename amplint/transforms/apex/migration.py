@@ -44,7 +44,7 @@ from amplint.analysis.apex import (
 )
 from amplint.analysis.imports import dotted_name
 from amplint.analysis.scopes import Scope
-from amplint.analysis.visitor import children, descendants
+from amplint.analysis.visitor import children, descendants, holds
 from amplint.analysis.statements import if_condition, method_name, name_use, string_value
 from amplint.config import Settings
 from amplint.diagnostics import Edit
@@ -1018,7 +1018,7 @@ def _clip_between_steps(step) -> cst.Call | None:
             if step.exclusive(edit.order, optimizer_step.order):
                 continue  # branches no iteration runs both of
             guards = _ifs_above(step.block, optimizer_step.statement)
-            if guards and not _holds(guards[-1], edit.statement):
+            if guards and not holds(guards[-1], edit.statement):
                 return edit.clip
     return None
 
@@ -1039,7 +1039,3 @@ def _ifs_above(block: cst.CSTNode, statement: cst.CSTNode) -> list[cst.If]:
 
     search(block)
     return [node for node in path if isinstance(node, cst.If)]
-
-
-def _holds(holder: cst.CSTNode, statement: cst.CSTNode) -> bool:
-    return any(node is statement for node in descendants(holder))
