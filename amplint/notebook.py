@@ -25,19 +25,50 @@ PYTHON_CELL_MAGICS = frozenset(
     {"time", "timeit", "capture", "prun", "debug", "profile", "memit", "cuda_sync"}
 )
 
-_CELL_MARK = "# <amplint: cell {}>"
-_CELL_MARK_LINE = re.compile(r"^# <amplint: cell (\d+)>$")
-_MAGIC_MARK = "# <amplint: ipython {}>"
-_MAGIC_MARK_LINE = re.compile(r"^([ \t]*)# <amplint: ipython (\d+)>$")
+# The comments that stand for cell starts and IPython lines name a tag that
+# occurs nowhere in the notebook's cells ("amplint", else "amplint-1", ...):
+# a cell whose text spells a mark cannot pass for one.
+_TAG = "amplint"
 
+# Matched on a line without its indentation: `[ \t]*` before the alternatives,
+# which also take spaces, backtracked quadratically on long indents.
 _IPYTHON_LINE = re.compile(
-    r"""^[ \t]*(
+    r"""(
         [%!?]                                   # %magic, !shell, ?help
         | [\w.\[\]]+[ \t]*\?\??[ \t]*$          # obj? / obj??
         | [\w.,\[\]() \t]+=[ \t]*[%!]           # files = !ls, out = %sx ls
     )""",
     re.VERBOSE,
 )
+
+
+@dataclass(frozen=True)
+class _Marks:
+    """The mask comments of one notebook, which name its tag."""
+
+    tag: str
+
+    def cell(self, number: int) -> str:
+        return f"# <{self.tag}: cell {number}>"
+
+    def magic(self, index: int) -> str:
+        return f"# <{self.tag}: ipython {index}>"
+
+    @property
+    def cell_line(self) -> re.Pattern[str]:
+        return re.compile(rf"# <{re.escape(self.tag)}: cell (\d+)>")
+
+    @property
+    def magic_line(self) -> re.Pattern[str]:
+        return re.compile(rf"([ \t]*)# <{re.escape(self.tag)}: ipython (\d+)>")
+
+
+def _unused_tag(sources: list[str]) -> str:
+    tag, attempt = _TAG, 0
+    while any(f"<{tag}:" in source for source in sources):
+        attempt += 1
+        tag = f"{_TAG}-{attempt}"
+    return tag
 
 
 class NotebookError(Exception):
@@ -59,6 +90,7 @@ class Notebook:
     code: str  # the code cells as one module
     cells: tuple[CodeCell, ...]
     masked: tuple[str, ...]  # the IPython lines the module's mask comments stand for
+    tag: str = _TAG  # what the mask comments name (see _Marks)
 
     def position(self, line: int) -> tuple[int, int]:
         """(cell number, line within the cell) of a module line."""
@@ -75,8 +107,8 @@ class Notebook:
         return [self._unmask(line) for line in lines]
 
     def _unmask(self, line: str) -> str:
-        match = _MAGIC_MARK_LINE.match(line)
-        if match is None:
+        match = _Marks(self.tag).magic_line.fullmatch(line)
+        if match is None or int(match.group(2)) >= len(self.masked):
             return line
         return match.group(1) + self.masked[int(match.group(2))].lstrip(" \t")
 
@@ -87,8 +119,9 @@ class Notebook:
             lines.pop()
         chunks: list[list[str]] = [[]]
         numbers = [self.cells[0].number] if self.cells else []
+        cell_line = _Marks(self.tag).cell_line
         for line in lines:
-            match = _CELL_MARK_LINE.match(line)
+            match = cell_line.fullmatch(line)
             if match is not None:
                 numbers.append(int(match.group(1)))
                 chunks.append([])
@@ -172,59 +205,110 @@ def _layout_of(raw: str, document: object) -> _Layout:
 
 def read_notebook(raw: str) -> Notebook:
     """The notebook in `raw` (its JSON text) as one module."""
+    document = _load(raw)
+    code_cells = _code_cells(document)
+    marks = _Marks(_unused_tag([text for _, text in code_cells]))
+    module_lines: list[str] = []
+    masked: list[str] = []
+    cells: list[CodeCell] = []
+    for number, text in code_cells:
+        lines = text.split("\n")
+        newline_added = not text.endswith("\n")
+        if not newline_added:
+            lines.pop()
+        if cells:
+            module_lines.append(marks.cell(number))
+        cells.append(CodeCell(number, len(module_lines) + 1, len(lines), newline_added))
+        module_lines += _masked_lines(lines, masked, marks)
+    code = "\n".join(module_lines) + "\n" if module_lines else ""
+    return Notebook(raw, code, tuple(cells), tuple(masked), marks.tag)
+
+
+def _load(raw: str) -> dict:
+    """The notebook's JSON document, checked to be the nbformat 4 shape
+    amplint reads: any other value anywhere is a NotebookError, not a crash."""
     try:
         document = json.loads(raw)
     except json.JSONDecodeError as error:
         raise NotebookError(
             f"not a notebook: invalid JSON at line {error.lineno} column {error.colno}"
         ) from None
+    except RecursionError:
+        raise NotebookError("not a notebook: JSON nested too deeply to read") from None
+    except ValueError:  # an integer of more digits than Python converts (4,300)
+        raise NotebookError("not a notebook: a number of more digits than Python reads") from None
     if not isinstance(document, dict) or not isinstance(document.get("cells"), list):
         raise NotebookError("not a notebook: no list of cells (nbformat 4 is supported)")
-    if document.get("nbformat", 4) < 4:
-        raise NotebookError(f"nbformat {document['nbformat']} is not supported; save as 4")
-    language = document.get("metadata", {}).get("language_info", {}).get("name", "python")
+    nbformat = document.get("nbformat", 4)
+    if not isinstance(nbformat, int) or isinstance(nbformat, bool):
+        raise NotebookError(f"not a notebook: nbformat is {_json_type(nbformat)}, not a number")
+    if nbformat < 4:
+        raise NotebookError(f"nbformat {nbformat} is not supported; save as 4")
+    metadata = document.get("metadata", {})
+    if not isinstance(metadata, dict):
+        raise NotebookError(f"not a notebook: metadata is {_json_type(metadata)}, not an object")
+    language_info = metadata.get("language_info", {})
+    if not isinstance(language_info, dict):
+        raise NotebookError(
+            f"not a notebook: language_info is {_json_type(language_info)}, not an object"
+        )
+    language = language_info.get("name", "python")
+    if not isinstance(language, str):
+        raise NotebookError(f"not a notebook: the language's name is {_json_type(language)}")
     if language != "python":
         raise NotebookError(f"a {language} notebook, not Python")
-    module_lines: list[str] = []
-    masked: list[str] = []
-    cells: list[CodeCell] = []
+    return document
+
+
+def _code_cells(document: dict) -> list[tuple[int, str]]:
+    """(number among all cells, source) of each code cell."""
+    code_cells = []
     for number, cell in enumerate(document["cells"], start=1):
         if not isinstance(cell, dict) or cell.get("cell_type") != "code":
             continue
-        source = cell.get("source", "")
-        if not isinstance(source, (str, list)):
-            raise NotebookError(f"cell {number}: source is neither text nor a list of lines")
-        text = _joined(source)
-        lines = text.split("\n")
-        newline_added = not text.endswith("\n")
-        if not newline_added:
-            lines.pop()
-        if cells:
-            module_lines.append(_CELL_MARK.format(number))
-        cells.append(CodeCell(number, len(module_lines) + 1, len(lines), newline_added))
-        module_lines += _masked_lines(lines, masked)
-    code = "\n".join(module_lines) + "\n" if module_lines else ""
-    return Notebook(raw, code, tuple(cells), tuple(masked))
+        if "source" not in cell:
+            raise NotebookError(f"cell {number}: a code cell without source")
+        source = cell["source"]
+        if isinstance(source, list) and all(isinstance(line, str) for line in source):
+            code_cells.append((number, "".join(source)))
+        elif isinstance(source, str):
+            code_cells.append((number, source))
+        else:
+            raise NotebookError(
+                f"cell {number}: source is {_json_type(source)}, "
+                "neither text nor a list of lines of text"
+            )
+    return code_cells
 
 
-def _masked_lines(lines: list[str], masked: list[str]) -> list[str]:
+def _json_type(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, list):
+        return "a list" + ("" if all(isinstance(item, str) for item in value) else " of non-text")
+    return {bool: "a boolean", int: "a number", float: "a number", str: "text", dict: "an object"}[
+        type(value)
+    ]
+
+
+def _masked_lines(lines: list[str], masked: list[str], marks: _Marks) -> list[str]:
     """`lines` with each IPython line replaced by a comment that stands for it."""
 
     def mask(line: str) -> str:
         masked.append(line)
         indent = line[: len(line) - len(line.lstrip(" \t"))]
-        return indent + _MAGIC_MARK.format(len(masked) - 1)
+        return indent + marks.magic(len(masked) - 1)
 
     first = lines[0].strip() if lines else ""
     if first.startswith("%%"):
         name = first[2:].split(maxsplit=1)[0] if len(first) > 2 else ""
         if name not in PYTHON_CELL_MAGICS:
             return [mask(line) for line in lines]  # %%bash, %%writefile: not Python
-        return [mask(lines[0]), *_masked_lines(lines[1:], masked)]
+        return [mask(lines[0]), *_masked_lines(lines[1:], masked, marks)]
     result = []
     continued = False
     for line in lines:
-        if continued or _IPYTHON_LINE.match(line):
+        if continued or _IPYTHON_LINE.match(line.lstrip(" \t")):
             result.append(mask(line))
             continued = line.endswith("\\")
         else:
