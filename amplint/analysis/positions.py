@@ -62,15 +62,16 @@ class _OffsetState(CodegenState):
         end_node: Optional[cst.CSTNode] = None,
     ) -> Iterator[None]:
         start = self.offset
-        try:
-            yield
-        finally:
-            end = self.offset
-            if start_node is not None:
-                start = self.ranges[start_node][0]
-            if end_node is not None:
-                end = self.ranges[end_node][1]
-            self.ranges[node] = (start, end)
+        # No `finally`: when the body fails (a RecursionError deep in a long
+        # elif chain), its nodes have no range, and a KeyError naming the node
+        # (whose repr recurses as deep) must not replace the real error.
+        yield
+        end = self.offset
+        if start_node is not None:
+            start = self.ranges[start_node][0]
+        if end_node is not None:
+            end = self.ranges[end_node][1]
+        self.ranges[node] = (start, end)
 
 
 @dataclass(frozen=True)
