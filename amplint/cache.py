@@ -21,12 +21,18 @@ from typing import Iterable
 import amplint
 from amplint.config import Settings
 from amplint.diagnostics import Applicability, Diagnostic, Fix, Span
+from amplint.files import SourceFile
 from amplint.project import ProjectRoot, still_current
 
 CACHE_DIR_NAME = ".amplint_cache"
 # Bumped when the entry format changes.
-_FORMAT = "4"  # 2: spans carry a notebook cell; 3: entries name the modules they read;
-# 4: fixes name the other files they rewrite
+_FORMAT = "5"  # 2: spans carry a notebook cell; 3: entries name the modules they read;
+# 4: fixes name the other files they rewrite; 5: keys tell a notebook from a module
+_GITIGNORE = "*\n"
+_CACHEDIR_TAG = (
+    "Signature: 8a477f597d28d172789f06886806bc55\n"
+    "# This file is a cache directory tag created by amplint.\n"
+)
 
 
 @lru_cache(maxsize=None)
@@ -44,13 +50,19 @@ class ResultCache:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self.write_error: str | None = None  # why entries could not be stored, once
+        self._directory_ready = False
 
-    def key(self, text: str, codes: Iterable[str], settings: Settings, project: ProjectRoot) -> str:
+    def key(
+        self, source: SourceFile, codes: Iterable[str], settings: Settings, project: ProjectRoot
+    ) -> str:
         # The project is part of the question: the same text asks other
-        # modules for its callers when the user names more of the tree.
+        # modules for its callers when the user names more of the tree.  So
+        # is the kind of file: a module whose text is a notebook's cells
+        # joined has the same code and other positions.
         digest = hashlib.sha256()
         for part in (
             _FORMAT,
+            "notebook" if source.notebook is not None else "module",
             str(project.path),
             str(project.whole_tree),
             _package_fingerprint(),
@@ -61,20 +73,23 @@ class ResultCache:
         ):
             digest.update(part.encode())
             digest.update(b"\0")
-        digest.update(text.encode("utf-8", "surrogatepass"))
+        digest.update(source.code.encode("utf-8", "surrogatepass"))
         return digest.hexdigest()
 
-    def get(self, key: str) -> list[Diagnostic] | None:
+    def get(self, key: str, source: SourceFile) -> list[Diagnostic] | None:
         """The findings stored under `key`, while every other project module
-        they were computed from is unchanged."""
+        they were computed from is unchanged and each lies inside `source`."""
         try:
             document = json.loads(self._entry(key).read_bytes())
             depends_on = dict(document.get("depends_on", {}))
             if depends_on and not still_current(depends_on):
                 return None
-            return [_diagnostic(record) for record in document["diagnostics"]]
-        except (OSError, ValueError, KeyError, IndexError, TypeError):
+            diagnostics = [_diagnostic(record) for record in document["diagnostics"]]
+        except (OSError, ValueError, KeyError, IndexError, TypeError, RecursionError):
             return None  # absent, or damaged: compute it again
+        if not all(_lies_in(diagnostic.span, source) for diagnostic in diagnostics):
+            return None  # well-formed, but not about this file: compute it again
+        return diagnostics
 
     def put(
         self, key: str, diagnostics: Iterable[Diagnostic], depends_on: dict[str, str] | None = None
@@ -87,14 +102,7 @@ class ResultCache:
         data = json.dumps(document).encode()
         try:
             self._ensure_directory()
-            descriptor, temporary = tempfile.mkstemp(dir=self.directory, suffix=".tmp")
-            try:
-                with os.fdopen(descriptor, "wb") as handle:
-                    handle.write(data)
-                os.replace(temporary, self._entry(key))
-            except BaseException:
-                os.unlink(temporary)
-                raise
+            _write_atomic(self._entry(key), data)
         except OSError as error:
             self.write_error = f"cannot write the cache in {self.directory}: {error.strerror}"
 
@@ -102,16 +110,51 @@ class ResultCache:
         return self.directory / f"{key}.json"
 
     def _ensure_directory(self) -> None:
-        if self.directory.is_dir():
+        """The directory, with the files that keep it out of git and backups
+        (as .ruff_cache has them): made, or repaired where a full disk or a
+        killed run left them empty or missing."""
+        if self._directory_ready:
             return
         self.directory.mkdir(parents=True, exist_ok=True)
-        # Like .ruff_cache: invisible to git, skipped by backup tools.
-        (self.directory / ".gitignore").write_text("*\n", encoding="utf-8")
-        (self.directory / "CACHEDIR.TAG").write_text(
-            "Signature: 8a477f597d28d172789f06886806bc55\n"
-            "# This file is a cache directory tag created by amplint.\n",
-            encoding="utf-8",
-        )
+        for name, content in ((".gitignore", _GITIGNORE), ("CACHEDIR.TAG", _CACHEDIR_TAG)):
+            path = self.directory / name
+            try:
+                if path.read_text(encoding="utf-8") == content:
+                    continue
+            except (OSError, UnicodeDecodeError):
+                pass
+            _write_atomic(path, content.encode())
+        self._directory_ready = True
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    """`data` at `path` whole or not at all: a full disk leaves the old file."""
+    descriptor, temporary = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    try:
+        with os.fdopen(descriptor, "wb") as handle:
+            handle.write(data)
+        os.replace(temporary, path)
+    except BaseException:
+        os.unlink(temporary)
+        raise
+
+
+def _lies_in(span: Span, source: SourceFile) -> bool:
+    """Whether `span` can be a position in `source`: its lines (or its cell
+    and the cell's lines) exist.  Generous by a line (a syntax error may sit
+    just past the end) and about line ends: this tells garbage from a file's
+    own findings, it does not re-derive them."""
+    notebook = source.notebook
+    if notebook is None:
+        if span.cell is not None:
+            return False
+        lines = source.text.count("\n") + source.text.count("\r") + 1
+    else:
+        cell = next((cell for cell in notebook.cells if cell.number == span.cell), None)
+        if cell is None:
+            return False
+        lines = max(cell.line_count, 1)
+    return 1 <= span.line <= span.end_line <= lines + 1 and min(span.column, span.end_column) >= 0
 
 
 def _record(diagnostic: Diagnostic) -> list:

@@ -412,8 +412,24 @@ def analyse_source(
     placed in its cells, and its fixed text is the notebook's JSON."""
     report = FileReport(source.path)
     project = project_view(source.path, project_root)
+    # Bytes the fix does not touch would change too: check such a file only.
+    unwritable = fixing and not source.round_trips
     try:
-        _analyse(report, source.code, codes, settings, fixing, unsafe, previews, project)
+        _analyse(
+            report,
+            source.code,
+            codes,
+            settings,
+            fixing and not unwritable,
+            unsafe,
+            previews,
+            project,
+        )
+        if unwritable:
+            report.error = (
+                f"not fixed, file left unchanged: its {source.encoding} bytes do not come back "
+                "the same when its text is encoded again"
+            )
         report.depends_on = project.consulted
         if source.notebook is not None:
             _place_in_cells(report, source.notebook)

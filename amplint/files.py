@@ -7,6 +7,8 @@ rewritten file differs from the original only where amplint changed it.
 
 from __future__ import annotations
 
+import codecs
+import errno
 import io
 import os
 import re
@@ -44,8 +46,27 @@ DEFAULT_EXCLUDES = (
 )
 
 
+# A notebook's outputs (plots, tables) can run to tens of megabytes, but
+# nothing amplint reads is near this: a larger file is refused before it is
+# read, not after (a 3 GB log named .py would otherwise be read whole).
+MAX_READ_BYTES = 256 * 1024 * 1024
+
+# What atomic writes name their temporary files: `.NAME.PID.RANDOM.amplint-tmp`
+# beside the file, so that one left by a killed run can be told from a live one.
+TEMPORARY_SUFFIX = ".amplint-tmp"
+_TEMPORARY_NAME = re.compile(
+    r"\.(?P<name>.+)\.(?P<pid>[0-9]+)\.[^.]+" + re.escape(TEMPORARY_SUFFIX)
+)
+
+
 class SourceError(Exception):
     """A file that cannot be read as Python source; the message is one line."""
+
+
+def real_path(path: Path) -> Path:
+    """`path` with every link followed, as far as they lead: unlike
+    `Path.resolve()`, a link loop is no exception."""
+    return Path(os.path.realpath(path))
 
 
 @dataclass(frozen=True)
@@ -57,6 +78,10 @@ class SourceFile:
     encoding: str
     # A Jupyter notebook: `text` is its JSON, `notebook.code` what is analysed.
     notebook: Notebook | None = None
+    # Whether `text` encodes back to the bytes read. Not so for a few codecs
+    # (utf-7 has several spellings of one text): such a file is checked, and
+    # never rewritten, since bytes the fix did not touch would change too.
+    round_trips: bool = True
 
     @property
     def code(self) -> str:
@@ -66,6 +91,12 @@ class SourceFile:
 
 def read_source(path: Path) -> SourceFile:
     try:
+        size = path.stat().st_size
+        if size > MAX_READ_BYTES:
+            raise SourceError(
+                f"{size / 1e6:.0f} MB is more than amplint reads "
+                f"({MAX_READ_BYTES / 1e6:.0f} MB); exclude it"
+            )
         raw = path.read_bytes()
     except FileNotFoundError:
         raise SourceError("no such file") from None
@@ -87,14 +118,32 @@ def source_from_bytes(path: Path, raw: bytes) -> SourceFile:
             return SourceFile(path, text, "utf-8", notebook=read_notebook(text))
         except NotebookError as error:
             raise SourceError(str(error)) from None
-    return SourceFile(path, decode_source(raw), encoding=detect_encoding(raw))
+    text, encoding = decode_source(raw), detect_encoding(raw)
+    # UTF-8 has one spelling of each text; other codecs are compared.
+    round_trips = encoding in ("utf-8", "utf-8-sig") or _encodes_to(text, encoding, raw)
+    return SourceFile(path, text, encoding=encoding, round_trips=round_trips)
+
+
+# Text whose bytes every codec Python reads source in spells as ASCII does.
+_ASCII_PROBE = "# -*- coding: x -*-\nimport torch\n"
 
 
 def detect_encoding(raw: bytes) -> str:
+    """The codec the file's coding cookie or BOM names (UTF-8 without either),
+    when Python itself could read source in it."""
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(raw).readline)
     except SyntaxError as error:  # an unknown codec named in a coding cookie
         raise SourceError(f"cannot decode: {error.msg}") from None
+    info = codecs.lookup(encoding)
+    if not getattr(info, "_is_text_encoding", True):  # hex, rot13, base64, zlib
+        raise SourceError(f"cannot decode: the coding cookie names {encoding}, not a text encoding")
+    if encoding != "utf-8-sig" and _ASCII_PROBE.encode(encoding) != _ASCII_PROBE.encode("ascii"):
+        # utf-16, utf-32, EBCDIC: the cookie itself could not have been read in them.
+        raise SourceError(
+            f"cannot decode: the coding cookie names {encoding}, which does not spell "
+            "ASCII as ASCII (Python cannot read source in it either)"
+        )
     return encoding
 
 
@@ -109,18 +158,30 @@ def decode_source(raw: bytes) -> str:
         raise SourceError(
             f"cannot decode as {encoding} at byte {error.start}: {error.reason}"
         ) from None
+    except (UnicodeError, ValueError) as error:  # a codec's own failure (idna, punycode)
+        raise SourceError(f"cannot decode as {encoding}: {error}") from None
 
 
 def encode_source(text: str, encoding: str) -> bytes:
     return text.encode(encoding)
 
 
+def _encodes_to(text: str, encoding: str, raw: bytes) -> bool:
+    try:
+        return encode_source(text, encoding) == raw
+    except (UnicodeError, ValueError):
+        return False
+
+
 def write_source_atomic(source: SourceFile, new_text: str) -> None:
-    """Replace the file's content in one step, keeping its mode and encoding.
+    """Replace the file's content in one step, keeping its mode, owner, group
+    and encoding.
 
     The new bytes go to a temporary file in the same directory, which is then
     renamed over the original: a reader (or a crash) sees the old file or the
-    new one, never half of each.
+    new one, never half of each.  Renaming makes a new file, so a file with
+    other hard links (which would keep the old content) is refused, and so is
+    one whose owner or group the new file could not be given.
     """
     path = source.path
     data = encode_source(new_text, source.encoding)
@@ -131,20 +192,27 @@ def write_source_atomic(source: SourceFile, new_text: str) -> None:
         unchanged = False
     if not unchanged:
         raise SourceError("changed since amplint read it; not written")
-    mode = path.stat().st_mode
+    status = path.stat()
     # The mode bits, not os.access: root may write anything, but a file its
     # owner marked read-only is one the user does not want changed.
-    if not mode & stat.S_IWUSR or not os.access(path, os.W_OK):
+    if not status.st_mode & stat.S_IWUSR or not os.access(path, os.W_OK):
         raise SourceError("file is not writable (read-only)")
+    if status.st_nlink > 1:
+        raise SourceError(
+            f"the file has {status.st_nlink} hard links, which replacing it would "
+            "part from the fix; not written"
+        )
+    remove_stale_temporaries(path)
     descriptor, temporary = tempfile.mkstemp(
-        prefix=f".{path.name}.", suffix=".amplint-tmp", dir=path.parent
+        prefix=f".{path.name}.{os.getpid()}.", suffix=TEMPORARY_SUFFIX, dir=path.parent
     )
     try:
         with os.fdopen(descriptor, "wb") as handle:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
-        os.chmod(temporary, mode & 0o7777)
+        os.chmod(temporary, status.st_mode & 0o7777)
+        _give_ownership(temporary, status)
         os.replace(temporary, path)
     except BaseException:
         try:
@@ -154,17 +222,77 @@ def write_source_atomic(source: SourceFile, new_text: str) -> None:
         raise
 
 
-def writable_target(path: Path, named: Sequence[Path]) -> Path:
+def _give_ownership(temporary: str, original: os.stat_result) -> None:
+    """Make the new file's owner and group the original's: root (or a user
+    changing only the group to one of theirs) may; anyone else is refused."""
+    made = os.stat(temporary)
+    if (made.st_uid, made.st_gid) == (original.st_uid, original.st_gid):
+        return
+    try:
+        os.chown(temporary, original.st_uid, original.st_gid)
+    except (PermissionError, AttributeError):  # AttributeError: no chown (Windows)
+        raise SourceError(
+            f"the file belongs to user {original.st_uid}, group {original.st_gid}, which "
+            "amplint may not give its rewrite; not written"
+        ) from None
+    # chown clears the set-user-ID and set-group-ID bits: put them back.
+    os.chmod(temporary, original.st_mode & 0o7777)
+
+
+def remove_stale_temporaries(path: Path) -> list[Path]:
+    """Delete the temporary files a killed amplint left while writing `path`
+    (`path` a directory: any file in it), and say which.  A temporary whose
+    writer is alive is another run's work in progress and is left alone."""
+    directory, name = (path, None) if path.is_dir() else (path.parent, path.name)
+    removed = []
+    try:
+        entries = [entry.name for entry in os.scandir(directory)]
+    except OSError:
+        return removed
+    for entry in entries:
+        if entry.endswith(TEMPORARY_SUFFIX) and _is_stale_temporary(entry, name):
+            try:
+                os.unlink(directory / entry)
+            except OSError:
+                continue
+            removed.append(directory / entry)
+    return removed
+
+
+def _is_stale_temporary(entry: str, of_name: str | None = None) -> bool:
+    match = _TEMPORARY_NAME.fullmatch(entry)
+    if match is None or (of_name is not None and match.group("name") != of_name):
+        return False
+    pid = int(match.group("pid"))
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except (OSError, OverflowError):
+        return False  # alive under another user, or cannot tell
+    return False
+
+
+def writable_target(path: Path, named: Sequence[Path], through_links: bool = False) -> Path:
     """Where writing `path` goes: the file itself, or the file a link names.
 
     A link is written through, so it stays a link, but only to a file inside
-    the paths the user named: a fix never reaches outside them.
+    the paths the user named (a named link stands for itself there, not for
+    its target): a fix never reaches outside them unless `through_links`.
     """
     if not path.is_symlink():
         return path
-    real = path.resolve()
-    if not any(real == root or root in real.parents for root in (p.resolve() for p in named)):
-        raise SourceError(f"a link to {real}, outside the paths named; not written")
+    real = real_path(path)
+    if through_links:
+        return real
+    areas = [real_path(p.parent) / p.name if p.is_symlink() else real_path(p) for p in named]
+    if not any(real == area or area in real.parents for area in areas):
+        raise SourceError(
+            f"a link to {real}, outside the paths named; not written "
+            "(--write-through-links writes it)"
+        )
     return real
 
 
@@ -173,6 +301,13 @@ class Discovered:
     path: Path
     # Named on the command line: checked even when an exclude matches it.
     explicit: bool
+
+
+@dataclass(frozen=True)
+class RemovedTemporary:
+    """A temporary file a killed `fix --apply` left, found and deleted on the way."""
+
+    path: Path
 
 
 # A pattern that is one plain name ("build", "node_modules/") matches that name
@@ -242,7 +377,7 @@ def discover(
     root: Path,
     suffixes: tuple[str, ...] = SOURCE_SUFFIXES,
     force_exclude: bool = False,
-) -> Iterator[Discovered | tuple[Path, str]]:
+) -> Iterator[Discovered | RemovedTemporary | tuple[Path, str]]:
     """Yield the files to check, or ``(path, error)`` for a path that is not there.
 
     `exclude` holds gitignore-style patterns relative to `root` (a bare name such
@@ -254,8 +389,8 @@ def discover(
     root = root.resolve()
     seen: set[Path] = set()
     for given in paths:
-        if not given.exists() and not given.is_symlink():
-            yield (given, "no such file or directory")
+        if not given.exists():
+            yield (given, _why_missing(given))
             continue
         if given.is_file():
             if force_exclude and _excluded_file(given.resolve(), _IgnoreRules(root, exclude_lines)):
@@ -282,6 +417,15 @@ def discover(
         yield from _walk(given, directory, exclude_rules, gitignores, suffixes, seen)
 
 
+def _why_missing(path: Path) -> str:
+    try:
+        os.stat(path)
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            return "a loop of links"
+    return "a link to nothing" if path.is_symlink() else "no such file or directory"
+
+
 def _excluded_file(path: Path, rules: _IgnoreRules) -> bool:
     return rules.matches(path, is_dir=False) or _covered(rules, path.parent)
 
@@ -302,7 +446,7 @@ def _walk(
     gitignores: list[_IgnoreRules],
     suffixes: tuple[str, ...],
     seen: set[Path],
-) -> Iterator[Discovered | tuple[Path, str]]:
+) -> Iterator[Discovered | RemovedTemporary | tuple[Path, str]]:
     """`directory` as the user will read it; `resolved_dir`, its real path.
     Directory links are never followed, so a child's real path is the parent's
     plus its name: no `resolve()` (a system call per component) per entry."""
@@ -332,6 +476,12 @@ def _walk(
             yield from _walk(
                 directory / name, resolved_dir / name, exclude_rules, gitignores, suffixes, seen
             )
+        elif name.endswith(TEMPORARY_SUFFIX) and _is_stale_temporary(name):
+            try:
+                os.unlink(entry.path)
+            except OSError:
+                continue
+            yield RemovedTemporary(directory / name)
         elif name.endswith(suffixes) and entry.is_file():  # no FIFOs or sockets
             path = directory / name
             real = path.resolve() if entry.is_symlink() else Path(resolved)

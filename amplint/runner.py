@@ -6,6 +6,8 @@ same whichever way the work was done."""
 from __future__ import annotations
 
 import os
+import pickle
+import signal
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, replace
@@ -15,7 +17,14 @@ from typing import Callable, Iterable, Iterator, NamedTuple, Sequence
 from amplint.cache import ResultCache
 from amplint.config import Settings
 from amplint.engine import FileReport, analyse_source, is_applicable, text_may_fire
-from amplint.files import Discovered, SourceError, SourceFile, discover, read_source
+from amplint.files import (
+    Discovered,
+    RemovedTemporary,
+    SourceError,
+    SourceFile,
+    discover,
+    read_source,
+)
 from amplint.diagnostics import Applicability
 from amplint.project import ProjectRoot, ProjectRoots, find_project_root
 from amplint.rules import ALL_CODES
@@ -23,6 +32,10 @@ from amplint.rules import ALL_CODES
 # Below this much text to analyse, starting processes costs more than it saves:
 # libcst reads about half a megabyte a second, a forked worker starts in ~20 ms.
 PARALLEL_MIN_CHARS = 256 * 1024
+
+# Whether files analysed serially are analysed in a forked process (where
+# there is fork), so that a crash in native code costs one file, not the run.
+ISOLATED = hasattr(os, "fork")
 
 
 def default_jobs() -> int:
@@ -66,13 +79,20 @@ def run(
     cache: ResultCache | None = None,
     progress: Progress | None = None,
     force_exclude: bool = False,
+    removed: list[Path] | None = None,
 ) -> list[FileReport]:
     """A report for every file found under `paths` (or for each path that is
-    not there), in discovery order."""
+    not there), in discovery order.  `removed` is told the temporary files of
+    killed runs that discovery deleted on the way."""
     reports: list[FileReport] = []
     work: list[_Work] = []
     project_root = ProjectRoots(paths)
+    mode = Mode(fixing, unsafe, previews)
     for found in discover(paths, settings.all_excludes, settings.root, force_exclude=force_exclude):
+        if isinstance(found, RemovedTemporary):
+            if removed is not None:
+                removed.append(found.path)
+            continue
         if not isinstance(found, Discovered):
             path, message = found
             reports.append(FileReport(path, error=message))
@@ -80,26 +100,15 @@ def run(
         report = FileReport(found.path)
         reports.append(report)
         try:
-            source = read_source(found.path)
+            item = _prepare(report, len(reports) - 1, settings, mode, cache, project_root)
         except SourceError as error:
             report.error = str(error)
             continue
-        codes = settings.enabled_codes(ALL_CODES, found.path)
-        if not text_may_fire(source.code, codes):
+        except Exception as error:  # a bug must not end the run for the other files
+            report.error = f"internal error: {describe(error)}"
             continue
-        report.source = source
-        root = project_root(found.path)
-        key = cache.key(source.code, codes, settings, root) if cache is not None else None
-        cached = cache.get(key) if cache is not None else None
-        # The cache holds findings, not fixes: a run that needs the fixes recomputes them.
-        needs_fixes = (fixing and any(is_applicable(d, unsafe) for d in cached or ())) or (
-            previews and any(d.fix is not None for d in cached or ())
-        )
-        if cached is not None and not needs_fixes:
-            report.diagnostics = cached
-            continue
-        work.append(_Work(len(reports) - 1, source, codes, key, root))
-    mode = Mode(fixing, unsafe, previews)
+        if item is not None:
+            work.append(item)
     for done, (item, report) in enumerate(_analyse(work, settings, mode, jobs), start=1):
         if progress is not None:
             progress(done, len(work))
@@ -110,13 +119,42 @@ def run(
     return hold_partial_changes(reports, fixing)
 
 
+def _prepare(
+    report: FileReport,
+    index: int,
+    settings: Settings,
+    mode: Mode,
+    cache: ResultCache | None,
+    project_root: ProjectRoots,
+) -> _Work | None:
+    """Read the report's file and answer it from its text or the cache where
+    they can; else the work of analysing it."""
+    source = read_source(report.path)
+    codes = settings.enabled_codes(ALL_CODES, report.path)
+    if not text_may_fire(source.code, codes):
+        return None
+    report.source = source
+    root = project_root(report.path)
+    key = cache.key(source, codes, settings, root) if cache is not None else None
+    cached = cache.get(key, source) if cache is not None else None
+    # The cache holds findings, not fixes: a run that needs the fixes recomputes them.
+    needs_fixes = (mode.fixing and any(is_applicable(d, mode.unsafe) for d in cached or ())) or (
+        mode.previews and any(d.fix is not None for d in cached or ())
+    )
+    if cached is not None and not needs_fixes:
+        report.diagnostics = cached
+        return None
+    return _Work(index, source, codes, key, root)
+
+
 def run_source(source: SourceFile, settings: Settings, mode: Mode) -> FileReport:
     """The report on one source that was not read from disk (standard input)."""
     codes = settings.enabled_codes(ALL_CODES, source.path)
     if not text_may_fire(source.code, codes):
         report = FileReport(source.path)
     else:
-        report = _analyse_one(source, codes, settings, mode, find_project_root(source.path))
+        item = _Work(0, source, codes, None, find_project_root(source.path))
+        [(_, report)] = _analyse([item], settings, mode, jobs=1)
     report.source = source
     return hold_partial_changes([report], mode.fixing)[0]
 
@@ -205,8 +243,7 @@ def _analyse(
 ) -> Iterator[tuple[_Work, FileReport]]:
     workers = min(jobs, len(work))
     if workers < 2 or sum(len(item.source.code) for item in work) < PARALLEL_MIN_CHARS:
-        for item in work:
-            yield item, _analyse_one(item.source, item.codes, settings, mode, item.project_root)
+        yield from _in_child(work, settings, mode)
         return
     # Largest first: the longest parse starts at once instead of last.
     ordered = sorted(work, key=lambda item: len(item.source.code), reverse=True)
@@ -219,6 +256,76 @@ def _analyse(
             yield lost, FileReport(
                 lost.source.path, error="internal error: the process analysing this file died"
             )
+
+
+def _in_child(
+    work: list[_Work], settings: Settings, mode: Mode
+) -> Iterator[tuple[_Work, FileReport]]:
+    """Analyse `work` in order in one forked process, which sends each report
+    back as it is done.  libcst's native parser can take its process down
+    (an `or` of thousands of terms overflows its stack): then only the file
+    it was on gets an error, and a new process goes on with the rest."""
+    if not ISOLATED:
+        for item in work:
+            yield item, _analyse_one(item.source, item.codes, settings, mode, item.project_root)
+        return
+    pending = list(work)
+    while pending:
+        done, died = yield from _forked(pending, settings, mode)
+        pending = pending[done:]
+        if pending:
+            lost = pending.pop(0)
+            yield lost, FileReport(
+                lost.source.path, error=f"internal error: the process analysing this file {died}"
+            )
+
+
+def _forked(
+    work: list[_Work], settings: Settings, mode: Mode
+) -> Iterator[tuple[_Work, FileReport]]:
+    """Analyse `work` in a child process until it finishes or dies; returns
+    how many reports came back and, when it died, how."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: reports go down the pipe, nothing else leaves it
+        status = 0
+        try:
+            os.close(read_end)
+            with os.fdopen(write_end, "wb") as pipe:
+                for item in work:
+                    report = _analyse_one(
+                        item.source, item.codes, settings, mode, item.project_root
+                    )
+                    data = pickle.dumps(report, protocol=pickle.HIGHEST_PROTOCOL)
+                    pipe.write(len(data).to_bytes(8, "little") + data)
+                    pipe.flush()
+        except BaseException:
+            status = 1
+        finally:
+            os._exit(status)  # no atexit handlers, no flushing the parent's buffers
+    os.close(write_end)
+    done, exited = 0, False
+    try:
+        with os.fdopen(read_end, "rb") as pipe:
+            while done < len(work):
+                header = pipe.read(8)
+                data = pipe.read(int.from_bytes(header, "little")) if len(header) == 8 else b""
+                if not data:
+                    break
+                report = pickle.loads(data)
+                yield work[done], report
+                done += 1
+        _, status = os.waitpid(pid, 0)
+        exited = True
+    finally:
+        if not exited:  # interrupted, or the caller stopped early
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+    if done == len(work):
+        return done, ""
+    if os.WIFSIGNALED(status):
+        return done, f"died ({signal.Signals(os.WTERMSIG(status)).name})"
+    return done, f"died (exit status {os.WEXITSTATUS(status)})"
 
 
 def _in_pool(
@@ -254,6 +361,18 @@ def _analyse_one(
     try:
         report = analyse_source(source, codes, settings, *mode, project_root=project_root)
     except Exception as error:  # a bug must not end the run for the other files
-        return FileReport(source.path, error=f"internal error: {type(error).__name__}: {error}")
+        return FileReport(source.path, error=f"internal error: {describe(error)}")
     report.source = None  # the parent has it: do not send the text back
     return report
+
+
+def describe(error: BaseException, limit: int = 300) -> str:
+    """`error` as one line of at most `limit` characters.  Its text can be
+    anything: the repr of a syntax tree nested too deep to print (that raises
+    RecursionError again), or many lines."""
+    try:
+        text = f"{type(error).__name__}: {error}"
+    except Exception:  # RecursionError among them
+        text = f"{type(error).__name__} (its message could not be formatted)"
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."

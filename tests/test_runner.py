@@ -103,6 +103,7 @@ def test_a_worker_that_dies_costs_only_its_own_file(
 def analysed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The names of the files the engine analyses (the cache did not answer)."""
     names: list[str] = []
+    monkeypatch.setattr(runner, "ISOLATED", False)  # count in this process
     analyse = runner.analyse_source
 
     def counting(source, *args, **kwargs):

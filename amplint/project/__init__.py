@@ -22,7 +22,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Sequence, TypeVar
 
-from amplint.files import DEFAULT_EXCLUDES
+from amplint.files import DEFAULT_EXCLUDES, real_path
 
 ROOT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
 # Walking a home directory by mistake must not take minutes.
@@ -55,7 +55,7 @@ class ProjectRoots:
     must not read everything below."""
 
     def __init__(self, named: Sequence[Path]) -> None:
-        spans = {path.resolve() if path.is_dir() else path.resolve().parent for path in named}
+        spans = {real_path(path) if path.is_dir() else real_path(path).parent for path in named}
         try:
             common = Path(os.path.commonpath(sorted(spans))) if spans else None
         except ValueError:  # paths on different drives
