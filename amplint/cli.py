@@ -25,11 +25,12 @@ from amplint.engine import FileReport
 from amplint.files import (
     SourceError,
     SourceFile,
+    real_path,
     source_from_bytes,
     writable_target,
     write_source_atomic,
 )
-from amplint.report import Finding
+from amplint.report import Finding, printable
 from amplint.report.machine import github_lines, json_document, sarif_document
 from amplint.report.text import (
     applied_lines,
@@ -46,6 +47,7 @@ from amplint.terminal import ProgressBar, RunProgress, color
 from amplint.runner import Mode, default_jobs, run, run_source
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report a process Ctrl-C ended
 
 
 def _noun(count: int) -> str:
@@ -53,13 +55,20 @@ def _noun(count: int) -> str:
 
 
 def _error(message: str) -> None:
-    click.echo(f"amplint: error: {message}", err=True)
+    click.echo(f"amplint: error: {printable(message)}", err=True)
+
+
+def _warning(message: str) -> None:
+    click.echo(f"amplint: warning: {printable(message)}", err=True)
 
 
 def _pop_run_options(options: dict) -> dict:
     """Split how to run (jobs, cache, which files) from the settings options."""
     names = ("jobs", "no_cache", "cache_dir", "force_exclude", "stdin_filename")
-    return {name: options.pop(name) for name in names}
+    run_options = {name: options.pop(name) for name in names}
+    if "write_through_links" in options:
+        run_options["write_through_links"] = options.pop("write_through_links")
+    return run_options
 
 
 def _settings(paths: tuple[Path, ...], options: dict) -> Settings:
@@ -75,7 +84,7 @@ def _load_settings(
     paths: tuple[Path, ...], config: Path | None, select, ignore, dtype, device_type
 ) -> Settings:
     if config is None:
-        start = Path(os.path.commonpath([p.resolve() for p in paths])) if paths else Path.cwd()
+        start = Path(os.path.commonpath([real_path(p) for p in paths])) if paths else Path.cwd()
         config = find_config(start)
     settings = load_settings(config, ALL_CODES)
     if select is not None:
@@ -105,6 +114,7 @@ def _run(paths: tuple[Path, ...], settings: Settings, options: dict, **mode) -> 
     if not no_cache:
         cache = ResultCache(cache_dir or settings.root / CACHE_DIR_NAME)
     progress = ProgressBar()
+    removed: list[Path] = []
     try:
         reports = run(
             paths or (Path("."),),
@@ -113,26 +123,25 @@ def _run(paths: tuple[Path, ...], settings: Settings, options: dict, **mode) -> 
             cache=cache,
             progress=progress,
             force_exclude=options["force_exclude"],
+            removed=removed,
             **mode,
         )
     finally:
         progress.close()
+    for path in removed:
+        _warning(f"{path}: removed, a temporary file an interrupted `amplint fix` left")
     if cache is not None and cache.write_error is not None:
-        click.echo(f"amplint: warning: {cache.write_error}; --no-cache skips it", err=True)
+        _warning(f"{cache.write_error}; --no-cache skips it")
     return reports
 
 
-def _stdin_source(stdin_filename: Path | None, hand_back: bool = False) -> SourceFile:
+def _stdin_source(stdin_filename: Path | None) -> SourceFile:
     """Standard input as the file `--stdin-filename` names (a notebook when it
-    ends in .ipynb); "-" in messages without one.  `hand_back`: `fix -`, whose
-    caller (an editor) replaces its buffer with what it reads back, gets the
-    bytes unchanged when they cannot be read as source."""
+    ends in .ipynb); "-" in messages without one."""
     raw = sys.stdin.buffer.read()
     try:
         return source_from_bytes(stdin_filename or STDIN, raw)
     except SourceError as error:
-        if hand_back:
-            sys.stdout.buffer.write(raw)
         _error(f"{stdin_filename or 'stdin'}: {error}")
         sys.exit(EXIT_ERROR)
 
@@ -211,7 +220,18 @@ def _with_selection(command):
     return command
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Group(click.Group):
+    """click's group, but Ctrl-C exits 130 (not 1, which means "findings")."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            click.echo("Aborted!", err=True)
+            ctx.exit(EXIT_INTERRUPTED)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="amplint")
 def main() -> None:
     """Find and fix PyTorch mixed-precision (AMP) mistakes."""
@@ -297,15 +317,21 @@ def _report_statistics(findings: list[Finding], output_format: str) -> None:
 @_with_selection
 @click.option("--apply", "apply_", is_flag=True, help="Write the fixes instead of showing a diff.")
 @click.option("--unsafe-fixes", is_flag=True, help="Also apply fixes that may change numerics.")
+@click.option(
+    "--write-through-links",
+    is_flag=True,
+    help="With --apply: write through a symbolic link to a file outside the paths named "
+    "(by default such a link is an error and nothing is written through it).",
+)
 def fix(paths, apply_, unsafe_fixes, **options) -> None:
     """Show (or with --apply, write) the fixes for PATHS.  With `-`, the fixed
     standard input goes to standard output and the findings left to stderr."""
     run_options = _pop_run_options(options)
     stdin_filename = run_options.pop("stdin_filename")
-    settings = _settings(_config_paths(paths, stdin_filename), options)
+    through_links = run_options.pop("write_through_links")
     if _paths_and_stdin(paths, stdin_filename):
-        source = _stdin_source(stdin_filename, hand_back=True)
-        _fix_stdin(source, settings, unsafe_fixes)  # exits
+        _fix_stdin(paths, stdin_filename, options, unsafe_fixes)  # exits
+    settings = _settings(_config_paths(paths, stdin_filename), options)
     errors, changed_files, fixed, remaining = 0, 0, 0, []
     for report in _run(paths, settings, run_options, fixing=True, unsafe=unsafe_fixes):
         if report.error is not None:
@@ -314,19 +340,22 @@ def fix(paths, apply_, unsafe_fixes, **options) -> None:
         remaining += [Finding(report.path, diagnostic) for diagnostic in report.diagnostics]
         if report.fixed_text is None:
             continue
-        changed_files += 1
-        fixed += len(report.applied)
         if not apply_:
+            changed_files += 1
+            fixed += len(report.applied)
             click.echo(unified_diff(report.path, report.source.text, report.fixed_text), nl=False)
             continue
         try:
-            target = writable_target(report.path, paths or (Path("."),))
+            target = writable_target(report.path, paths or (Path("."),), through_links)
             write_source_atomic(replace(report.source, path=target), report.fixed_text)
         except (SourceError, OSError) as error:
-            _error(f"{report.path}: cannot write: {error}")
+            _error(f"{report.path}: cannot write: {_os_reason(error)}")
             errors += 1
             remaining += [Finding(report.path, d) for d in report.applied]
             continue
+        # Counted once written: a file that could not be is not fixed.
+        changed_files += 1
+        fixed += len(report.applied)
         for line in applied_lines(report.path, report.applied):
             click.echo(line)
     for finding in remaining:
@@ -354,13 +383,47 @@ def fix(paths, apply_, unsafe_fixes, **options) -> None:
     sys.exit(EXIT_FINDINGS if changed_files else EXIT_CLEAN)
 
 
-def _fix_stdin(source: SourceFile, settings: Settings, unsafe: bool) -> None:
-    """Write the fixed source (or, when it cannot be fixed, the source as it
-    came: an editor replaces its buffer with what it reads back) to stdout."""
-    report = run_source(source, settings, Mode(True, unsafe, False))
-    output = report.fixed_text if report.fixed_text is not None else source.text
-    sys.stdout.buffer.write(output.encode(source.encoding))
-    sys.stdout.buffer.flush()
+def _os_reason(error: Exception) -> str:
+    """Why a write failed, in one line: "No space left on device", not the
+    errno and the temporary file's name."""
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror
+    return str(error)
+
+
+def _fix_stdin(
+    paths: tuple[Path, ...], stdin_filename: Path | None, options: dict, unsafe: bool
+) -> None:
+    """Write the fixed source to stdout, or else the input exactly as it came:
+    an editor replaces its buffer with what it reads back, so whatever fails
+    (bad input, a configuration error, a crash, an interrupt), stdout holds
+    either a verified rewrite or the bytes read, never nothing."""
+    raw = sys.stdin.buffer.read()
+    handed_back = False
+
+    def hand_back() -> None:
+        nonlocal handed_back
+        if not handed_back:
+            handed_back = True
+            sys.stdout.buffer.write(raw)
+            sys.stdout.buffer.flush()
+
+    try:
+        settings = _settings(_config_paths(paths, stdin_filename), options)
+        try:
+            source = source_from_bytes(stdin_filename or STDIN, raw)
+        except SourceError as error:
+            _error(f"{stdin_filename or 'stdin'}: {error}")
+            sys.exit(EXIT_ERROR)
+        report = run_source(source, settings, Mode(True, unsafe, False))
+    except BaseException:  # SystemExit and KeyboardInterrupt too
+        hand_back()
+        raise
+    if report.fixed_text is not None:
+        sys.stdout.buffer.write(report.fixed_text.encode(source.encoding))
+        sys.stdout.buffer.flush()
+    else:
+        hand_back()
     if report.error is not None:
         _error(f"{report.path}: {report.error}")
     for diagnostic in report.diagnostics:

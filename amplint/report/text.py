@@ -17,7 +17,7 @@ import click
 
 from amplint.catalog import load_catalog
 from amplint.diagnostics import Diagnostic
-from amplint.report import Finding, location
+from amplint.report import Finding, location, printable
 
 SAFE_FIX_MARKER = "[*]"
 # Lines of code `full` shows for one finding: its first lines, with one before.
@@ -165,7 +165,8 @@ def summary(findings: list[Finding]) -> str:
 def _diff_name(side: str, path: Path) -> str:
     # git's a/ and b/ prefixes make the diff apply with `git apply`; they only
     # make sense before a relative path.
-    return path.as_posix() if path.is_absolute() else f"{side}/{path.as_posix()}"
+    name = printable(path.as_posix())
+    return name if path.is_absolute() else f"{side}/{name}"
 
 
 def unified_diff(path: Path, before: str, after: str) -> str:
@@ -182,7 +183,7 @@ def unified_diff(path: Path, before: str, after: str) -> str:
 def applied_lines(path: Path, applied: list[Diagnostic]) -> list[str]:
     """``path: fixed N`` and one indented line per kind of fix carried out."""
     counts = Counter((d.code, d.fix.message) for d in applied if d.fix is not None)
-    lines = [f"{path}: fixed {len(applied)}"]
+    lines = [f"{printable(str(path))}: fixed {len(applied)}"]
     for (code, message), count in counts.items():
         times = f" (x{count})" if count > 1 else ""
         lines.append(f"  {code} {message}{times}")
