@@ -5,12 +5,12 @@ from __future__ import annotations
 import re
 import sys
 from dataclasses import dataclass, field, replace
-from pathlib import Path, PurePosixPath
+from functools import lru_cache
+from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-import pathspec
-
 from amplint.files import DEFAULT_EXCLUDES
+from amplint.globs import GlobError, PatternList
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -64,10 +64,18 @@ class Settings:
             relative = path.as_posix()
         codes: list[str] = []
         for pattern, ignored in self.per_file_ignores:
-            spec = pathspec.GitIgnoreSpec.from_lines([pattern])
-            if spec.match_file(relative) or PurePosixPath(relative).match(pattern):
+            if _per_file_pattern(pattern).matches(relative):
                 codes += ignored
         return codes
+
+
+@lru_cache(maxsize=None)
+def _per_file_pattern(pattern: str) -> PatternList:
+    """A per-file-ignores pattern: gitignore-style from the configuration's
+    directory, and (unless it starts with `/`) at any depth below it too, so
+    that `tests/*` also covers `pkg/tests/x.py`."""
+    lines = [pattern] if pattern.startswith("/") else [pattern, f"**/{pattern}"]
+    return PatternList(lines, strict=True)
 
 
 def _matches(code: str, selectors: Iterable[str]) -> bool:
@@ -100,10 +108,13 @@ def parse_selectors(
 
 
 def parse_torch_version(value: Any, where: str) -> tuple[int, int]:
-    match = re.fullmatch(r"(\d+)\.(\d+)(?:\.\d+)?", value) if isinstance(value, str) else None
+    # Bounded digits: int() refuses more than 4,300 of them, and no torch has 5.
+    version = r"([0-9]{1,4})\.([0-9]{1,4})(?:\.[0-9]{1,4})?"
+    match = re.fullmatch(version, value) if isinstance(value, str) else None
     if match is None:
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
         raise ConfigError(
-            f'{where}: `target-torch` must be a version string such as "2.4", got {value!r}'
+            f'{where}: `target-torch` must be a version string such as "2.4", got {shown}'
         )
     return int(match.group(1)), int(match.group(2))
 
@@ -128,6 +139,21 @@ def _string_list(value: Any, key: str, where: str) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _patterns(value: Any, key: str, where: str) -> tuple[str, ...]:
+    """A list of gitignore-style patterns, each a valid glob."""
+    patterns = _string_list(value, key, where)
+    for pattern in patterns:
+        _check_pattern(pattern, key, where)
+    return patterns
+
+
+def _check_pattern(pattern: str, key: str, where: str) -> None:
+    try:
+        PatternList([pattern], strict=True)
+    except GlobError as error:
+        raise ConfigError(f"{where}: `{key}` holds `{pattern}`, not a valid pattern: {error}")
+
+
 def find_config(start: Path) -> Path | None:
     """The nearest pyproject.toml at or above `start` that has a [tool.amplint] table."""
     start = start.resolve()
@@ -144,7 +170,9 @@ def _has_amplint_table(pyproject: Path) -> bool:
         text = pyproject.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         return False
-    return re.search(r"^\s*\[\s*tool\s*\.\s*amplint\b", text, re.M) is not None
+    # [ \t], not \s: \s spans lines, and a run of blank lines was retried from
+    # each of them (200,000 blank lines took 38 s).
+    return re.search(r"^[ \t]*\[[ \t]*tool[ \t]*\.[ \t]*amplint\b", text, re.M) is not None
 
 
 def load_settings(config_file: Path | None, known_codes: Iterable[str]) -> Settings:
@@ -205,16 +233,18 @@ def _settings_from_table(
             settings, ignore=parse_selectors(table["ignore"], "ignore", where, known)
         )
     if "exclude" in table:
-        settings = replace(settings, exclude=_string_list(table["exclude"], "exclude", where))
+        settings = replace(settings, exclude=_patterns(table["exclude"], "exclude", where))
     if "extend-exclude" in table:
         settings = replace(
             settings,
-            extend_exclude=_string_list(table["extend-exclude"], "extend-exclude", where),
+            extend_exclude=_patterns(table["extend-exclude"], "extend-exclude", where),
         )
     if "per-file-ignores" in table:
         value = table["per-file-ignores"]
         if not isinstance(value, dict):
             raise ConfigError(f"{where}: `per-file-ignores` must be a table of pattern = [codes]")
+        for pattern in value:
+            _check_pattern(pattern, "per-file-ignores", where)
         settings = replace(
             settings,
             per_file_ignores=tuple(

@@ -19,8 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
-import pathspec
-
+from amplint.globs import PatternList
 from amplint.notebook import Notebook, NotebookError, read_notebook
 
 SOURCE_SUFFIXES = (".py", ".pyi", ".ipynb")
@@ -328,7 +327,7 @@ class _IgnoreRules:
             # The default excludes: a set lookup instead of a regex per pattern.
             self._names = {p for p in patterns if not p.endswith("/")}
             self._dir_names = {p.rstrip("/") for p in patterns if p.endswith("/")}
-        self.spec = pathspec.GitIgnoreSpec.from_lines(lines)
+        self.patterns = PatternList(lines)
 
     def matches(self, path: Path, is_dir: bool) -> bool:
         """Whether `path` (resolved) or, while walking down, its own name matches."""
@@ -342,9 +341,7 @@ class _IgnoreRules:
         relative = resolved[len(self._prefix) :]
         if os.sep != "/":
             relative = relative.replace(os.sep, "/")
-        if is_dir:
-            relative += "/"
-        return self.spec.match_file(relative)
+        return self.patterns.matches(relative, is_dir)
 
 
 def _gitignore_at(directory: Path) -> _IgnoreRules | None:

@@ -211,6 +211,10 @@ def test_target_torch_from_config(tmp_path: Path) -> None:
         ("exclude = 'build'\n", "`exclude` must be a list of strings"),
         ("[tool.amplint.per-file-ignores]\n'a.py' = ['NOPE1']\n", "matches no rule"),
         ("select = [\n", "invalid TOML"),
+        ("exclude = ['[z-a]']\n", "`exclude` holds `[z-a]`, not a valid pattern"),
+        ("extend-exclude = ['x/[9-0]']\n", "`extend-exclude` holds `x/[9-0]`"),
+        ("[tool.amplint.per-file-ignores]\n'[z-a].py' = ['AMP2']\n", "`per-file-ignores` holds"),
+        (f"target-torch = '2.{'9' * 5000}'\n", "`target-torch` must be a version string"),
     ],
 )
 def test_config_errors_name_the_key_and_exit_2(tmp_path: Path, body: str, named: str) -> None:

@@ -1,7 +1,7 @@
 """Discovery: which files a run sees, whichever way the patterns are matched.
 
 Plain names (the default excludes) are matched by a set lookup on each entry's
-name while walking; anything else goes through pathspec.  Both must give what
+name while walking; anything else goes through amplint.globs.  Both must give what
 gitignore semantics give.
 """
 

@@ -8,6 +8,7 @@ the bad file findings or a one-line error, and still check and fix the good one.
 from __future__ import annotations
 
 import ast
+import json
 import os
 import shutil
 import signal
@@ -307,3 +308,44 @@ def test_a_broken_notebook_is_a_one_line_error_and_breaks_nothing(tmp_path: Path
     assert "broken.ipynb: not a notebook: invalid JSON at line 1 column 13" in result.stderr
     assert (tmp_path / "good.py").read_text() == GOOD_FIXED
     assert (tmp_path / "broken.ipynb").read_text() == '{"cells": [ torch.cuda.amp'
+
+
+# -- time: no input is quadratic or worse ------------------------------------------
+def _timed_cli(*args) -> tuple[float, object]:
+    start = time.perf_counter()
+    result = run_cli(*args)
+    return time.perf_counter() - start, result
+
+
+def test_a_pyproject_of_blank_lines_is_read_in_linear_time(tmp_path: Path) -> None:
+    """200,000 blank lines took 38 s when the [tool.amplint] search spanned lines."""
+    (tmp_path / "pyproject.toml").write_text("\n" * 200_000 + "[tool.amplint]\nselect = ['AMP2']\n")
+    (tmp_path / "good.py").write_text(GOOD)
+    elapsed, result = _timed_cli("check", "--no-cache", tmp_path)
+    assert result.exit_code == 1 and "AMP201" in result.stdout
+    assert elapsed < 1.0
+
+
+def test_an_exclude_of_many_stars_is_matched_in_linear_time(tmp_path: Path) -> None:
+    """pathspec's regex for this pattern backtracked for minutes on a long name."""
+    (tmp_path / "pyproject.toml").write_text(
+        "[tool.amplint]\nextend-exclude = ['*a*a*a*a*a*a*a*a*ab']\n"
+    )
+    deep = tmp_path / ("a" * 200) / ("a" * 200)
+    deep.mkdir(parents=True)
+    (deep / ("a" * 200 + ".py")).write_text(GOOD)
+    elapsed, result = _timed_cli("check", "--no-cache", tmp_path)
+    assert result.exit_code == 1 and result.stdout.count("AMP201") == 1
+    assert elapsed < 1.0
+
+
+def test_a_notebook_line_of_300k_spaces_is_read_in_linear_time(tmp_path: Path) -> None:
+    """The IPython-line test backtracked over the indentation: 70 s."""
+    cells = [{"cell_type": "code", "source": [" " * 300_000 + "x = 1\n", GOOD], "metadata": {}}]
+    (tmp_path / "wide.ipynb").write_text(json.dumps({"cells": cells, "nbformat": 4}))
+    (tmp_path / "good.py").write_text(GOOD)
+    elapsed, result = _timed_cli("check", "--no-cache", tmp_path)
+    assert (
+        "wide.ipynb:cell 1:1" in result.stdout and f"{tmp_path / 'good.py'}:3:10" in result.stdout
+    )
+    assert elapsed < 1.0
