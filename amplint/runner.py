@@ -24,6 +24,7 @@ from amplint.files import (
     SourceFile,
     discover,
     read_source,
+    real_path,
 )
 from amplint.diagnostics import Applicability
 from amplint.project import ProjectRoot, ProjectRoots, find_project_root
@@ -195,7 +196,7 @@ def hold_partial_changes(reports: list[FileReport], fixing: bool) -> list[FileRe
 
 
 def _key(path: Path) -> str:
-    return str(Path(path).resolve())
+    return str(real_path(path))
 
 
 def _not_ready(partner: str, report: FileReport, fixing: bool) -> str | None:

@@ -85,6 +85,34 @@ def test_ipython_lines_are_masked_and_restored() -> None:
     assert notebook.with_code(notebook.code) == notebook.raw
 
 
+def test_a_cell_that_spells_a_mark_cannot_pass_for_one() -> None:
+    """A cell holding the literal mask comment got another cell's magic
+    written into it; the marks now name a tag no cell spells."""
+    forged = "# <amplint: ipython 0>\n# <amplint: cell 1>\nx = 1"
+    notebook = read_notebook(notebook_json([code_cell("%matplotlib inline"), code_cell(forged)]))
+    assert notebook.code.splitlines() == [
+        "# <amplint-1: ipython 0>",
+        "# <amplint-1: cell 2>",
+        "# <amplint: ipython 0>",
+        "# <amplint: cell 1>",
+        "x = 1",
+    ]
+    assert notebook.cell_lines(2) == forged.splitlines()
+    assert notebook.with_code(notebook.code) == notebook.raw
+
+
+def test_a_forged_mark_survives_a_fix(tmp_path: Path) -> None:
+    forged = "# <amplint: ipython 0>\nimport torch\nscaler = torch.cuda.amp.GradScaler()"
+    path = tmp_path / "nb.ipynb"
+    path.write_text(notebook_json([code_cell("%matplotlib inline"), code_cell(forged)]))
+    assert run_cli("fix", "--apply", "--no-cache", path).exit_code == 0
+    cells = json.loads(path.read_text())["cells"]
+    assert "".join(cells[0]["source"]) == "%matplotlib inline"
+    assert "".join(cells[1]["source"]) == forged.replace(
+        "torch.cuda.amp.GradScaler()", 'torch.amp.GradScaler("cuda")'
+    )
+
+
 def test_cell_magics_keep_a_python_body_and_mask_any_other() -> None:
     notebook = read_notebook(
         notebook_json(

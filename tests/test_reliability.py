@@ -18,8 +18,10 @@ import time
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from amplint import runner
+from amplint.cli import main
 from amplint.config import Settings
 from tests.helpers import REPO, run_cli
 
@@ -73,6 +75,35 @@ BAD_INPUTS = {
         "error: nested too deeply",
     ),
     "unknown codec": (b"# coding: klingon\nimport torch.cuda.amp\n", "error: cannot decode"),
+    # Codecs that are no text encodings: LookupError escaped decode_source.
+    "hex codec": (b"# coding: hex\nimport torch.cuda.amp\n", "error: not a text encoding"),
+    "rot13 codec": (b"# coding: rot13\nimport torch.cuda.amp\n", "error: not a text encoding"),
+    "base64 codec": (b"# coding: base64\nimport torch.cuda.amp\n", "error: not a text encoding"),
+    # A cookie Python cannot have read: was decoded into nothing and "passed".
+    "utf-16 cookie on ASCII": (
+        b"# coding: utf-16\n" + GOOD.encode(),
+        "error: does not spell ASCII",
+    ),
+    # utf-7 spells `a` as `+AGE-` too: writing the text back would change it.
+    "utf-7 that does not round-trip": (
+        b"# coding: utf-7\nimport torch  # +AGE-\nscaler = torch.cuda.amp.GradScaler()\n",
+        "unfixed: bytes do not come back the same",
+    ),
+    # RecursionError in the analysis, then again formatting its message.
+    "a 600-branch elif chain around a training step": (
+        (
+            "import torch\nif mode == 0:\n"
+            + "".join("    " + line + "\n" for line in STEP.splitlines())
+            + "".join(f"elif mode == {i}:\n    pass\n" for i in range(1, 600))
+            + GOOD
+        ).encode(),
+        "error: nested too deeply",
+    ),
+    # libcst's parser overflows its native stack: the process that parses dies.
+    "an or of 8,000 terms": (
+        (GOOD + "y = " + " or ".join(f"a{i}" for i in range(8000)) + "\n").encode(),
+        "error: died (SIGSEGV)",
+    ),
     "null byte in text": (b"import torch.cuda.amp\nx = 1\x00\n", "error: binary file"),
 }
 
@@ -272,6 +303,10 @@ def test_a_killed_fix_leaves_every_file_original_or_fully_fixed(tmp_path: Path) 
             if interrupted_writes == 3:
                 break
     assert interrupted_writes, "no kill landed while files were being written"
+    # What a kill left between mkstemp and the rename goes with the next run.
+    for tree in tmp_path.glob("killed*"):
+        run_cli("check", "--no-cache", tree)
+        assert not list(tree.glob("*.amplint-tmp"))
 
 
 # -- real code --------------------------------------------------------------------
@@ -349,3 +384,226 @@ def test_a_notebook_line_of_300k_spaces_is_read_in_linear_time(tmp_path: Path) -
         "wide.ipynb:cell 1:1" in result.stdout and f"{tmp_path / 'good.py'}:3:10" in result.stdout
     )
     assert elapsed < 1.0
+
+
+# -- notebooks of any shape --------------------------------------------------------
+def _notebook(**document) -> str:
+    cell = {"cell_type": "code", "metadata": {}, "outputs": [], "source": ["x = 1\n"]}
+    return json.dumps({"cells": [cell], "metadata": {}, "nbformat": 4, **document})
+
+
+BAD_NOTEBOOKS = {
+    "nbformat as text": (_notebook(nbformat="4"), "nbformat is text, not a number"),
+    "nbformat null": (_notebook(nbformat=None), "nbformat is null, not a number"),
+    "metadata a list": (_notebook(metadata=[]), "metadata is a list, not an object"),
+    "language_info text": (
+        _notebook(metadata={"language_info": "python"}),
+        "language_info is text, not an object",
+    ),
+    "a number among the source lines": (
+        _notebook(cells=[{"cell_type": "code", "source": ["x = 1\n", 3]}]),
+        "cell 1: source is a list of non-text",
+    ),
+    "no source": (_notebook(cells=[{"cell_type": "code"}]), "cell 1: a code cell without source"),
+    "nested 100,000 deep": (
+        '{"cells": [], "x": ' + "[" * 100_000 + "]" * 100_000 + "}",
+        "JSON nested too deeply",
+    ),
+    "a 5,000-digit integer": (
+        '{"nbformat": ' + "9" * 5000 + ', "cells": []}',
+        "a number of more digits than Python reads",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_NOTEBOOKS))
+def test_a_notebook_of_the_wrong_shape_is_a_one_line_error(tmp_path: Path, name: str) -> None:
+    content, message = BAD_NOTEBOOKS[name]
+    bad, good = tmp_path / "bad.ipynb", tmp_path / "good.py"
+    bad.write_text(content)
+    good.write_text(GOOD)
+    check = run_cli("check", "--no-cache", tmp_path)
+    assert check.exit_code == 2 and f"{good}:3:10: AMP201" in check.stdout
+    assert check.stderr.count("\n") == 1 and check.stderr.startswith(f"amplint: error: {bad}: ")
+    assert message in check.stderr
+    fix = run_cli("fix", "--apply", "--no-cache", tmp_path)
+    assert fix.exit_code == 2
+    assert good.read_text() == GOOD_FIXED and bad.read_text() == content
+
+
+def test_a_link_loop_named_on_the_command_line_is_an_error(tmp_path: Path) -> None:
+    _link(tmp_path / "a.py", tmp_path / "b.py")
+    _link(tmp_path / "b.py", tmp_path / "a.py")
+    good = tmp_path / "good.py"
+    good.write_text(GOOD)
+    result = run_cli("fix", "--apply", "--no-cache", tmp_path / "a.py", good)
+    assert result.exit_code == 2
+    assert result.stderr == f"amplint: error: {tmp_path / 'a.py'}: a loop of links\n"
+    assert good.read_text() == GOOD_FIXED
+
+
+def test_a_3_gb_file_is_refused_before_it_is_read(tmp_path: Path) -> None:
+    huge = tmp_path / "huge.py"
+    with huge.open("wb") as handle:  # sparse: no disk, and reading it would take minutes
+        handle.truncate(3 * 1024**3)
+    (tmp_path / "good.py").write_text(GOOD)
+    elapsed, result = _timed_cli("check", "--no-cache", tmp_path)
+    assert result.exit_code == 2 and "AMP201" in result.stdout
+    assert f"{huge}: 3221 MB is more than amplint reads (268 MB)" in result.stderr
+    assert elapsed < 1.0
+
+
+# -- standard input: an editor gets a verified rewrite or its bytes back ---------------
+def _fix_stdin(data: bytes, *args: str):
+    return CliRunner().invoke(main, ["fix", "-", "--no-cache", *args], input=data)
+
+
+@pytest.mark.parametrize(
+    "data, why",
+    [
+        (b"# coding: utf-16\n" + GOOD.encode(), "does not spell ASCII"),
+        (b"# coding: utf-7\n# +AGE-\n" + GOOD.encode(), "do not come back the same"),
+        (b"\x7fELF\x00torch.cuda.amp", "binary file"),
+        ((GOOD + "y = " + " or ".join(f"a{i}" for i in range(8000)) + "\n").encode(), "died"),
+    ],
+    ids=["utf-16 cookie", "utf-7", "binary", "crashing parser"],
+)
+def test_fix_on_stdin_prints_its_input_unchanged_when_it_cannot_fix(data: bytes, why: str) -> None:
+    result = _fix_stdin(data)
+    assert result.exit_code == 2 and why in result.stderr
+    assert result.stdout_bytes == data
+
+
+def test_fix_on_stdin_hands_back_its_input_on_a_configuration_error(tmp_path: Path) -> None:
+    (tmp_path / "bad.toml").write_text("select = [\n")
+    result = _fix_stdin(GOOD.encode(), "--config", str(tmp_path / "bad.toml"))
+    assert result.exit_code == 2 and "invalid TOML" in result.stderr
+    assert result.stdout_bytes == GOOD.encode()
+
+
+def test_fix_on_stdin_keeps_a_latin_1_file_latin_1() -> None:
+    data = b"# -*- coding: latin-1 -*-\n" + GOOD.encode() + b"name = 'caf\xe9'\n"
+    result = _fix_stdin(data)
+    assert result.exit_code == 0
+    assert result.stdout_bytes == data.replace(
+        b"torch.cuda.amp.GradScaler()", b'torch.amp.GradScaler("cuda")'
+    )
+
+
+# -- writes: owner, links, leftovers, what the summary counts -------------------------
+def test_a_file_with_hard_links_is_refused_and_untouched(tmp_path: Path) -> None:
+    target, twin, good = tmp_path / "train.py", tmp_path / "twin.py.txt", tmp_path / "good.py"
+    target.write_text(GOOD)
+    os.link(target, twin)
+    good.write_text(GOOD)
+    result = run_cli("fix", "--apply", "--no-cache", tmp_path)
+    assert result.exit_code == 2
+    assert f"{target}: cannot write: the file has 2 hard links" in result.stderr
+    assert target.read_text() == twin.read_text() == GOOD
+    assert os.stat(target).st_ino == os.stat(twin).st_ino
+    assert "Fixed 1 finding in 1 file; 1 remaining." in result.stdout
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="needs root")
+def test_fix_as_root_keeps_the_owner_and_group(tmp_path: Path) -> None:
+    target = tmp_path / "train.py"
+    target.write_text(GOOD)
+    os.chown(target, 1234, 5678)
+    target.chmod(0o640)
+    result = run_cli("fix", "--apply", "--no-cache", target)
+    assert result.exit_code == 0
+    status = target.stat()
+    assert (status.st_uid, status.st_gid, status.st_mode & 0o7777) == (1234, 5678, 0o640)
+    assert target.read_text() == GOOD_FIXED
+
+
+def test_a_failed_write_is_not_counted_as_fixed(tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text(GOOD)
+    (tmp_path / "b.py").write_text(GOOD)
+    (tmp_path / "c.py").write_text(GOOD)
+    (tmp_path / "b.py").chmod(0o444)
+    result = run_cli("fix", "--apply", "--no-cache", tmp_path)
+    assert result.exit_code == 2
+    assert "Fixed 2 findings in 2 files; 1 remaining." in result.stdout
+
+
+def _dead_pid() -> int:
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    return process.pid
+
+
+def test_temporaries_of_killed_runs_are_removed_and_live_ones_kept(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(GOOD)
+    stale = tmp_path / f".train.py.{_dead_pid()}.k2j4_x.amplint-tmp"
+    live = tmp_path / f".train.py.{os.getppid()}.q9w8_e.amplint-tmp"  # another run's work
+    users = tmp_path / ".notes.amplint-tmp"  # not amplint's naming
+    for path in (stale, live, users):
+        path.write_text("half a file")
+    result = run_cli("check", "--no-cache", tmp_path)
+    assert result.exit_code == 1
+    assert not stale.exists() and live.exists() and users.exists()
+    assert f"amplint: warning: {stale}: removed, a temporary file" in result.stderr
+
+
+def test_a_named_link_out_of_the_tree_is_refused_unless_asked(tmp_path: Path) -> None:
+    tree, outside = tmp_path / "tree", tmp_path / "outside"
+    tree.mkdir()
+    outside.mkdir()
+    (outside / "shared.py").write_text(GOOD)
+    _link(tree / "shared.py", outside / "shared.py")
+    named = tree / "shared.py"  # as `amplint fix --apply *.py` names it
+    refused = run_cli("fix", "--apply", "--no-cache", named)
+    assert refused.exit_code == 2
+    assert "a link to" in refused.stderr and "--write-through-links" in refused.stderr
+    assert (outside / "shared.py").read_text() == GOOD
+    written = run_cli("fix", "--apply", "--no-cache", "--write-through-links", named)
+    assert written.exit_code == 0
+    assert (outside / "shared.py").read_text() == GOOD_FIXED and named.is_symlink()
+
+
+def test_ctrl_c_exits_130(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("amplint.cli.run", interrupted)
+    (tmp_path / "good.py").write_text(GOOD)
+    result = run_cli("check", tmp_path)
+    assert result.exit_code == 130 and result.stderr == "Aborted!\n"
+
+
+def test_sigint_during_analysis_exits_130_and_leaves_no_process(tmp_path: Path) -> None:
+    for index in range(150):
+        (tmp_path / f"m{index:03}.py").write_text(GOOD + STEP * 20)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "amplint", "check", "--no-cache", "--jobs", "1", str(tmp_path)],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(1.5)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr
+    assert stderr.endswith("Aborted!\n")
+
+
+# -- what people read: no file name writes a line of its own --------------------------
+def test_control_characters_in_file_names_are_escaped(tmp_path: Path) -> None:
+    name = "x\n::error file=ci.yml::injected\x1b[2J.py"
+    try:
+        (tmp_path / name).write_text(GOOD)
+    except OSError:
+        pytest.skip("this file system refuses such names")
+    escaped = "x\\n::error file=ci.yml::injected\\x1b[2J.py"
+    outputs = [
+        run_cli("check", "--no-cache", tmp_path).stdout,
+        run_cli("check", "--no-cache", "--output-format", "full", tmp_path).stdout,
+        run_cli("fix", "--no-cache", tmp_path).stdout,
+        run_cli("fix", "--apply", "--no-cache", tmp_path).stdout,
+    ]
+    for output in outputs:
+        assert escaped in output
+        assert not any(line.startswith("::") for line in output.splitlines())
+        assert "\x1b" not in output

@@ -3,6 +3,7 @@ run is, never what it reports."""
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import shutil
@@ -163,6 +164,44 @@ def test_a_damaged_entry_is_a_miss(analysed: list[str], tmp_path: Path) -> None:
     (again,) = runner.run([tmp_path], Settings(root=tmp_path), cache=ResultCache(cache_dir))
     assert analysed == ["a.py"]
     assert _summary([again]) == _summary([first])
+
+
+def test_a_well_formed_entry_about_another_file_is_a_miss(
+    analysed: list[str], tmp_path: Path
+) -> None:
+    """An entry naming a cell the notebook does not have crashed
+    `--output-format full`: entries are checked against the file they serve."""
+    cell = {"cell_type": "code", "metadata": {}, "outputs": [], "source": DEPRECATED}
+    (tmp_path / "nb.ipynb").write_text(json.dumps({"cells": [cell], "nbformat": 4}))
+    cache_dir = tmp_path / "cache"
+    runner.run([tmp_path], Settings(root=tmp_path), cache=ResultCache(cache_dir))
+    (entry,) = cache_dir.glob("*.json")
+    entry.write_text('{"diagnostics": [["AMP201", "planted", [3, 10, 3, 20, 99], null]]}')
+    analysed.clear()
+    result = run_cli("check", "--output-format", "full", "--cache-dir", cache_dir, tmp_path)
+    assert result.exit_code == 1 and "nb.ipynb:cell 1:3:10: AMP201" in result.stdout
+    assert "planted" not in result.stdout
+
+
+def test_a_module_whose_text_is_a_notebooks_code_has_its_own_entry(tmp_path: Path) -> None:
+    cell = {"cell_type": "code", "metadata": {}, "outputs": [], "source": DEPRECATED}
+    (tmp_path / "nb.ipynb").write_text(json.dumps({"cells": [cell], "nbformat": 4}))
+    (tmp_path / "same.py").write_text(DEPRECATED)  # the notebook's code, joined
+    cache = ResultCache(tmp_path / "cache")
+    runner.run([tmp_path / "nb.ipynb"], Settings(root=tmp_path), cache=cache)
+    (module,) = runner.run([tmp_path / "same.py"], Settings(root=tmp_path), cache=cache)
+    assert [d.span.cell for d in module.diagnostics] == [None]
+
+
+def test_a_cache_left_without_its_tags_is_repaired(tmp_path: Path) -> None:
+    """A full disk left an empty .gitignore and no CACHEDIR.TAG behind."""
+    (tmp_path / "a.py").write_text(DEPRECATED)
+    cache_dir = tmp_path / "cache"
+    cache_dir.mkdir()
+    (cache_dir / ".gitignore").write_text("")
+    runner.run([tmp_path], Settings(root=tmp_path), cache=ResultCache(cache_dir))
+    assert (cache_dir / ".gitignore").read_text() == "*\n"
+    assert (cache_dir / "CACHEDIR.TAG").read_text().startswith("Signature: 8a477f597d28d172")
 
 
 def test_fix_with_nothing_to_fix_does_what_check_does(

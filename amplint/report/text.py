@@ -103,12 +103,13 @@ def _preview_diff(finding: Finding) -> list[str]:
         return []
     notebook = source.notebook
     if notebook is None:
-        return _diff_lines(finding.path.as_posix(), source.code, preview)
+        return _diff_lines(printable(finding.path.as_posix()), source.code, preview)
     before, after = notebook.cell_sources(notebook.code), notebook.cell_sources(preview)
     lines: list[str] = []
     for number, text in after.items():
         if before[number] != text:
-            lines += _diff_lines(f"{finding.path.as_posix()}:cell {number}", before[number], text)
+            name = f"{printable(finding.path.as_posix())}:cell {number}"
+            lines += _diff_lines(name, before[number], text)
     return lines
 
 
