@@ -5,7 +5,8 @@
 #   make realcode  check and fix a copy of the installed torch package; prove nothing broke
 #   make ecosystem  check and fix real training code from pinned public repositories
 #                   (tests/ecosystem/corpus.toml; clones read from ECOSYSTEM_CLONES)
-#   make fuzz   a long run of the generated-program tests (CI runs a few hundred)
+#   make fuzz   a long run of the fuzz tests: generated programs, mutated fixtures, notebooks
+#               of wrong types, codec cookies (CI runs a few hundred of each)
 #   make verify-gpu  amplint verify on the bundled GPU examples: the README's table (needs CUDA)
 PYTHON ?= python3
 VENV ?= .venv

@@ -15,6 +15,8 @@ CI runs a few hundred examples.  A long run:
 from __future__ import annotations
 
 import ast
+import encodings.aliases
+import json
 import os
 from pathlib import Path
 
@@ -26,7 +28,7 @@ from hypothesis import strategies as st
 
 from amplint.config import Settings
 from amplint.engine import FixError, analyse_source, fix_text
-from amplint.files import SourceFile
+from amplint.files import SourceError, SourceFile, encode_source, source_from_bytes
 from amplint.rules import ALL_CODES
 from tests.helpers import FIXTURES
 
@@ -103,3 +105,99 @@ def mutated_fixtures(draw) -> str:
 @given(text=mutated_fixtures(), dtype=st.sampled_from(["float16", "bfloat16", "auto"]))
 def test_mutated_fixtures(text: str, dtype: str) -> None:
     _assert_engine_holds(text, Settings(dtype=dtype))
+
+
+# -- notebooks: valid JSON, any types ----------------------------------------------
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda children: st.lists(children, max_size=3)
+    | st.dictionaries(st.text(max_size=6), children, max_size=3),
+    max_leaves=8,
+)
+_NOTEBOOK_KEYS = [
+    ("nbformat",),
+    ("metadata",),
+    ("metadata", "language_info"),
+    ("metadata", "language_info", "name"),
+    ("cells",),
+    ("cells", 0),
+    ("cells", 0, "cell_type"),
+    ("cells", 0, "source"),
+    ("cells", 0, "source", 1),
+    ("cells", 1, "source"),
+]
+
+
+def _valid_notebook() -> dict:
+    step = STEP.strip("\n").splitlines(keepends=True)
+    return {
+        "cells": [
+            {"cell_type": "code", "metadata": {}, "outputs": [], "source": step},
+            {"cell_type": "code", "metadata": {}, "outputs": [], "source": "%time loss.item()"},
+        ],
+        "metadata": {"language_info": {"name": "python"}},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
+
+
+@st.composite
+def notebooks_of_wrong_types(draw) -> str:
+    """A notebook with one to three of its places replaced by any JSON value."""
+    document = _valid_notebook()
+    for _ in range(draw(st.integers(1, 3))):
+        *parents, key = draw(st.sampled_from(_NOTEBOOK_KEYS))
+        container = document
+        try:
+            for parent in parents:
+                container = container[parent]
+            if isinstance(container, list) and not (0 <= key < len(container)):
+                continue
+            container[key] = draw(json_values)
+        except (KeyError, IndexError, TypeError):
+            continue  # an earlier replacement took this place's parent away
+    return json.dumps(document, indent=1) + "\n"
+
+
+@fuzz_settings
+@given(text=notebooks_of_wrong_types())
+def test_notebooks_of_wrong_types(text: str) -> None:
+    """Read as a SourceFile or refused with SourceError; analysed and fixed
+    without an exception; a fixed notebook is JSON whose code parses."""
+    try:
+        source = source_from_bytes(Path("fuzz.ipynb"), text.encode())
+    except SourceError:
+        return
+    for fixing in (False, True):
+        report = analyse_source(source, CODES, Settings(), fixing)
+        assert report.error is None or report.error.startswith(("not fixed", "not analysed"))
+        if report.fixed_text is not None:
+            fixed = source_from_bytes(Path("fuzz.ipynb"), report.fixed_text.encode())
+            ast.parse(fixed.code)
+
+
+# -- codec cookies ---------------------------------------------------------------------
+CODEC_NAMES = sorted(set(encodings.aliases.aliases.values()) | {"utf-8", "utf-7", "hex", "rot13"})
+
+
+@fuzz_settings
+@given(
+    codec=st.sampled_from(CODEC_NAMES) | st.text(min_size=1, max_size=12),
+    body=st.sampled_from([STEP.encode(), b"", b"x = '\xe9\xff'\n"]) | st.binary(max_size=40),
+)
+def test_codec_cookies(codec: str, body: bytes) -> None:
+    """Any cookie: a SourceFile or SourceError, never another exception; a
+    file said to round-trip encodes back to its bytes exactly."""
+    cookie = f"# -*- coding: {codec} -*-\n".encode("utf-8", "surrogatepass")
+    raw = cookie + body
+    try:
+        source = source_from_bytes(Path("fuzz.py"), raw)
+    except SourceError:
+        return
+    if source.round_trips:
+        assert encode_source(source.text, source.encoding) == raw
+    report = analyse_source(source, CODES, Settings(), fixing=True)
+    assert report.error is None or report.error.startswith(("not fixed", "not analysed"))
+    if report.fixed_text is not None:
+        assert source.round_trips
+        encode_source(report.fixed_text, source.encoding)  # the rewrite can be written
