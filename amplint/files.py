@@ -137,13 +137,20 @@ def detect_encoding(raw: bytes) -> str:
     info = codecs.lookup(encoding)
     if not getattr(info, "_is_text_encoding", True):  # hex, rot13, base64, zlib
         raise SourceError(f"cannot decode: the coding cookie names {encoding}, not a text encoding")
-    if encoding != "utf-8-sig" and _ASCII_PROBE.encode(encoding) != _ASCII_PROBE.encode("ascii"):
+    if encoding != "utf-8-sig" and not _spells_ascii_as_ascii(encoding):
         # utf-16, utf-32, EBCDIC: the cookie itself could not have been read in them.
         raise SourceError(
             f"cannot decode: the coding cookie names {encoding}, which does not spell "
             "ASCII as ASCII (Python cannot read source in it either)"
         )
     return encoding
+
+
+def _spells_ascii_as_ascii(encoding: str) -> bool:
+    try:
+        return _ASCII_PROBE.encode(encoding) == _ASCII_PROBE.encode("ascii")
+    except (UnicodeError, ValueError):  # the "undefined" codec refuses everything
+        return False
 
 
 def decode_source(raw: bytes) -> str:
