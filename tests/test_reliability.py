@@ -607,3 +607,25 @@ def test_control_characters_in_file_names_are_escaped(tmp_path: Path) -> None:
         assert escaped in output
         assert not any(line.startswith("::") for line in output.splitlines())
         assert "\x1b" not in output
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="needs root")
+def test_an_owner_that_cannot_be_kept_is_an_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As a user who may not chown: refused, rather than the file becoming theirs."""
+    target = tmp_path / "train.py"
+    target.write_text(GOOD)
+    os.chown(target, 1234, 1234)
+
+    def not_permitted(*args) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "chown", not_permitted)
+    result = run_cli("fix", "--apply", "--no-cache", target)
+    assert result.exit_code == 2
+    assert "belongs to user 1234, group 1234, which amplint may not give its rewrite" in (
+        result.stderr
+    )
+    assert target.read_text() == GOOD and target.stat().st_uid == 1234
+    assert not list(tmp_path.glob(".*.amplint-tmp"))
