@@ -208,7 +208,7 @@ def write_source_atomic(source: SourceFile, new_text: str) -> None:
             f"the file has {status.st_nlink} hard links, which replacing it would "
             "part from the fix; not written"
         )
-    remove_stale_temporaries(path)
+    _remove_stale_temporaries(path)
     descriptor, temporary = tempfile.mkstemp(
         prefix=f".{path.name}.{os.getpid()}.", suffix=TEMPORARY_SUFFIX, dir=path.parent
     )
@@ -245,24 +245,20 @@ def _give_ownership(temporary: str, original: os.stat_result) -> None:
     os.chmod(temporary, original.st_mode & 0o7777)
 
 
-def remove_stale_temporaries(path: Path) -> list[Path]:
-    """Delete the temporary files a killed amplint left while writing `path`
-    (`path` a directory: any file in it), and say which.  A temporary whose
-    writer is alive is another run's work in progress and is left alone."""
-    directory, name = (path, None) if path.is_dir() else (path.parent, path.name)
-    removed = []
+def _remove_stale_temporaries(path: Path) -> None:
+    """Delete the temporary files a killed amplint left while writing `path`.
+    (Discovery removes them from the directories it walks; this covers files
+    named alone, as pre-commit names them.)"""
     try:
-        entries = [entry.name for entry in os.scandir(directory)]
+        names = [entry.name for entry in os.scandir(path.parent)]
     except OSError:
-        return removed
-    for entry in entries:
-        if entry.endswith(TEMPORARY_SUFFIX) and _is_stale_temporary(entry, name):
+        return
+    for name in names:
+        if name.endswith(TEMPORARY_SUFFIX) and _is_stale_temporary(name, of_name=path.name):
             try:
-                os.unlink(directory / entry)
+                os.unlink(path.parent / name)
             except OSError:
-                continue
-            removed.append(directory / entry)
-    return removed
+                pass
 
 
 def _is_stale_temporary(entry: str, of_name: str | None = None) -> bool:

@@ -546,6 +546,18 @@ def test_temporaries_of_killed_runs_are_removed_and_live_ones_kept(tmp_path: Pat
     assert f"amplint: warning: {stale}: removed, a temporary file" in result.stderr
 
 
+def test_writing_a_file_named_alone_removes_its_stale_temporaries(tmp_path: Path) -> None:
+    """pre-commit names files, so no directory is walked: the write cleans up."""
+    target = tmp_path / "train.py"
+    target.write_text(GOOD)
+    stale = tmp_path / f".train.py.{_dead_pid()}.k2j4_x.amplint-tmp"
+    other = tmp_path / f".other.py.{_dead_pid()}.k2j4_x.amplint-tmp"
+    stale.write_text("half a file")
+    other.write_text("half a file")
+    assert run_cli("fix", "--apply", "--no-cache", target).exit_code == 0
+    assert not stale.exists() and other.exists()
+
+
 def test_a_named_link_out_of_the_tree_is_refused_unless_asked(tmp_path: Path) -> None:
     tree, outside = tmp_path / "tree", tmp_path / "outside"
     tree.mkdir()
