@@ -391,6 +391,11 @@ def _os_reason(error: Exception) -> str:
     return str(error)
 
 
+def _write_stdout(data: bytes) -> None:
+    sys.stdout.buffer.write(data)
+    sys.stdout.buffer.flush()
+
+
 def _fix_stdin(
     paths: tuple[Path, ...], stdin_filename: Path | None, options: dict, unsafe: bool
 ) -> None:
@@ -399,15 +404,6 @@ def _fix_stdin(
     (bad input, a configuration error, a crash, an interrupt), stdout holds
     either a verified rewrite or the bytes read, never nothing."""
     raw = sys.stdin.buffer.read()
-    handed_back = False
-
-    def hand_back() -> None:
-        nonlocal handed_back
-        if not handed_back:
-            handed_back = True
-            sys.stdout.buffer.write(raw)
-            sys.stdout.buffer.flush()
-
     try:
         settings = _settings(_config_paths(paths, stdin_filename), options)
         try:
@@ -417,13 +413,10 @@ def _fix_stdin(
             sys.exit(EXIT_ERROR)
         report = run_source(source, settings, Mode(True, unsafe, False))
     except BaseException:  # SystemExit and KeyboardInterrupt too
-        hand_back()
+        _write_stdout(raw)
         raise
-    if report.fixed_text is not None:
-        sys.stdout.buffer.write(report.fixed_text.encode(source.encoding))
-        sys.stdout.buffer.flush()
-    else:
-        hand_back()
+    fixed = report.fixed_text
+    _write_stdout(fixed.encode(source.encoding) if fixed is not None else raw)
     if report.error is not None:
         _error(f"{report.path}: {report.error}")
     for diagnostic in report.diagnostics:
