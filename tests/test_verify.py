@@ -160,6 +160,38 @@ def test_harness_counts_skipped_steps_and_records_unscaled_losses(tmp_path: Path
     assert result["loss_scale"] == 2.0**124  # halved once per skipped step
 
 
+def test_harness_counts_each_step_of_the_old_scaler_once(tmp_path: Path) -> None:
+    """torch.cuda.amp.GradScaler inherits scale and step from torch.amp's: when
+    the base class was wrapped first (set order, so about every other run),
+    the subclass was wrapped on top of the wrapper and each step counted twice.
+    Several runs, started at once, so that a chance order cannot hide it."""
+    script = tmp_path / "legacy.py"
+    script.write_text(dedent("""
+        import torch
+
+        model = torch.nn.Linear(4, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        scaler = torch.cuda.amp.GradScaler()  # no CUDA here: disabled, steps still run
+        for step in range(3):
+            loss = model(torch.randn(8, 4)).pow(2).mean()
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+            optimizer.zero_grad()
+        """))
+    runs = []
+    for index in range(6):
+        out = tmp_path / f"result{index}.json"
+        command = [sys.executable, "-m", "amplint.verify.harness", "--source", str(script)]
+        command += ["--script", str(script), "--steps", "10", "--out", str(out)]
+        runs.append((out, subprocess.Popen(command, cwd=tmp_path, stderr=subprocess.PIPE)))
+    for out, process in runs:
+        _, stderr = process.communicate(timeout=300)
+        assert process.returncode == 0, stderr
+        result = json.loads(out.read_text())
+        assert (result["finished"], result["steps"], len(result["losses"])) == ("script", 3, 3)
+
+
 def test_harness_stops_after_the_steps_asked_for(tmp_path: Path) -> None:
     script = tmp_path / "forever.py"
     script.write_text(dedent("""

@@ -145,26 +145,45 @@ def _instrument(torch, recorder: Recorder) -> None:
 
     torch.Tensor.backward = backward
 
-    scaler_classes = {torch.amp.GradScaler}
+    scaler_classes = [torch.amp.GradScaler]
     legacy = getattr(getattr(torch.cuda, "amp", None), "GradScaler", None)
-    if isinstance(legacy, type):
-        scaler_classes.add(legacy)
+    if isinstance(legacy, type) and legacy not in scaler_classes:
+        scaler_classes.append(legacy)  # a subclass of torch.amp.GradScaler since torch 2.3
     for cls in scaler_classes:
         _wrap_scaler(cls, recorder, in_scaler_step)
 
 
 def _wrap_scaler(cls, recorder: Recorder, in_scaler_step: list[int]) -> None:
-    original_init, original_scale, original_step = cls.__init__, cls.scale, cls.step
+    """Record what `cls`'s own methods do.  Only the methods `cls` defines
+    itself are wrapped: one it inherits from a class wrapped already would
+    be wrapped twice, and each step counted twice (the old
+    torch.cuda.amp.GradScaler inherits `scale` and `step`)."""
+    own = cls.__dict__
+    original_init = cls.__init__
 
     def __init__(self, *args, **kwargs):
         original_init(self, *args, **kwargs)
-        recorder.scalers.append(weakref.ref(self))
+        if not any(ref() is self for ref in recorder.scalers):  # a subclass's init runs ours
+            recorder.scalers.append(weakref.ref(self))
+
+    cls.__init__ = __init__
+    if "scale" in own:
+        cls.scale = _recording_scale(own["scale"], recorder)
+    if "step" in own:
+        cls.step = _recording_step(own["step"], recorder, in_scaler_step)
+
+
+def _recording_scale(original_scale, recorder: Recorder):
 
     def scale(self, outputs):
         scaled = original_scale(self, outputs)
         recorder.scaled(outputs, scaled)
         return scaled
 
+    return scale
+
+
+def _recording_step(original_step, recorder: Recorder, in_scaler_step: list[int]):
     def step(self, optimizer, *args, **kwargs):
         # The scaler calls optimizer.step() only when the gradients are finite:
         # a step without that call is a skipped one.
@@ -179,7 +198,7 @@ def _wrap_scaler(cls, recorder: Recorder, in_scaler_step: list[int]) -> None:
         recorder.step(skipped=not ran)
         return result
 
-    cls.__init__, cls.scale, cls.step = __init__, scale, step
+    return step
 
 
 def _seed(torch, seed: int) -> None:
