@@ -65,10 +65,7 @@ def _warning(message: str) -> None:
 def _pop_run_options(options: dict) -> dict:
     """Split how to run (jobs, cache, which files) from the settings options."""
     names = ("jobs", "no_cache", "cache_dir", "force_exclude", "stdin_filename")
-    run_options = {name: options.pop(name) for name in names}
-    if "write_through_links" in options:
-        run_options["write_through_links"] = options.pop("write_through_links")
-    return run_options
+    return {name: options.pop(name) for name in names}
 
 
 def _settings(paths: tuple[Path, ...], options: dict) -> Settings:
@@ -135,10 +132,9 @@ def _run(paths: tuple[Path, ...], settings: Settings, options: dict, **mode) -> 
     return reports
 
 
-def _stdin_source(stdin_filename: Path | None) -> SourceFile:
-    """Standard input as the file `--stdin-filename` names (a notebook when it
-    ends in .ipynb); "-" in messages without one."""
-    raw = sys.stdin.buffer.read()
+def _stdin_source(stdin_filename: Path | None, raw: bytes) -> SourceFile:
+    """`raw`, read from standard input, as the file `--stdin-filename` names
+    (a notebook when it ends in .ipynb); "-" in messages without one."""
     try:
         return source_from_bytes(stdin_filename or STDIN, raw)
     except SourceError as error:
@@ -276,7 +272,11 @@ def check(paths, output_format, statistics, exit_zero, **options) -> None:
     previews = output_format == "full" and not statistics
     if reads_stdin:
         reports = [
-            run_source(_stdin_source(stdin_filename), settings, Mode(False, False, previews))
+            run_source(
+                _stdin_source(stdin_filename, sys.stdin.buffer.read()),
+                settings,
+                Mode(False, False, previews),
+            )
         ]
     else:
         reports = _run(paths, settings, run_options, previews=previews)
@@ -323,12 +323,11 @@ def _report_statistics(findings: list[Finding], output_format: str) -> None:
     help="With --apply: write through a symbolic link to a file outside the paths named "
     "(by default such a link is an error and nothing is written through it).",
 )
-def fix(paths, apply_, unsafe_fixes, **options) -> None:
+def fix(paths, apply_, unsafe_fixes, write_through_links, **options) -> None:
     """Show (or with --apply, write) the fixes for PATHS.  With `-`, the fixed
     standard input goes to standard output and the findings left to stderr."""
     run_options = _pop_run_options(options)
     stdin_filename = run_options.pop("stdin_filename")
-    through_links = run_options.pop("write_through_links")
     if _paths_and_stdin(paths, stdin_filename):
         _fix_stdin(paths, stdin_filename, options, unsafe_fixes)  # exits
     settings = _settings(_config_paths(paths, stdin_filename), options)
@@ -346,7 +345,7 @@ def fix(paths, apply_, unsafe_fixes, **options) -> None:
             click.echo(unified_diff(report.path, report.source.text, report.fixed_text), nl=False)
             continue
         try:
-            target = writable_target(report.path, paths or (Path("."),), through_links)
+            target = writable_target(report.path, paths or (Path("."),), write_through_links)
             write_source_atomic(replace(report.source, path=target), report.fixed_text)
         except (SourceError, OSError) as error:
             _error(f"{report.path}: cannot write: {_os_reason(error)}")
@@ -406,11 +405,7 @@ def _fix_stdin(
     raw = sys.stdin.buffer.read()
     try:
         settings = _settings(_config_paths(paths, stdin_filename), options)
-        try:
-            source = source_from_bytes(stdin_filename or STDIN, raw)
-        except SourceError as error:
-            _error(f"{stdin_filename or 'stdin'}: {error}")
-            sys.exit(EXIT_ERROR)
+        source = _stdin_source(stdin_filename, raw)
         report = run_source(source, settings, Mode(True, unsafe, False))
     except BaseException:  # SystemExit and KeyboardInterrupt too
         _write_stdout(raw)

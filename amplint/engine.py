@@ -413,19 +413,12 @@ def analyse_source(
     report = FileReport(source.path)
     project = project_view(source.path, project_root)
     # Bytes the fix does not touch would change too: check such a file only.
-    unwritable = fixing and not source.round_trips
+    writable = source.round_trips
     try:
         _analyse(
-            report,
-            source.code,
-            codes,
-            settings,
-            fixing and not unwritable,
-            unsafe,
-            previews,
-            project,
+            report, source.code, codes, settings, fixing and writable, unsafe, previews, project
         )
-        if unwritable:
+        if fixing and not writable:
             report.error = (
                 f"not fixed, file left unchanged: its {source.encoding} bytes do not come back "
                 "the same when its text is encoded again"

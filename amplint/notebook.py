@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from functools import cached_property
 
 # Cell magics whose body is Python run by the kernel; any other cell magic
 # (%%bash, %%writefile, %%html, ...) holds something else and is masked whole.
@@ -54,11 +55,11 @@ class _Marks:
     def magic(self, index: int) -> str:
         return f"# <{self.tag}: ipython {index}>"
 
-    @property
+    @cached_property
     def cell_line(self) -> re.Pattern[str]:
         return re.compile(rf"# <{re.escape(self.tag)}: cell (\d+)>")
 
-    @property
+    @cached_property
     def magic_line(self) -> re.Pattern[str]:
         return re.compile(rf"([ \t]*)# <{re.escape(self.tag)}: ipython (\d+)>")
 
@@ -90,7 +91,7 @@ class Notebook:
     code: str  # the code cells as one module
     cells: tuple[CodeCell, ...]
     masked: tuple[str, ...]  # the IPython lines the module's mask comments stand for
-    tag: str = _TAG  # what the mask comments name (see _Marks)
+    marks: _Marks = _Marks(_TAG)  # the mask comments, which name a tag no cell spells
 
     def position(self, line: int) -> tuple[int, int]:
         """(cell number, line within the cell) of a module line."""
@@ -107,7 +108,7 @@ class Notebook:
         return [self._unmask(line) for line in lines]
 
     def _unmask(self, line: str) -> str:
-        match = _Marks(self.tag).magic_line.fullmatch(line)
+        match = self.marks.magic_line.fullmatch(line)
         if match is None or int(match.group(2)) >= len(self.masked):
             return line
         return match.group(1) + self.masked[int(match.group(2))].lstrip(" \t")
@@ -119,9 +120,8 @@ class Notebook:
             lines.pop()
         chunks: list[list[str]] = [[]]
         numbers = [self.cells[0].number] if self.cells else []
-        cell_line = _Marks(self.tag).cell_line
         for line in lines:
-            match = cell_line.fullmatch(line)
+            match = self.marks.cell_line.fullmatch(line)
             if match is not None:
                 numbers.append(int(match.group(1)))
                 chunks.append([])
@@ -221,7 +221,7 @@ def read_notebook(raw: str) -> Notebook:
         cells.append(CodeCell(number, len(module_lines) + 1, len(lines), newline_added))
         module_lines += _masked_lines(lines, masked, marks)
     code = "\n".join(module_lines) + "\n" if module_lines else ""
-    return Notebook(raw, code, tuple(cells), tuple(masked), marks.tag)
+    return Notebook(raw, code, tuple(cells), tuple(masked), marks)
 
 
 def _load(raw: str) -> dict:
