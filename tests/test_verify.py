@@ -10,7 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from amplint.verify.compare import Comparison, Thresholds, default_warmup, median_step_s
+from amplint.verify.compare import (
+    Comparison,
+    Thresholds,
+    default_warmup,
+    inactive_amp,
+    median_step_s,
+)
 from tests.helpers import FIXTURES, dedent, run_cli
 
 VERIFY = FIXTURES / "verify"
@@ -54,6 +60,8 @@ def test_the_table_says_the_speed_is_not_meaningful_on_the_cpu() -> None:
     assert result.exit_code == 0
     assert "speedup" in result.stdout and "(not meaningful: no CUDA)" in result.stdout
     assert "verdict: passed" in result.stdout
+    assert "cpu, bfloat16, 10 steps" in result.stdout  # what the AMP run trained under
+    assert "TF32" not in result.stdout  # a CUDA setting: noise on a CPU
 
 
 def test_a_script_that_diverges_under_amp_fails_with_exit_1() -> None:
@@ -100,6 +108,41 @@ def test_cuda_amp_without_cuda_is_nothing_to_verify() -> None:
     assert result.exit_code == 3
     assert "no CUDA device, so AMP would be inactive" in result.stderr
     assert "--device-type cpu --dtype bfloat16" in result.stderr
+
+
+@pytest.mark.skipif(_cuda(), reason="CUDA is available here")
+def test_options_that_do_not_reach_a_migrated_autocast_are_nothing_to_verify() -> None:
+    """The rewrite of a torch.cuda.amp script keeps "cuda": asking for the CPU
+    does not move it, and two FP32 runs must not be reported as "cpu,
+    bfloat16 ... passed"."""
+    result = run_cli("verify", VERIFY / "cuda_amp_1x.py", *CPU_BF16)
+    assert result.exit_code == 3
+    assert result.stderr.strip() == (
+        "amplint: error: nothing to verify: AMP was inactive in both runs (in the rewrite, "
+        "autocast (cuda, float16) and GradScaler (cuda) were disabled, as this machine has no "
+        "CUDA device); --device-type cpu and --dtype bfloat16 shape only the autocast amplint "
+        "adds, and this rewrite (AMP201) keeps the device the script names"
+    )
+
+
+def test_why_amp_was_inactive() -> None:
+    def run(autocast=(), scalers=(), cuda=False) -> dict:
+        regions = [dict(zip(("device", "dtype", "enabled"), region)) for region in autocast]
+        made = [dict(zip(("device", "enabled"), scaler)) for scaler in scalers]
+        return {"autocast": regions, "scalers": made, "cuda_available": cuda}
+
+    assert inactive_amp(run([("cpu", "bfloat16", True)])) is None
+    assert inactive_amp(run(scalers=[("cuda", True)], cuda=True)) is None  # a half model
+    assert inactive_amp(run()) == "no autocast region was entered and no GradScaler made"
+    assert inactive_amp(run([("cpu", "bfloat16", False)])) == (
+        "autocast (cpu, bfloat16) was disabled"  # enabled=False, from the script
+    )
+    assert inactive_amp(run([("cuda", "float16", False)], [("cuda", False)], cuda=True)) == (
+        "autocast (cuda, float16) and GradScaler (cuda) were disabled"
+    )
+    assert inactive_amp(run([("cuda", "float16", False)])) == (
+        "autocast (cuda, float16) was disabled, as this machine has no CUDA device"
+    )
 
 
 @pytest.mark.parametrize(
@@ -190,6 +233,58 @@ def test_harness_counts_each_step_of_the_old_scaler_once(tmp_path: Path) -> None
         assert process.returncode == 0, stderr
         result = json.loads(out.read_text())
         assert (result["finished"], result["steps"], len(result["losses"])) == ("script", 3, 3)
+
+
+def test_harness_records_what_autocast_and_scalers_did(tmp_path: Path) -> None:
+    script = tmp_path / "regions.py"
+    script.write_text(dedent("""
+        import torch
+
+        model = torch.nn.Linear(4, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        scaler = torch.amp.GradScaler("cpu", enabled=False)
+
+        @torch.autocast("cpu", dtype=torch.bfloat16)  # entered through the decorator
+        def forward(x):
+            return model(x)
+
+        for step in range(2):
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=step > 0):
+                loss = forward(torch.randn(8, 4)).float().pow(2).mean()
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+        """))
+    out = tmp_path / "result.json"
+    status = _harness(script, "--steps", "5", "--out", out)
+    assert status.returncode == 0, status.stderr
+    result = json.loads(out.read_text())
+    assert result["autocast"] == [
+        {"device": "cpu", "dtype": "bfloat16", "enabled": False, "regions": 1},
+        {"device": "cpu", "dtype": "bfloat16", "enabled": True, "regions": 3},
+    ]
+    assert result["scalers"] == [{"device": "cpu", "enabled": False}]
+
+
+def test_harness_reads_tf32_settings_a_script_made_with_the_new_api(tmp_path: Path) -> None:
+    """Once a script sets `fp32_precision`, reading torch's legacy allow_tf32
+    flags raises: the harness reading them crashed after the script ran."""
+    script = tmp_path / "tf32.py"
+    script.write_text(dedent("""
+        import torch
+
+        torch.backends.cuda.matmul.fp32_precision = "tf32"
+        model = torch.nn.Linear(4, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for step in range(2):
+            model(torch.randn(8, 4)).pow(2).mean().backward()
+            optimizer.step()
+        """))
+    out = tmp_path / "result.json"
+    status = _harness(script, "--steps", "5", "--out", out)
+    assert status.returncode == 0, status.stderr
+    settings = json.loads(out.read_text())["settings"]
+    assert settings["matmul_allow_tf32"] is True and settings["matmul_precision"] == "tf32"
+    assert settings["cudnn_allow_tf32"] is True  # torch's default for convolutions
 
 
 def test_harness_stops_after_the_steps_asked_for(tmp_path: Path) -> None:

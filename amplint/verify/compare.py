@@ -39,6 +39,31 @@ def _losses_per_update(run: dict) -> list[float]:
     return [loss for index, loss in enumerate(_losses(run)) if index not in skipped]
 
 
+def active_autocast(run: dict) -> list[str]:
+    """The autocast the run trained under: "cpu bfloat16", ..."""
+    return [
+        f"{region['device']} {region['dtype']}"
+        for region in run.get("autocast", ())
+        if region["enabled"]
+    ]
+
+
+def inactive_amp(run: dict) -> str | None:
+    """Why the run trained without AMP (no autocast region and no GradScaler
+    enabled), in words; None when AMP was on."""
+    regions, scalers = run.get("autocast", ()), run.get("scalers", ())
+    if any(region["enabled"] for region in regions) or any(s["enabled"] for s in scalers):
+        return None
+    disabled = [f"autocast ({region['device']}, {region['dtype']})" for region in regions]
+    disabled += [f"GradScaler ({scaler['device']})" for scaler in scalers]
+    if not disabled:
+        return "no autocast region was entered and no GradScaler made"
+    devices = {region["device"] for region in regions} | {scaler["device"] for scaler in scalers}
+    no_cuda = "cuda" in devices and not run["cuda_available"]
+    why = ", as this machine has no CUDA device" if no_cuda else ""
+    return f"{' and '.join(disabled)} {'was' if len(disabled) == 1 else 'were'} disabled{why}"
+
+
 def median_step_s(run: dict, warmup: int) -> float | None:
     # step_times_s[i] is the time from step i to step i+1 (the first step's
     # start is the script's start, import and set-up included: never timed).

@@ -10,9 +10,11 @@ it); it runs as ``__main__`` with ``__file__`` and ``sys.argv[0]`` set to
 What is measured goes through torch's own hooks rather than through the code:
 a global optimizer step hook counts steps; `GradScaler.step` is wrapped to count
 the steps the scaler skipped (inf/NaN gradients, no optimizer step);
-`Tensor.backward` and `GradScaler.scale` record each step's loss (unscaled).
-After `--steps` steps the harness stops the script by raising an exception the
-script's own ``except Exception`` cannot catch, and writes the JSON.
+`Tensor.backward` and `GradScaler.scale` record each step's loss (unscaled);
+entering `torch.autocast` records its device, dtype and whether it is enabled,
+so the parent can tell a rewrite whose AMP never switched on.  After `--steps`
+steps the harness stops the script by raising an exception the script's own
+``except Exception`` cannot catch, and writes the JSON.
 """
 
 from __future__ import annotations
@@ -55,6 +57,9 @@ class Recorder:
         self._scaled: dict[int, object] = {}  # id(scaled loss) -> the unscaled loss
         self._last = None  # the time of the last step event
         self.scalers: list = []  # weak references to every GradScaler made
+        self.scalers_made: list[dict] = []  # each one's device and whether it is enabled
+        # (device, dtype, enabled) -> autocast regions entered so
+        self.autocast: dict[tuple[str, str, bool], int] = {}
 
     # -- events ------------------------------------------------------------------
     def backward(self, tensor) -> None:
@@ -66,6 +71,11 @@ class Recorder:
     def scaled(self, loss, scaled) -> None:
         if hasattr(loss, "numel") and loss.numel() == 1:
             self._scaled[id(scaled)] = loss
+
+    def autocast_entered(self, region) -> None:
+        dtype = str(getattr(region, "fast_dtype", None)).removeprefix("torch.")
+        key = (str(getattr(region, "device", "?")), dtype, bool(getattr(region, "_enabled", False)))
+        self.autocast[key] = self.autocast.get(key, 0) + 1
 
     def step(self, skipped: bool) -> None:
         self.steps += 1
@@ -116,14 +126,43 @@ class Recorder:
             "device": torch.cuda.get_device_name() if self.cuda else "cpu",
             "cuda_available": self.cuda,
             "torch": torch.__version__,
-            "settings": {
-                "matmul_allow_tf32": torch.backends.cuda.matmul.allow_tf32,
-                "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32,
-                "float32_matmul_precision": torch.get_float32_matmul_precision(),
-                "cudnn_benchmark": torch.backends.cudnn.benchmark,
-                "cudnn_deterministic": torch.backends.cudnn.deterministic,
-            },
+            "settings": precision_settings(torch),
+            "autocast": [
+                {"device": device, "dtype": dtype, "enabled": enabled, "regions": count}
+                for (device, dtype, enabled), count in sorted(self.autocast.items())
+            ],
+            "scalers": self.scalers_made,
         }
+
+
+def precision_settings(torch) -> dict:
+    """The TF32 settings in force.  Where torch has the `fp32_precision`
+    settings (2.9 on), they are what is read: once a script set them, reading
+    the legacy `allow_tf32` flags raises ("a mix of the legacy and new APIs").
+    A "none" precision inherits `torch.backends.fp32_precision`, and "none"
+    there means torch's defaults: IEEE matmuls, TF32 cuDNN convolutions."""
+    backends = torch.backends
+    settings = {
+        "cudnn_benchmark": backends.cudnn.benchmark,
+        "cudnn_deterministic": backends.cudnn.deterministic,
+    }
+    matmul = getattr(backends.cuda.matmul, "fp32_precision", None)
+    if matmul is None:
+        return {
+            "matmul_allow_tf32": backends.cuda.matmul.allow_tf32,
+            "cudnn_allow_tf32": backends.cudnn.allow_tf32,
+            "matmul_precision": torch.get_float32_matmul_precision(),
+            **settings,
+        }
+    inherited = getattr(backends, "fp32_precision", "none")
+    conv = backends.cudnn.conv.fp32_precision
+    matmul, conv = (inherited if own == "none" else own for own in (matmul, conv))
+    return {
+        "matmul_allow_tf32": matmul == "tf32",
+        "cudnn_allow_tf32": conv in ("tf32", "none"),
+        "matmul_precision": matmul,
+        **settings,
+    }
 
 
 def _instrument(torch, recorder: Recorder) -> None:
@@ -152,6 +191,17 @@ def _instrument(torch, recorder: Recorder) -> None:
     for cls in scaler_classes:
         _wrap_scaler(cls, recorder, in_scaler_step)
 
+    # torch.cuda.amp.autocast and torch.cpu.amp.autocast enter through it.
+    autocast = torch.amp.autocast_mode.autocast
+    original_enter = autocast.__enter__
+
+    def __enter__(self):
+        entered = original_enter(self)
+        recorder.autocast_entered(self)
+        return entered
+
+    autocast.__enter__ = __enter__
+
 
 def _wrap_scaler(cls, recorder: Recorder, in_scaler_step: list[int]) -> None:
     """Record what `cls`'s own methods do.  Only the methods `cls` defines
@@ -165,6 +215,8 @@ def _wrap_scaler(cls, recorder: Recorder, in_scaler_step: list[int]) -> None:
         original_init(self, *args, **kwargs)
         if not any(ref() is self for ref in recorder.scalers):  # a subclass's init runs ours
             recorder.scalers.append(weakref.ref(self))
+            device, enabled = getattr(self, "_device", "cuda"), self.is_enabled()
+            recorder.scalers_made.append({"device": device, "enabled": enabled})
 
     cls.__init__ = __init__
     if "scale" in own:

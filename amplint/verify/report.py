@@ -21,12 +21,10 @@ def _loss(value: float | None) -> str:
     return "-" if value is None else f"{value:.4f}"
 
 
-def _settings_line(settings: dict | None) -> str:
-    if not settings:
-        return ""
+def _tf32_line(settings: dict) -> str:
     matmul = "on" if settings["matmul_allow_tf32"] else "off"
     cudnn = "on" if settings["cudnn_allow_tf32"] else "off"
-    return f"TF32 matmul {matmul} (precision {settings['float32_matmul_precision']}), cuDNN TF32 {cudnn}"
+    return f"TF32 matmul {matmul} (precision {settings['matmul_precision']}), cuDNN TF32 {cudnn}"
 
 
 def text_report(script: Path, outcome: Outcome) -> list[str]:
@@ -36,7 +34,10 @@ def text_report(script: Path, outcome: Outcome) -> list[str]:
     lines = [
         f"amplint verify {script}: {outcome.device}, {outcome.dtype}, {thresholds.steps} steps "
         f"(timed after {thresholds.warmup}), torch {base.get('torch')}",
-        f"  {_settings_line(base.get('settings'))}",
+    ]
+    if base.get("cuda_available"):  # TF32 changes what FP32 means, on CUDA only
+        lines.append(f"  {_tf32_line(base['settings'])}")
+    lines += [
         "  rewrite: " + "; ".join(outcome.applied),
         "",
         f"  {'':<22}{'baseline':>12}{'AMP':>12}",

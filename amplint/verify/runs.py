@@ -19,7 +19,7 @@ from amplint.config import Settings
 from amplint.engine import FixError, fix_text
 from amplint.files import SourceError, read_source
 from amplint.rules import ALL_CODES
-from amplint.verify.compare import Comparison, Thresholds
+from amplint.verify.compare import Comparison, Thresholds, active_autocast, inactive_amp
 from amplint.verify.harness import HARNESS_ERROR, NEEDS_TORCH
 
 EXIT_PASSED, EXIT_FAILED, EXIT_ERROR, EXIT_NOTHING = 0, 1, 2, 3
@@ -212,6 +212,7 @@ def verify(request: Request, progress: Progress | None = None) -> Outcome:
         workdir = Path(scratch)
         baseline = run_child("baseline", original, request, progress, workdir)
         amp = run_child("AMP", fixed, request, progress, workdir)
+    _require_active_amp(baseline, amp, request, applied)
     problems = []
     for name, run in (("baseline", baseline), ("AMP", amp)):
         if run["finished"] == "script" and run["steps"] < request.thresholds.steps:
@@ -221,7 +222,33 @@ def verify(request: Request, progress: Progress | None = None) -> Outcome:
     speed_meaningful = device_type == "cuda" and baseline["cuda_available"]
     comparison = Comparison(baseline, amp, request.thresholds, speed_meaningful, problems)
     device = baseline["device"] if device_type == "cuda" else device_type
-    return Outcome(comparison, applied, device, dtype, speed_meaningful)
+    # What the AMP run trained under, which need not be what was asked for.
+    dtypes = sorted({autocast.split()[1] for autocast in active_autocast(amp)})
+    return Outcome(comparison, applied, device, ", ".join(dtypes) or dtype, speed_meaningful)
+
+
+def _require_active_amp(baseline: dict, amp: dict, request: Request, applied: list[str]) -> None:
+    """VerifyError 3 when the rewrite's AMP never switched on: two FP32 runs
+    agree, and "passed" would say nothing.  A migrated script keeps the device
+    it names (torch.cuda.amp -> torch.amp "cuda"), whatever --device-type says."""
+    inactive = inactive_amp(amp)
+    if inactive is None:
+        return
+    if inactive_amp(baseline) is None:
+        raise VerifyError(
+            EXIT_FAILED, f"the rewrite turned AMP off: the AMP run trained in FP32 ({inactive})"
+        )
+    message = f"nothing to verify: AMP was inactive in both runs (in the rewrite, {inactive})"
+    settings = request.settings
+    asked = {settings.device_type}
+    regions = {region["device"] for region in amp.get("autocast", ())}
+    if regions and not regions & asked:
+        codes = ", ".join(sorted({change.split()[0] for change in applied}))
+        message += (
+            f"; --device-type {settings.device_type} and --dtype {settings.dtype} shape only the "
+            f"autocast amplint adds, and this rewrite ({codes}) keeps the device the script names"
+        )
+    raise VerifyError(EXIT_NOTHING, message)
 
 
 def _cuda_available() -> bool:
