@@ -238,7 +238,8 @@ def _check_same_rewrite(plan: Plan, directory: Path) -> None:
         if column not in plan.programs or column in plan.adapter.declined:
             continue
         try:
-            _, verified, _ = rewritten(script, Settings(root=directory, **REWRITES[column]), False)
+            settings = Settings(root=directory, **REWRITES[column])
+            verified = rewritten(script, settings, False).script
         except VerifyError as error:
             differences.append(f"{column}: verify cannot rewrite it: {error}")
             continue

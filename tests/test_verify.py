@@ -4,6 +4,7 @@ its documented exit code for every way a run can go wrong."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -77,7 +78,8 @@ def test_a_crash_names_the_run_and_shows_its_error() -> None:
     result = run_cli("verify", VERIFY / "crashes.py", *CPU_BF16)
     assert result.exit_code == 1
     assert "the baseline run crashed (exit status 1) after 3 of 10 steps" in result.stderr
-    assert "ValueError: sample 3 is corrupt" in result.stderr
+    # The script's own stderr, one line each (a traceback is not escaped into one line).
+    assert "\n    ValueError: sample 3 is corrupt: expected 8 features, found 7\n" in result.stderr
     assert "harness.py" not in result.stderr  # the script's traceback, not ours
 
 
@@ -125,6 +127,115 @@ def test_options_that_do_not_reach_a_migrated_autocast_are_nothing_to_verify() -
     )
 
 
+def test_a_data_parallel_script_keeps_parity_on_every_rank() -> None:
+    """torchrun, two CPU processes, gloo: each rank is measured and compared."""
+    args = ("--nproc-per-node", "2", *CPU_BF16, "--json")
+    result = run_cli("verify", VERIFY / "ddp_train.py", *args)
+    report = json.loads(result.stdout)
+    assert result.exit_code == 0, report
+    assert report["ranks"] == 2 and report["passed"] and report["parity_ok"]
+    assert [rank["steps"] for rank in report["per_rank"]] == [[10, 10], [10, 10]]
+    assert all(rank["loss_gap"] <= 0.05 for rank in report["per_rank"])
+    assert report["loss_gap"] == max(rank["loss_gap"] for rank in report["per_rank"])
+    slowest = max(rank["median_step_s"][0] for rank in report["per_rank"])
+    assert report["baseline"]["median_step_s"] == slowest
+    assert report["rewrite"] == ["AMP001 autocast (bfloat16) around the forward pass"]
+
+
+def _measured(name: str, *, tf32_on: bool = False) -> dict:
+    """What the harness reports of one run on a CUDA machine (made up: no GPU here)."""
+    step_ms = {"baseline": 40.0, "AMP": 10.0, "TF32": 20.0}[name]
+    return {
+        "finished": "steps",
+        "steps": 10,
+        "exit_status": 0,
+        "losses": [2.0 - 0.1 * step for step in range(10)],
+        "step_times_s": [step_ms / 1000] * 9,
+        "skipped_steps": 0,
+        "skipped_at": [],
+        "peak_mem_bytes": {"baseline": 4 << 30, "AMP": 2 << 30, "TF32": 4 << 30}[name],
+        "device": "NVIDIA H200",
+        "cuda_available": True,
+        "torch": "2.13.0",
+        "settings": {
+            "matmul_allow_tf32": tf32_on or name == "TF32",
+            "cudnn_allow_tf32": True,
+            "matmul_precision": "tf32" if tf32_on or name == "TF32" else "none",
+        },
+        "autocast": (
+            [{"device": "cuda", "dtype": "float16", "enabled": True, "regions": 10}]
+            if name == "AMP"
+            else []
+        ),
+        "scalers": [{"device": "cuda", "enabled": True}] if name == "AMP" else [],
+        "rewritten_loaded": [],
+    }
+
+
+@pytest.mark.parametrize("tf32_run", [True, False])
+def test_on_cuda_a_third_run_shows_what_tf32_alone_buys(
+    tf32_run: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from amplint.config import Settings
+    from amplint.verify import runs
+    from amplint.verify.report import text_report
+
+    started: list[tuple[str, list[str]]] = []
+
+    def run_child(name, text, request, progress, workdir, modules=None, harness_options=()):
+        started.append((name, list(harness_options)))
+        return [_measured(name)]
+
+    monkeypatch.setattr(runs, "_cuda_available", lambda: True)
+    monkeypatch.setattr(runs, "run_child", run_child)
+    request = runs.Request(
+        script=VERIFY / "gpt_style.py",
+        script_args=(),
+        settings=Settings(),
+        unsafe=False,
+        thresholds=Thresholds(steps=10, warmup=2, last=5, rtol=0.05, min_speedup=None),
+        timeout_s=60,
+        tf32_run=tf32_run,
+    )
+    outcome = runs.verify(request)
+    table = "\n".join(text_report(Path("gpt_style.py"), outcome))
+    assert "TF32 matmul off (precision none), cuDNN TF32 on" in table  # on CUDA: shown
+    if not tf32_run:  # --no-tf32-run
+        assert started == [("baseline", []), ("AMP", [])]
+        assert "FP32+TF32" not in table and "TF32 alone" not in table
+        return
+    assert started == [("baseline", []), ("AMP", []), ("TF32", ["--tf32"])]
+    assert outcome.comparison.speedup == 4.0 and outcome.comparison.tf32_speedup == 2.0
+    assert "baseline         AMP   FP32+TF32" in table
+    assert "speedup 4.00x (TF32 alone: 2.00x)" in table
+    assert "(not meaningful" not in table
+
+
+def test_no_tf32_run_where_the_script_turns_tf32_on_itself(monkeypatch) -> None:
+    from amplint.config import Settings
+    from amplint.verify import runs
+
+    started: list[str] = []
+
+    def run_child(name, text, request, progress, workdir, modules=None, harness_options=()):
+        started.append(name)
+        return [_measured(name, tf32_on=True)]
+
+    monkeypatch.setattr(runs, "_cuda_available", lambda: True)
+    monkeypatch.setattr(runs, "run_child", run_child)
+    request = runs.Request(
+        script=VERIFY / "gpt_style.py",
+        script_args=(),
+        settings=Settings(),
+        unsafe=False,
+        thresholds=Thresholds(steps=10, warmup=2, last=5, rtol=0.05, min_speedup=None),
+        timeout_s=60,
+    )
+    outcome = runs.verify(request)
+    assert started == ["baseline", "AMP"]
+    assert outcome.notes == ["no TF32 run: the script turns TF32 matmuls on itself"]
+
+
 def test_why_amp_was_inactive() -> None:
     def run(autocast=(), scalers=(), cuda=False) -> dict:
         regions = [dict(zip(("device", "dtype", "enabled"), region)) for region in autocast]
@@ -142,6 +253,83 @@ def test_why_amp_was_inactive() -> None:
     )
     assert inactive_amp(run([("cuda", "float16", False)])) == (
         "autocast (cuda, float16) was disabled, as this machine has no CUDA device"
+    )
+
+
+@pytest.fixture
+def trainer_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A copy of the driver and its `regressor` package, as the working directory."""
+    project = tmp_path / "project"
+    shutil.copytree(VERIFY / "trainer_package", project)
+    (project / "tools").mkdir()
+    (project / "tools" / "sweep.py").write_text(dedent("""
+        import torch
+
+        def fit(model, batches, optimizer):
+            for x, y in batches:
+                loss = torch.nn.functional.mse_loss(model(x), y)
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+        """))
+    monkeypatch.chdir(project)
+    return project
+
+
+def test_a_driver_whose_step_is_in_a_package_says_where_it_is(trainer_package: Path) -> None:
+    result = run_cli("verify", "train.py", *CPU_BF16)
+    assert result.exit_code == 3
+    assert result.stderr.strip() == (
+        "amplint: error: nothing to verify: amplint would not change train.py (no findings); "
+        "the training step is in what it imports: regressor/engine.py (AMP001); verify it as "
+        "the script uses it with --rewrite regressor/engine.py"
+    )
+    # Rewritten with float16, the step needs a GradScaler beside the optimizer
+    # of train.py: amplint reports it and rewrites nothing.
+    result = run_cli("verify", "train.py", "--device-type", "cpu", "--steps", "10")
+    assert result.exit_code == 3
+    assert result.stderr.strip().endswith(
+        "what it imports has findings amplint does not rewrite: regressor/engine.py (AMP001)"
+    )
+
+
+def test_rewrite_verifies_a_package_step_as_its_driver_uses_it(trainer_package: Path) -> None:
+    result = run_cli("verify", "train.py", "--rewrite", "regressor/", *CPU_BF16, "--json")
+    report = json.loads(result.stdout)
+    assert result.exit_code == 0, report
+    assert report["rewrite"] == [
+        "regressor/engine.py: AMP001 autocast (bfloat16) around the forward pass"
+    ]
+    assert report["passed"] and report["notes"] == []
+    assert report["baseline"]["autocast"] == []
+    assert report["amp"]["autocast"] == [
+        {"device": "cpu", "dtype": "bfloat16", "enabled": True, "regions": 10}
+    ]
+    # The rewrite ran from memory: nothing cached in __pycache__ holds it, so
+    # the package still runs as written.
+    imported = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import regressor.engine as e; print(e.train_one_epoch.__code__.co_names)",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=trainer_package,
+    )
+    assert imported.returncode == 0 and "autocast" not in imported.stdout
+    assert "autocast" not in (trainer_package / "regressor" / "engine.py").read_text()
+
+
+def test_rewritten_modules_the_run_never_imports_are_named(trainer_package: Path) -> None:
+    args = ("verify", "train.py", "--rewrite", "regressor", "--rewrite", "tools", *CPU_BF16)
+    result = run_cli(*args)
+    assert result.exit_code == 0
+    assert "  note: rewritten, but never imported by the AMP run: tools/sweep.py" in result.stdout
+    result = run_cli("verify", "train.py", "--rewrite", "tools", *CPU_BF16)
+    assert result.exit_code == 3
+    assert "the script is unchanged and the AMP run imported none of the rewritten modules " in (
+        result.stderr
     )
 
 
@@ -287,6 +475,26 @@ def test_harness_reads_tf32_settings_a_script_made_with_the_new_api(tmp_path: Pa
     assert settings["cudnn_allow_tf32"] is True  # torch's default for convolutions
 
 
+def test_harness_tf32_run_sets_the_switch_a_script_can_still_read(tmp_path: Path) -> None:
+    script = tmp_path / "reads.py"
+    script.write_text(dedent("""
+        import torch
+
+        # A script that reads either API after the harness turned TF32 on.
+        print(torch.backends.cuda.matmul.allow_tf32, torch.backends.cuda.matmul.fp32_precision)
+        model = torch.nn.Linear(4, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        model(torch.randn(8, 4)).pow(2).mean().backward()
+        optimizer.step()
+        """))
+    out = tmp_path / "result.json"
+    status = _harness(script, "--steps", "5", "--out", out, "--tf32")
+    assert status.returncode == 0, status.stderr
+    assert status.stdout.split() == ["True", "tf32"]
+    settings = json.loads(out.read_text())["settings"]
+    assert settings["matmul_allow_tf32"] is True and settings["cudnn_allow_tf32"] is True
+
+
 def test_harness_stops_after_the_steps_asked_for(tmp_path: Path) -> None:
     script = tmp_path / "forever.py"
     script.write_text(dedent("""
@@ -323,7 +531,7 @@ def test_comparison_figures() -> None:
     thresholds = Thresholds(steps=6, warmup=2, last=2, rtol=0.05, min_speedup=2.0)
     baseline = _run([5, 4, 3, 2, 1.0, 1.0], [9, 2.0, 2.0, 2.0, 2.0], peak=1000)
     amp = _run([5, 4, 3, 2, 1.0, 1.02], [9, 1.0, 1.0, 1.0, 1.0], peak=600)
-    comparison = Comparison(baseline, amp, thresholds, speed_meaningful=True)
+    comparison = Comparison([baseline], [amp], thresholds, speed_meaningful=True)
     assert median_step_s(baseline, 2) == 2.0  # the first interval (start-up) is never timed
     assert comparison.speedup == 2.0 and comparison.mem_ratio == 0.6
     assert comparison.loss_gap == pytest.approx(0.01)
@@ -339,21 +547,50 @@ def test_parity_compares_losses_after_as_many_updates() -> None:
     baseline = _run(falling, [1.0] * 7)
     amp = _run([8.0, 8.0, 8.0, *falling[1:6]], [1.0] * 7)
     amp["skipped_at"], amp["skipped_steps"] = [0, 1], 2
-    comparison = Comparison(baseline, amp, thresholds, speed_meaningful=False)
+    comparison = Comparison([baseline], [amp], thresholds, speed_meaningful=False)
     assert comparison.loss_gap == 0.0 and comparison.passed
     del amp["skipped_at"]  # as a step-by-step comparison would see it
-    assert Comparison(baseline, amp, thresholds, speed_meaningful=False).loss_gap > 0.2
+    assert Comparison([baseline], [amp], thresholds, speed_meaningful=False).loss_gap > 0.2
 
 
 def test_comparison_fails_on_nan_and_on_a_slow_rewrite() -> None:
     thresholds = Thresholds(steps=3, warmup=1, last=2, rtol=0.05, min_speedup=1.5)
     baseline = _run([3, 2, 1.0], [1.0, 1.0])
     amp = _run([3, 2, "nan"], [1.0, 1.0])
-    comparison = Comparison(baseline, amp, thresholds, speed_meaningful=True)
+    comparison = Comparison([baseline], [amp], thresholds, speed_meaningful=True)
     assert not comparison.parity_ok and not comparison.passed
     reasons = comparison.reasons()
     assert reasons[0] == "the AMP loss is not finite (NaN or inf)"
     assert reasons[1] == "speedup 1.00x is below --min-speedup 1.5"
+
+
+def test_ranks_are_compared_one_by_one_and_timed_by_the_slowest() -> None:
+    thresholds = Thresholds(steps=4, warmup=1, last=2, rtol=0.05, min_speedup=None)
+    baseline = [_run([4, 3, 2, 1.0], [1.0, 2.0, 2.0]), _run([4, 3, 2, 2.0], [1.0, 3.0, 3.0])]
+    amp = [_run([4, 3, 2, 1.0], [1.0, 1.0, 1.0]), _run([4, 3, 2, 2.4], [1.0, 1.5, 1.5])]
+    comparison = Comparison(baseline, amp, thresholds, speed_meaningful=True)
+    assert comparison.baseline_median == 3.0 and comparison.amp_median == 1.5  # rank 1's
+    assert comparison.speedup == 2.0
+    assert comparison.rank_gaps == [0.0, pytest.approx(0.1)]
+    assert comparison.loss_gap == pytest.approx(0.1) and not comparison.passed
+    assert comparison.reasons() == [
+        "loss parity on rank 1: the AMP run's mean loss over the last 2 updates differs from "
+        "the baseline's by 10.0% (allowed: 5.0%, --rtol)"
+    ]
+    amp[0]["losses"][-1] = "nan"
+    assert "the AMP loss is not finite (NaN or inf) on rank 0" in comparison.reasons()
+
+
+def test_the_tf32_run_stands_beside_the_comparison_without_deciding_it() -> None:
+    thresholds = Thresholds(steps=4, warmup=1, last=2, rtol=0.05, min_speedup=None)
+    baseline, amp = _run([4, 3, 2, 1.0], [9.0, 4.0, 4.0]), _run([4, 3, 2, 1.0], [9.0, 1.0, 1.0])
+    tf32 = _run([4, 3, 2, 1.5], [9.0, 2.0, 2.0])  # far off: a report, not a failure
+    comparison = Comparison([baseline], [amp], thresholds, True, tf32=[tf32])
+    assert comparison.speedup == 4.0 and comparison.tf32_speedup == 2.0
+    assert comparison.tf32_gap == pytest.approx(0.25 / 1.5) and comparison.passed
+    document = comparison.as_json("NVIDIA H200", "float16")
+    assert document["tf32"]["median_step_s"] == 2.0 and document["tf32_speedup"] == 2.0
+    assert Comparison([baseline], [amp], thresholds, True).as_json("cpu", "bf16")["tf32"] is None
 
 
 def test_default_warmup() -> None:

@@ -505,6 +505,11 @@ class ProjectView:
                 found.append(kernel)
         return found
 
+    def imported_program(self) -> list[Path]:
+        """The project modules this one reaches through its imports, at any
+        depth, itself left out (what a driver script runs of the project)."""
+        return sorted(self._reached([self.path]) - {self.path})
+
     def _may_import_this(self, path: Path) -> bool:
         """A text test before parsing: an import of this module spells its name."""
         module = self.index.module(path)

@@ -71,56 +71,117 @@ def median_step_s(run: dict, warmup: int) -> float | None:
     return statistics.median(times) if times else None
 
 
+def _last_losses(run: dict, other: dict, last: int) -> list[float]:
+    """`run`'s losses over the last `last` of the updates both runs made."""
+    updates = min(len(_losses_per_update(run)), len(_losses_per_update(other)))
+    return _losses_per_update(run)[:updates][-last:]
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
 @dataclass
 class Comparison:
-    baseline: dict
-    amp: dict
+    """The AMP run against the baseline, rank by rank (one rank without
+    --nproc-per-node), with the TF32 run beside them where there is one.  A
+    step ends when the slowest rank ends it: times are the slowest rank's."""
+
+    baseline: list[dict]  # one measured run per rank
+    amp: list[dict]
     thresholds: Thresholds
     speed_meaningful: bool
     problems: list[str] = field(default_factory=list)
+    tf32: list[dict] = field(default_factory=list)  # empty: no TF32 run
+
+    def median(self, runs: list[dict]) -> float | None:
+        """The slowest rank's median step time."""
+        medians = [median_step_s(run, self.thresholds.warmup) for run in runs]
+        return None if not medians or None in medians else max(medians)
 
     @property
     def baseline_median(self) -> float | None:
-        return median_step_s(self.baseline, self.thresholds.warmup)
+        return self.median(self.baseline)
 
     @property
     def amp_median(self) -> float | None:
-        return median_step_s(self.amp, self.thresholds.warmup)
+        return self.median(self.amp)
+
+    @property
+    def tf32_median(self) -> float | None:
+        return self.median(self.tf32)
+
+    @staticmethod
+    def _ratio(numerator: float | None, denominator: float | None) -> float | None:
+        return numerator / denominator if numerator and denominator else None
 
     @property
     def speedup(self) -> float | None:
-        base, amp = self.baseline_median, self.amp_median
-        return base / amp if base and amp else None
+        """AMP over the baseline."""
+        return self._ratio(self.baseline_median, self.amp_median)
+
+    @property
+    def tf32_speedup(self) -> float | None:
+        """TF32 over the baseline: what the one-line switch buys."""
+        return self._ratio(self.baseline_median, self.tf32_median)
+
+    @staticmethod
+    def peak(runs: list[dict]) -> int | None:
+        peaks = [run.get("peak_mem_bytes") for run in runs]
+        return None if not peaks or None in peaks else max(peaks)
 
     @property
     def mem_ratio(self) -> float | None:
-        base, amp = self.baseline.get("peak_mem_bytes"), self.amp.get("peak_mem_bytes")
-        return amp / base if base and amp else None
+        return self._ratio(self.peak(self.amp), self.peak(self.baseline))
 
-    def last_losses(self, run: dict) -> list[float]:
-        """The run's losses over the last updates both runs made."""
-        updates = min(len(_losses_per_update(self.baseline)), len(_losses_per_update(self.amp)))
-        return _losses_per_update(run)[:updates][-self.thresholds.last :]
+    def mean_last_loss(self, runs: list[dict], rank: int = 0) -> float | None:
+        """The rank's mean loss over the last updates it and the baseline both made."""
+        other = self.amp[rank] if runs is self.baseline else self.baseline[rank]
+        return _mean(_last_losses(runs[rank], other, self.thresholds.last))
 
-    def mean_last_loss(self, run: dict) -> float | None:
-        losses = self.last_losses(run)
-        return sum(losses) / len(losses) if losses else None
+    def _gap(self, baseline: dict, other: dict) -> float | None:
+        """|other - baseline| / |baseline| of the mean loss over the last steps."""
+        base_losses = _last_losses(baseline, other, self.thresholds.last)
+        other_losses = _last_losses(other, baseline, self.thresholds.last)
+        if not all(map(math.isfinite, base_losses + other_losses)):
+            return None
+        base, value = _mean(base_losses), _mean(other_losses)
+        if base is None or value is None:
+            return None
+        return abs(value - base) / max(abs(base), 1e-12)
 
     @property
-    def finite(self) -> bool:
-        return all(
-            math.isfinite(loss)
-            for run in (self.baseline, self.amp)
-            for loss in self.last_losses(run)
-        )
+    def rank_gaps(self) -> list[float | None]:
+        return [self._gap(base, amp) for base, amp in zip(self.baseline, self.amp)]
 
     @property
     def loss_gap(self) -> float | None:
-        """|amp - baseline| / |baseline| of the mean loss over the last steps."""
-        base, amp = self.mean_last_loss(self.baseline), self.mean_last_loss(self.amp)
-        if base is None or amp is None or not self.finite:
-            return None
-        return abs(amp - base) / max(abs(base), 1e-12)
+        """The largest gap over the ranks; None when a loss is not finite."""
+        gaps = self.rank_gaps
+        return None if not gaps or None in gaps else max(gaps)
+
+    @property
+    def tf32_gap(self) -> float | None:
+        gaps = [self._gap(base, tf32) for base, tf32 in zip(self.baseline, self.tf32)]
+        return None if not gaps or None in gaps else max(gaps)
+
+    def _not_finite(self) -> list[str]:
+        """ "the AMP loss is not finite (NaN or inf)", one per run and rank it holds for."""
+        found = []
+        for rank, (base, amp) in enumerate(zip(self.baseline, self.amp)):
+            where = f" on rank {rank}" if len(self.baseline) > 1 else ""
+            runs = [
+                name
+                for name, run, other in (("baseline", base, amp), ("AMP", amp, base))
+                if not all(map(math.isfinite, _last_losses(run, other, self.thresholds.last)))
+            ]
+            if runs:
+                found.append(f"the {' and '.join(runs)} loss is not finite (NaN or inf){where}")
+        return found
+
+    @property
+    def finite(self) -> bool:
+        return not self._not_finite()
 
     @property
     def parity_ok(self) -> bool:
@@ -138,34 +199,35 @@ class Comparison:
 
     def reasons(self) -> list[str]:
         """Why it did not pass, one line each."""
-        reasons = list(self.problems)
-        if not self.finite:
-            runs = [
-                name
-                for name, run in (("baseline", self.baseline), ("AMP", self.amp))
-                if not all(math.isfinite(loss) for loss in self.last_losses(run))
-            ]
-            reasons.append(f"the {' and '.join(runs)} loss is not finite (NaN or inf)")
-        elif not self.parity_ok and self.loss_gap is not None:
-            reasons.append(
-                f"loss parity: the AMP run's mean loss over the last {self.thresholds.last} "
-                f"updates differs from the baseline's by {self.loss_gap:.1%} "
-                f"(allowed: {self.thresholds.rtol:.1%}, --rtol)"
-            )
+        reasons = list(self.problems) + self._not_finite()
+        for rank, gap in enumerate(self.rank_gaps):
+            if gap is not None and gap > self.thresholds.rtol:
+                where = f" on rank {rank}" if len(self.baseline) > 1 else ""
+                reasons.append(
+                    f"loss parity{where}: the AMP run's mean loss over the last "
+                    f"{self.thresholds.last} updates differs from the baseline's by {gap:.1%} "
+                    f"(allowed: {self.thresholds.rtol:.1%}, --rtol)"
+                )
         if not self.speed_ok:
             shown = "unknown" if self.speedup is None else f"{self.speedup:.2f}x"
             reasons.append(f"speedup {shown} is below --min-speedup {self.thresholds.min_speedup}")
         return reasons
 
     def as_json(self, device: str, dtype: str) -> dict:
-        def run_summary(run: dict) -> dict:
+        def summary(runs: list[dict]) -> dict | None:
+            if not runs:
+                return None
+            first = runs[0]
             return {
-                "median_step_s": median_step_s(run, self.thresholds.warmup),
-                "peak_mem_bytes": run.get("peak_mem_bytes"),
-                "losses": run["losses"],
-                "skipped_steps": run["skipped_steps"],
-                "steps": run["steps"],
-                "loss_scale": run.get("loss_scale"),
+                "median_step_s": self.median(runs),  # the slowest rank's
+                "peak_mem_bytes": self.peak(runs),  # the largest rank's
+                "losses": first["losses"],  # rank 0's, as below
+                "skipped_steps": first["skipped_steps"],
+                "steps": first["steps"],
+                "loss_scale": first.get("loss_scale"),
+                "autocast": first.get("autocast", []),
+                "scalers": first.get("scalers", []),
+                "settings": first.get("settings"),
             }
 
         return {
@@ -173,15 +235,34 @@ class Comparison:
             "dtype": dtype,
             "steps": self.thresholds.steps,
             "warmup": self.thresholds.warmup,
-            "torch": self.baseline.get("torch"),
-            "settings": self.baseline.get("settings"),
-            "baseline": run_summary(self.baseline),
-            "amp": run_summary(self.amp),
+            "ranks": len(self.baseline),
+            "torch": self.baseline[0].get("torch"),
+            "settings": self.baseline[0].get("settings"),
+            "baseline": summary(self.baseline),
+            "amp": summary(self.amp),
+            "tf32": summary(self.tf32),
             "speedup": self.speedup,
+            "tf32_speedup": self.tf32_speedup,
             "speed_meaningful": self.speed_meaningful,
             "mem_ratio": self.mem_ratio,
             "loss_gap": self.loss_gap,
+            "rank_loss_gaps": self.rank_gaps,
+            "tf32_loss_gap": self.tf32_gap,
             "parity_ok": self.parity_ok,
             "passed": self.passed,
             "problems": self.reasons(),
+            "per_rank": [
+                {
+                    "rank": rank,
+                    "steps": [base["steps"], amp["steps"]],
+                    "median_step_s": [
+                        median_step_s(base, self.thresholds.warmup),
+                        median_step_s(amp, self.thresholds.warmup),
+                    ],
+                    "loss_gap": gap,
+                }
+                for rank, (base, amp, gap) in enumerate(
+                    zip(self.baseline, self.amp, self.rank_gaps)
+                )
+            ],
         }

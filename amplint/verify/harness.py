@@ -6,6 +6,9 @@
 `--source` holds the code to run (the original script, or amplint's rewrite of
 it); it runs as ``__main__`` with ``__file__`` and ``sys.argv[0]`` set to
 `--script`, from the script's directory, so its relative imports and paths work.
+`--rewritten` maps project modules to their rewrite: an import finder serves
+that text in place of the file (never cached as bytecode), so a trainer
+module runs rewritten under the driver that uses it.
 
 What is measured goes through torch's own hooks rather than through the code:
 a global optimizer step hook counts steps; `GradScaler.step` is wrapped to count
@@ -21,7 +24,10 @@ from __future__ import annotations
 
 import argparse
 import builtins
+import importlib.abc
+import importlib.machinery
 import json
+import linecache
 import math
 import os
 import random
@@ -133,6 +139,15 @@ class Recorder:
             ],
             "scalers": self.scalers_made,
         }
+
+
+def allow_tf32(torch) -> None:
+    """The one-line switch a user would try before AMP.  Set through the
+    legacy settings: a script that reads them later would raise had the
+    new `fp32_precision` ones been set, while one that reads or sets the new
+    ones works after these."""
+    torch.set_float32_matmul_precision("high")
+    torch.backends.cudnn.allow_tf32 = True
 
 
 def precision_settings(torch) -> dict:
@@ -253,6 +268,56 @@ def _recording_step(original_step, recorder: Recorder, in_scaler_step: list[int]
     return step
 
 
+class RewrittenModules(importlib.abc.MetaPathFinder):
+    """Finds modules as the finders after it do, and serves amplint's rewrite
+    of those whose file is in `rewritten` (real path -> text)."""
+
+    def __init__(self, rewritten: dict[str, str]) -> None:
+        self.rewritten = rewritten
+        self.loaded: list[str] = []  # the rewritten modules imported, by real path
+
+    def find_spec(self, fullname, path, target=None):
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        if not spec.has_location or spec.origin is None:
+            return None
+        real = os.path.realpath(spec.origin)
+        text = self.rewritten.get(real)
+        if text is None:
+            return None  # found again by the finder that found it here
+        self.loaded.append(real)
+        spec.loader = _RewrittenLoader(fullname, spec.origin, text)
+        spec.cached = None
+        return spec
+
+
+class _RewrittenLoader(importlib.machinery.SourceFileLoader):
+    """Loads a module from its rewritten text: compiled each time, never read
+    from or written to __pycache__ (the user's next plain run would load it)."""
+
+    def __init__(self, fullname: str, path: str, text: str) -> None:
+        super().__init__(fullname, path)
+        self.text = text
+
+    def get_source(self, fullname):
+        return self.text
+
+    def get_code(self, fullname):
+        _show_in_tracebacks(self.path, self.text)
+        return compile(self.text, self.path, "exec", dont_inherit=True)
+
+
+def _show_in_tracebacks(path: str, text: str) -> None:
+    """Tracebacks quote `text`, the code that ran, at `path` (no mtime: kept)."""
+    linecache.cache[path] = (len(text), None, text.splitlines(keepends=True), path)
+
+
 def _seed(torch, seed: int) -> None:
     random.seed(seed)
     try:
@@ -274,9 +339,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--source", required=True, help="file holding the code to run")
     parser.add_argument("--script", required=True, help="the script it stands for")
     parser.add_argument("--steps", type=int, required=True)
-    parser.add_argument("--out", required=True)
+    parser.add_argument("--out", required=True, help="where to write; {rank} is the rank")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--progress")
+    parser.add_argument("--rewritten", help="JSON: module path -> file holding its rewrite")
+    parser.add_argument("--tf32", action="store_true", help="TF32 matmuls and convolutions")
     parser.add_argument("script_args", nargs=argparse.REMAINDER)
     options = parser.parse_args(argv)
     script_args = options.script_args
@@ -285,7 +352,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         source = Path(options.source).read_text(encoding="utf-8")
         code = compile(source, options.script, "exec", dont_inherit=True)
-    except (OSError, SyntaxError) as error:
+        rewritten = {}
+        if options.rewritten:
+            for module, text in json.loads(Path(options.rewritten).read_text("utf-8")).items():
+                rewritten[module] = Path(text).read_text(encoding="utf-8")
+    except (OSError, SyntaxError, ValueError) as error:
         print(f"amplint verify harness: cannot load {options.source}: {error}", file=sys.stderr)
         return HARNESS_ERROR
     try:
@@ -294,10 +365,18 @@ def main(argv: list[str] | None = None) -> int:
         print(NEEDS_TORCH, file=sys.stderr)
         return HARNESS_ERROR
 
-    recorder = Recorder(torch, options.steps, options.progress)
+    # Under torchrun each rank runs this harness; rank 0 tells the progress.
+    rank = int(os.environ.get("RANK", "0"))
+    recorder = Recorder(torch, options.steps, options.progress if rank == 0 else None)
     _seed(torch, options.seed)
+    if options.tf32:
+        allow_tf32(torch)
     _instrument(torch, recorder)
     script = Path(options.script).resolve()
+    _show_in_tracebacks(options.script, source)
+    modules = RewrittenModules(rewritten)
+    if rewritten:
+        sys.meta_path.insert(0, modules)
     sys.argv = [str(script), *script_args]
     sys.path.insert(0, str(script.parent))
     os.chdir(script.parent)
@@ -316,8 +395,9 @@ def main(argv: list[str] | None = None) -> int:
     except BaseException as error:
         _print_script_traceback(error)
         status = 1
-    with open(options.out, "w", encoding="utf-8") as handle:
-        json.dump({**recorder.result(finished), "exit_status": status}, handle)
+    result = {**recorder.result(finished), "rank": rank, "rewritten_loaded": modules.loaded}
+    with open(options.out.replace("{rank}", str(rank)), "w", encoding="utf-8") as handle:
+        json.dump({**result, "exit_status": status}, handle)
     return status
 
 

@@ -27,40 +27,65 @@ def _tf32_line(settings: dict) -> str:
     return f"TF32 matmul {matmul} (precision {settings['matmul_precision']}), cuDNN TF32 {cudnn}"
 
 
+def _times(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
 def text_report(script: Path, outcome: Outcome) -> list[str]:
     comparison = outcome.comparison
     thresholds = comparison.thresholds
-    base, amp = comparison.baseline, comparison.amp
+    base, amp, tf32 = comparison.baseline, comparison.amp, comparison.tf32
+    ranks = len(base)
     lines = [
         f"amplint verify {script}: {outcome.device}, {outcome.dtype}, {thresholds.steps} steps "
-        f"(timed after {thresholds.warmup}), torch {base.get('torch')}",
+        f"(timed after {thresholds.warmup}), torch {base[0].get('torch')}"
+        + (f", {ranks} ranks (times: the slowest rank's; losses: rank 0's)" if ranks > 1 else ""),
     ]
-    if base.get("cuda_available"):  # TF32 changes what FP32 means, on CUDA only
-        lines.append(f"  {_tf32_line(base['settings'])}")
+    if base[0].get("cuda_available"):  # TF32 changes what FP32 means, on CUDA only
+        lines.append(f"  {_tf32_line(base[0]['settings'])}")
     lines += [
         "  rewrite: " + "; ".join(outcome.applied),
+        *(f"  note: {note}" for note in outcome.notes),
         "",
-        f"  {'':<22}{'baseline':>12}{'AMP':>12}",
     ]
-    speed = "-" if comparison.speedup is None else f"{comparison.speedup:.2f}x"
+    columns = [("baseline", base), ("AMP", amp)] + ([("FP32+TF32", tf32)] if tf32 else [])
+
+    def row(label: str, cells: list[str], after: str = "") -> str:
+        return f"  {label:<22}" + "".join(f"{cell:>12}" for cell in cells) + after
+
+    lines.append(row("", [name for name, _ in columns]))
+    speed = f"speedup {_times(comparison.speedup)}"
+    if tf32:
+        speed += f" (TF32 alone: {_times(comparison.tf32_speedup)})"
     if not outcome.speed_meaningful:
         speed += " (not meaningful: no CUDA)"
     lines.append(
-        f"  {'median step':<22}{_ms(comparison.baseline_median):>12}"
-        f"{_ms(comparison.amp_median):>12}   speedup {speed}"
+        row("median step", [_ms(comparison.median(runs)) for _, runs in columns], f"   {speed}")
     )
-    ratio = "-" if comparison.mem_ratio is None else f"{comparison.mem_ratio:.2f}"
     lines.append(
-        f"  {'peak memory':<22}{_mib(base.get('peak_mem_bytes')):>12}"
-        f"{_mib(amp.get('peak_mem_bytes')):>12}   ratio {ratio}"
+        row(
+            "peak memory",
+            [_mib(comparison.peak(runs)) for _, runs in columns],
+            f"   ratio {'-' if comparison.mem_ratio is None else f'{comparison.mem_ratio:.2f}'}",
+        )
     )
     gap = "-" if comparison.loss_gap is None else f"{comparison.loss_gap:.2%}"
+    if ranks > 1:
+        gap += (
+            " (largest of "
+            + ", ".join(
+                "-" if rank_gap is None else f"{rank_gap:.2%}" for rank_gap in comparison.rank_gaps
+            )
+            + ")"
+        )
     lines.append(
-        f"  {f'mean loss (last {thresholds.last})':<22}"
-        f"{_loss(comparison.mean_last_loss(base)):>12}"
-        f"{_loss(comparison.mean_last_loss(amp)):>12}   gap {gap}"
+        row(
+            f"mean loss (last {thresholds.last})",
+            [_loss(comparison.mean_last_loss(runs)) for _, runs in columns],
+            f"   gap {gap}",
+        )
     )
-    lines.append(f"  {'skipped steps':<22}{base['skipped_steps']:>12}{amp['skipped_steps']:>12}")
+    lines.append(row("skipped steps", [str(runs[0]["skipped_steps"]) for _, runs in columns]))
     lines.append("")
     if comparison.passed:
         verdict = click.style("passed", fg="green", bold=True)

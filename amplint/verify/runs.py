@@ -1,5 +1,6 @@
-"""The parent side of `amplint verify`: rewrite the script in memory as `fix`
-would, run both versions under the harness in child processes, and compare."""
+"""The parent side of `amplint verify`: rewrite the script (and the project
+paths given with --rewrite) in memory as `fix` would, run both versions under
+the harness in child processes, and compare."""
 
 from __future__ import annotations
 
@@ -15,10 +16,11 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 import amplint
+from amplint import runner
 from amplint.config import Settings
-from amplint.engine import FixError, fix_text
+from amplint.engine import FileReport
 from amplint.files import SourceError, read_source
-from amplint.rules import ALL_CODES
+from amplint.project import project_view
 from amplint.verify.compare import Comparison, Thresholds, active_autocast, inactive_amp
 from amplint.verify.harness import HARNESS_ERROR, NEEDS_TORCH
 
@@ -27,11 +29,13 @@ STDERR_TAIL_LINES = 20
 
 
 class VerifyError(Exception):
-    """Ends `verify` with `exit_code` and a message for the user."""
+    """Ends `verify` with `exit_code`, a one-line message for the user and the
+    lines that show why (the end of a run's stderr)."""
 
-    def __init__(self, exit_code: int, message: str) -> None:
+    def __init__(self, exit_code: int, message: str, detail: str = "") -> None:
         super().__init__(message)
         self.exit_code = exit_code
+        self.detail = detail
 
 
 @dataclass(frozen=True)
@@ -42,48 +46,166 @@ class Request:
     unsafe: bool
     thresholds: Thresholds
     timeout_s: float
+    # Project files and directories rewritten too: the modules the script imports.
+    rewrite_paths: Sequence[Path] = ()
+    nproc_per_node: int = 1  # more than one: each run is launched by torchrun
+    tf32_run: bool = True  # on CUDA, a third run: the original with TF32 matmuls
 
 
 # Told (run name, steps done, steps wanted) while a child runs.
 Progress = Callable[[str, int, int], None]
 
 
-def rewritten(script: Path, settings: Settings, unsafe: bool) -> tuple[str, str, list[str]]:
-    """(original text, rewritten text, what the rewrite did), or VerifyError 3
-    when amplint would change nothing."""
+@dataclass(frozen=True)
+class Rewrite:
+    """What the two runs run: the script as it is, and as amplint rewrites it
+    together with the modules under --rewrite."""
+
+    original: str
+    script: str  # the script's rewrite; the original text when it changes nothing
+    modules: dict[Path, str]  # real path -> rewritten text, for each module that changes
+    applied: list[str]  # what the rewrite did, one line per fix ("path: " before a module's)
+    codes: list[str]  # the rules whose fixes it carried out
+    shown: dict[Path, str]  # real path -> the path as the user reads it
+
+
+def rewritten(
+    script: Path, settings: Settings, unsafe: bool, rewrite_paths: Sequence[Path] = ()
+) -> Rewrite:
+    """The rewrite `amplint fix SCRIPT REWRITE_PATHS...` would write, or
+    VerifyError 3 when it would change nothing."""
     try:
         source = read_source(script)
     except SourceError as error:
         raise VerifyError(EXIT_ERROR, f"{script}: {error}") from None
     if source.notebook is not None:
         raise VerifyError(EXIT_ERROR, f"{script}: verify runs scripts, not notebooks")
-    codes = settings.enabled_codes(ALL_CODES, script)
-    try:
-        result = fix_text(source.text, codes, settings, unsafe)
-    except FixError as error:
-        raise VerifyError(EXIT_ERROR, f"{script}: not fixed: {error}") from None
-    if not result.applied:
-        found = ", ".join(sorted({d.code for d in result.found})) or "no findings"
-        raise VerifyError(
-            EXIT_NOTHING,
-            f"nothing to verify: amplint would not change {script} ({found}); "
-            "verify compares a script with its rewrite, so it needs a training step to rewrite",
+    reports = _fixed([script, *rewrite_paths], settings, unsafe)
+    script_text, modules, applied, codes, shown = source.text, {}, [], set(), {}
+    for report in reports:
+        path = report.path.resolve()
+        if report.fixed_text is None or report.source.notebook is not None:
+            continue  # a notebook is never imported
+        done = sorted({f"{d.code} {d.fix.message}" for d in report.applied if d.fix is not None})
+        codes |= {d.code for d in report.applied}
+        if path == script.resolve():
+            script_text = report.fixed_text
+            applied = done + applied
+        else:
+            modules[path] = report.fixed_text
+            shown[path] = _shown(report.path)
+            applied += [f"{shown[path]}: {change}" for change in done]
+    if not applied:
+        why = _nothing_to_rewrite(script, settings, unsafe, rewrite_paths, reports)
+        raise VerifyError(EXIT_NOTHING, why)
+    return Rewrite(source.text, script_text, modules, applied, sorted(codes), shown)
+
+
+def _fixed(paths: Sequence[Path], settings: Settings, unsafe: bool) -> list[FileReport]:
+    """`fix`'s reports on `paths`, or VerifyError 2 naming a file it could not
+    read or rewrite: a rewrite verified without it would not be the one fix writes."""
+    reports = runner.run(list(paths), settings, fixing=True, unsafe=unsafe)
+    for report in reports:
+        if report.error is not None:
+            raise VerifyError(EXIT_ERROR, f"{_shown(report.path)}: {report.error}")
+    return reports
+
+
+def _nothing_to_rewrite(
+    script: Path,
+    settings: Settings,
+    unsafe: bool,
+    rewrite_paths: Sequence[Path],
+    reports: list[FileReport],
+) -> str:
+    """Why verify has nothing to compare, and where the training step may be
+    instead: a driver script's step often lives in a module it imports."""
+    found = ", ".join(sorted({d.code for r in reports for d in r.diagnostics})) or "no findings"
+    named = "".join(f" or {path}" for path in rewrite_paths)
+    message = f"nothing to verify: amplint would not change {script}{named} ({found})"
+    rewritten = {report.path.resolve() for report in reports}
+    fixable, unfixed = unrewritten_imports(script, settings, unsafe, rewritten)
+    if fixable:
+        return (
+            f"{message}; the training step is in what it imports: {', '.join(fixable)}; "
+            f"verify it as the script uses it with --rewrite {' --rewrite '.join(_paths(fixable))}"
         )
-    done = sorted({f"{d.code} {d.fix.message}" for d in result.applied if d.fix is not None})
-    return source.text, result.text, done
+    if unfixed:
+        return f"{message}; what it imports has findings amplint does not rewrite: " + ", ".join(
+            unfixed
+        )
+    return message + "; verify compares a script with its rewrite, so it needs a training step"
+
+
+def unrewritten_imports(
+    script: Path, settings: Settings, unsafe: bool, rewritten: set[Path]
+) -> tuple[list[str], list[str]]:
+    """The project modules the script imports, at any depth, that are not
+    `rewritten` and that `fix` would change ("engine.py (AMP001)"), and those
+    with findings it would not fix."""
+    imported = project_view(script).imported_program()
+    candidates = [path for path in imported if path not in rewritten]
+    if not candidates:
+        return [], []
+    reports = runner.run([script, *candidates], settings, fixing=True, unsafe=unsafe)
+    fixable, unfixed = [], []
+    for report in reports:
+        if report.path.resolve() not in candidates:
+            continue
+        if report.applied:
+            codes = ", ".join(sorted({d.code for d in report.applied}))
+            fixable.append(f"{_shown(report.path)} ({codes})")
+        elif report.diagnostics:
+            codes = ", ".join(sorted({d.code for d in report.diagnostics}))
+            unfixed.append(f"{_shown(report.path)} ({codes})")
+    return fixable, unfixed
+
+
+def _paths(modules: list[str]) -> list[str]:
+    """ "engine.py (AMP001)" -> "engine.py"."""
+    return [module.rsplit(" (", 1)[0] for module in modules]
+
+
+def _shown(path: Path) -> str:
+    """`path` as the user reads it: relative to the working directory when under it."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
 
 
 def run_child(
-    name: str, text: str, request: Request, progress: Progress | None, workdir: Path
-) -> dict:
-    """Run `text` as the script under the harness; what it measured, or
-    VerifyError naming the run when it crashed, hung or measured nothing."""
+    name: str,
+    text: str,
+    request: Request,
+    progress: Progress | None,
+    workdir: Path,
+    modules: dict[Path, str] | None = None,
+    harness_options: Sequence[str] = (),
+) -> list[dict]:
+    """Run `text` as the script under the harness (under torchrun with
+    --nproc-per-node), with `modules` (real path -> text) imported in place of
+    those files; what each rank measured, or VerifyError naming the run when
+    it crashed, hung or measured nothing."""
     source = workdir / f"{name}.py"
     source.write_text(text, encoding="utf-8")
-    out, progress_file = workdir / f"{name}.json", workdir / f"{name}.progress"
+    options = list(harness_options)
+    if modules:
+        modules_map = workdir / f"{name}.modules.json"
+        texts = {}
+        for number, (path, module_text) in enumerate(sorted(modules.items())):
+            texts[str(path)] = str(workdir / f"{name}.module{number}.py")
+            Path(texts[str(path)]).write_text(module_text, encoding="utf-8")
+        modules_map.write_text(json.dumps(texts), encoding="utf-8")
+        options += ["--rewritten", str(modules_map)]
+    ranks = request.nproc_per_node
+    out, progress_file = workdir / f"{name}.rank{{rank}}.json", workdir / f"{name}.progress"
     stdout, stderr = workdir / f"{name}.stdout", workdir / f"{name}.stderr"
+    launcher = [sys.executable]
+    if ranks > 1:  # torch's own launcher: RANK, WORLD_SIZE, a rendezvous on a free port
+        launcher += ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}"]
     command = [
-        sys.executable,
+        *launcher,
         "-m",
         "amplint.verify.harness",
         "--source",
@@ -96,6 +218,7 @@ def run_child(
         str(out),
         "--progress",
         str(progress_file),
+        *options,
         "--",
         *request.script_args,
     ]
@@ -109,7 +232,7 @@ def run_child(
             env=env,
             stdout=out_handle,
             stderr=err_handle,
-            start_new_session=True,  # its DataLoader workers die with it
+            start_new_session=True,  # its DataLoader workers and torchrun's ranks die with it
         )
         timed_out = _wait(child, name, request, progress, progress_file)
     if timed_out:
@@ -121,28 +244,32 @@ def run_child(
         )
     tail = _tail(stderr)
     if child.returncode == HARNESS_ERROR:
-        raise VerifyError(EXIT_ERROR, f"the harness could not start:\n{tail}")
-    try:
-        result = json.loads(out.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        how = (
-            f"was killed by signal {-child.returncode}"
-            if child.returncode < 0
-            else f"exited with status {child.returncode}"
-        )
-        raise VerifyError(EXIT_FAILED, f"the {name} run {how} before reporting:\n{tail}") from None
-    if result["exit_status"] != 0:
-        raise VerifyError(
-            EXIT_FAILED,
-            f"the {name} run crashed (exit status {result['exit_status']}) after "
-            f"{result['steps']} of {request.thresholds.steps} steps:\n{tail}",
-        )
-    if result["steps"] == 0:
-        raise VerifyError(
-            EXIT_NOTHING,
-            f"nothing to verify: the {name} run ended without an optimizer step",
-        )
-    return result
+        raise VerifyError(EXIT_ERROR, "the harness could not start:", tail)
+    results = []
+    for rank in range(ranks):
+        run = f"the {name} run" if ranks == 1 else f"rank {rank} of the {name} run"
+        try:
+            result = json.loads(Path(str(out).format(rank=rank)).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            how = (
+                f"was killed by signal {-child.returncode}"
+                if child.returncode < 0
+                else f"exited with status {child.returncode}"
+            )
+            raise VerifyError(EXIT_FAILED, f"{run} {how} before reporting:", tail) from None
+        if result["exit_status"] != 0:
+            raise VerifyError(
+                EXIT_FAILED,
+                f"{run} crashed (exit status {result['exit_status']}) after "
+                f"{result['steps']} of {request.thresholds.steps} steps:",
+                tail,
+            )
+        if result["steps"] == 0:
+            raise VerifyError(
+                EXIT_NOTHING, f"nothing to verify: {run} ended without an optimizer step"
+            )
+        results.append(result)
+    return results
 
 
 def _wait(
@@ -193,10 +320,11 @@ class Outcome:
     device: str
     dtype: str
     speed_meaningful: bool
+    notes: list[str]  # what the user should know about what was compared
 
 
 def verify(request: Request, progress: Progress | None = None) -> Outcome:
-    original, fixed, applied = rewritten(request.script, request.settings, request.unsafe)
+    rewrite = rewritten(request.script, request.settings, request.unsafe, request.rewrite_paths)
     device_type = request.settings.device_type
     dtype = request.settings.dtype
     # Only a CUDA rewrite needs the probe (a second torch import, about a
@@ -208,26 +336,66 @@ def verify(request: Request, progress: Progress | None = None) -> Outcome:
             "CUDA device, so AMP would be inactive; on a CPU, check parity with "
             "--device-type cpu --dtype bfloat16",
         )
+    notes: list[str] = []
     with tempfile.TemporaryDirectory(prefix="amplint-verify-") as scratch:
         workdir = Path(scratch)
-        baseline = run_child("baseline", original, request, progress, workdir)
-        amp = run_child("AMP", fixed, request, progress, workdir)
-    _require_active_amp(baseline, amp, request, applied)
+        baseline = run_child("baseline", rewrite.original, request, progress, workdir)
+        amp = run_child("AMP", rewrite.script, request, progress, workdir, rewrite.modules)
+        notes += _imported_rewrites(rewrite, amp[0])
+        _require_active_amp(baseline[0], amp[0], request, rewrite.codes)
+        tf32: list[dict] = []
+        if request.tf32_run and device_type == "cuda" and baseline[0]["cuda_available"]:
+            if baseline[0]["settings"]["matmul_allow_tf32"]:
+                notes.append("no TF32 run: the script turns TF32 matmuls on itself")
+            else:
+                tf32 = run_child(
+                    "TF32", rewrite.original, request, progress, workdir, harness_options=["--tf32"]
+                )
+    fixable, _ = unrewritten_imports(
+        request.script,
+        request.settings,
+        request.unsafe,
+        set(rewrite.shown) | {request.script.resolve()},
+    )
+    if fixable:
+        notes.append(
+            "not rewritten, though the script imports them and fix would change them: "
+            f"{', '.join(fixable)} (add --rewrite)"
+        )
     problems = []
-    for name, run in (("baseline", baseline), ("AMP", amp)):
-        if run["finished"] == "script" and run["steps"] < request.thresholds.steps:
-            problems.append(
-                f"the {name} run ended after {run['steps']} of {request.thresholds.steps} steps"
-            )
-    speed_meaningful = device_type == "cuda" and baseline["cuda_available"]
-    comparison = Comparison(baseline, amp, request.thresholds, speed_meaningful, problems)
-    device = baseline["device"] if device_type == "cuda" else device_type
+    for name, runs in (("baseline", baseline), ("AMP", amp), ("TF32", tf32)):
+        for rank, run in enumerate(runs):
+            if run["finished"] == "script" and run["steps"] < request.thresholds.steps:
+                who = f"the {name} run" if len(runs) == 1 else f"rank {rank} of the {name} run"
+                problems.append(
+                    f"{who} ended after {run['steps']} of {request.thresholds.steps} steps"
+                )
+    speed_meaningful = device_type == "cuda" and baseline[0]["cuda_available"]
+    comparison = Comparison(baseline, amp, request.thresholds, speed_meaningful, problems, tf32)
+    device = baseline[0]["device"] if device_type == "cuda" else device_type
     # What the AMP run trained under, which need not be what was asked for.
-    dtypes = sorted({autocast.split()[1] for autocast in active_autocast(amp)})
-    return Outcome(comparison, applied, device, ", ".join(dtypes) or dtype, speed_meaningful)
+    dtypes = sorted({autocast.split()[1] for autocast in active_autocast(amp[0])})
+    dtype = ", ".join(dtypes) or dtype
+    return Outcome(comparison, rewrite.applied, device, dtype, speed_meaningful, notes)
 
 
-def _require_active_amp(baseline: dict, amp: dict, request: Request, applied: list[str]) -> None:
+def _imported_rewrites(rewrite: Rewrite, amp: dict) -> list[str]:
+    """A note for each rewritten module the AMP run never imported, or
+    VerifyError 3 when it ran none of the rewrite."""
+    loaded = set(amp.get("rewritten_loaded", ()))
+    unused = [rewrite.shown[path] for path in rewrite.modules if str(path) not in loaded]
+    if not unused:
+        return []
+    if rewrite.script == rewrite.original and len(unused) == len(rewrite.modules):
+        raise VerifyError(
+            EXIT_NOTHING,
+            f"nothing to verify: the script is unchanged and the AMP run imported none of the "
+            f"rewritten modules ({', '.join(unused)}), so both runs ran the same code",
+        )
+    return [f"rewritten, but never imported by the AMP run: {', '.join(unused)}"]
+
+
+def _require_active_amp(baseline: dict, amp: dict, request: Request, codes: list[str]) -> None:
     """VerifyError 3 when the rewrite's AMP never switched on: two FP32 runs
     agree, and "passed" would say nothing.  A migrated script keeps the device
     it names (torch.cuda.amp -> torch.amp "cuda"), whatever --device-type says."""
@@ -243,10 +411,10 @@ def _require_active_amp(baseline: dict, amp: dict, request: Request, applied: li
     asked = {settings.device_type}
     regions = {region["device"] for region in amp.get("autocast", ())}
     if regions and not regions & asked:
-        codes = ", ".join(sorted({change.split()[0] for change in applied}))
         message += (
             f"; --device-type {settings.device_type} and --dtype {settings.dtype} shape only the "
-            f"autocast amplint adds, and this rewrite ({codes}) keeps the device the script names"
+            f"autocast amplint adds, and this rewrite ({', '.join(codes)}) keeps the device the "
+            "script names"
         )
     raise VerifyError(EXIT_NOTHING, message)
 
