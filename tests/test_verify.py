@@ -236,6 +236,30 @@ def test_no_tf32_run_where_the_script_turns_tf32_on_itself(monkeypatch) -> None:
     assert outcome.notes == ["no TF32 run: the script turns TF32 matmuls on itself"]
 
 
+def test_a_loss_that_never_changes_is_noted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Parity of a constant loss passes whatever the rewrite does."""
+    from amplint.config import Settings
+    from amplint.verify import runs
+
+    def run_child(name, text, request, progress, workdir, modules=None, harness_options=()):
+        return [{**_measured(name), "losses": [-0.0] * 10}]
+
+    monkeypatch.setattr(runs, "_cuda_available", lambda: True)
+    monkeypatch.setattr(runs, "run_child", run_child)
+    request = runs.Request(
+        script=VERIFY / "gpt_style.py",
+        script_args=(),
+        settings=Settings(),
+        unsafe=False,
+        thresholds=Thresholds(steps=10, warmup=2, last=5, rtol=0.05, min_speedup=None),
+        timeout_s=60,
+        tf32_run=False,
+    )
+    assert runs.verify(request).notes == [
+        "the baseline's loss is -0.0 at every step: parity says little here"
+    ]
+
+
 def test_why_amp_was_inactive() -> None:
     def run(autocast=(), scalers=(), cuda=False) -> dict:
         regions = [dict(zip(("device", "dtype", "enabled"), region)) for region in autocast]

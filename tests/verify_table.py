@@ -2,8 +2,9 @@
 
     python tests/verify_table.py [--steps 50] [VERIFY OPTIONS...]   (or: make verify-gpu)
 
-Needs a CUDA GPU: each example runs in FP32 and as amplint rewrites it
-(float16 autocast + GradScaler by default), 50 steps each, timed after 10.
+Needs a CUDA GPU: each example runs in FP32, in FP32 with TF32 matmuls, and as
+amplint rewrites it (float16 autocast + GradScaler by default), 50 steps each,
+timed after 10.
 Extra options go to `amplint verify` (`--dtype bfloat16`, `--device-type cpu`
 with small sizes to try the script itself on a CPU: `--small`).  Not a test:
 it prints figures and the JSON it read them from.
@@ -48,31 +49,38 @@ def main() -> int:
             print(f"{script}: {document['error']}", file=sys.stderr)
             return document["exit_code"]
         documents[script] = document
-        base, amp = document["baseline"], document["amp"]
+        base, amp, tf32 = document["baseline"], document["amp"], document["tf32"]
         peak = (
             "-"
             if document["mem_ratio"] is None
             else f"{base['peak_mem_bytes'] / 2**30:.2f} -> {amp['peak_mem_bytes'] / 2**30:.2f} GiB"
         )
+        tf32_cells = (
+            f"{tf32['median_step_s'] * 1000:.1f} | {document['tf32_speedup']:.2f}x"
+            if tf32
+            else "- | -"
+        )
         rows.append(
             f"| `{script}` | {document['dtype']} | {base['median_step_s'] * 1000:.1f} | "
-            f"{amp['median_step_s'] * 1000:.1f} | **{document['speedup']:.2f}x** | {peak} | "
-            f"{document['loss_gap']:.2%} | {amp['skipped_steps']} | "
-            f"{'passed' if document['passed'] else 'failed'} |"
+            f"{tf32_cells} | {amp['median_step_s'] * 1000:.1f} | "
+            f"**{document['speedup']:.2f}x** | {peak} | {document['loss_gap']:.2%} | "
+            f"{amp['skipped_steps']} | {'passed' if document['passed'] else 'failed'} |"
         )
     first = next(iter(documents.values()))
     settings = first["settings"]
     print(
-        f"device: {first['device']}; torch {first['torch']}; "
+        f"device: {first['device']}; torch {first['torch']}; FP32 baseline with "
         f"TF32 matmul {'on' if settings['matmul_allow_tf32'] else 'off'} "
-        f"(float32 matmul precision {settings['float32_matmul_precision']}), "
-        f"cuDNN TF32 {'on' if settings['cudnn_allow_tf32'] else 'off'}; "
+        f"(precision {settings['matmul_precision']}), "
+        f"cuDNN TF32 {'on' if settings['cudnn_allow_tf32'] else 'off'}; the TF32 run sets "
+        'torch.set_float32_matmul_precision("high") and cuDNN TF32; '
         f"{first['steps']} steps, timed after {first['warmup']}\n"
     )
     print(
-        "| script | AMP dtype | FP32 step ms | AMP step ms | speedup | peak memory | loss gap | skipped | verdict |"
+        "| script | AMP dtype | FP32 step ms | FP32+TF32 step ms | TF32 speedup | AMP step ms "
+        "| AMP speedup | peak memory | loss gap | skipped | verdict |"
     )
-    print("|---|---|---:|---:|---:|---|---:|---:|---|")
+    print("|---|---|---:|---:|---:|---:|---:|---|---:|---:|---|")
     print("\n".join(rows))
     print("\n" + json.dumps(documents, indent=2), file=sys.stderr)
     return 0

@@ -167,10 +167,10 @@ def _paths(modules: list[str]) -> list[str]:
 
 
 def _shown(path: Path) -> str:
-    """`path` as the user reads it: relative to the working directory when under it."""
+    """`path` as the user can pass it to --rewrite: relative to the working directory."""
     try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
+        return os.path.relpath(path.resolve())
+    except ValueError:  # another drive
         return str(path)
 
 
@@ -361,6 +361,11 @@ def verify(request: Request, progress: Progress | None = None) -> Outcome:
         notes.append(
             "not rewritten, though the script imports them and fix would change them: "
             f"{', '.join(fixable)} (add --rewrite)"
+        )
+    baseline_losses = {str(loss) for loss in baseline[0]["losses"]}
+    if len(baseline_losses) == 1:  # pytorch/examples' DDP tutorial: cross-entropy of one class
+        notes.append(
+            f"the baseline's loss is {baseline_losses.pop()} at every step: parity says little here"
         )
     problems = []
     for name, runs in (("baseline", baseline), ("AMP", amp), ("TF32", tf32)):
