@@ -490,7 +490,7 @@ def verify(
     Exit codes: 0 passed; 1 parity or speed check failed, or a run crashed,
     hung or produced NaN; 2 usage or internal error; 3 nothing to verify (no
     training step to rewrite, or AMP inactive on this machine)."""
-    from amplint.verify import runs
+    from amplint.verify import EXIT_FAILED, EXIT_PASSED, VerifyError, runs
     from amplint.verify.compare import Thresholds, default_last, default_warmup
     from amplint.verify.report import text_report
 
@@ -515,7 +515,7 @@ def verify(
     progress = RunProgress() if sys.stderr.isatty() else None
     try:
         outcome = runs.verify(request, progress)
-    except runs.VerifyError as error:
+    except VerifyError as error:
         if as_json:
             message = "\n".join(filter(None, [str(error), error.detail]))
             click.echo(
@@ -537,7 +537,7 @@ def verify(
     else:
         for line in text_report(script, outcome):
             click.echo(line, color=color())
-    sys.exit(runs.EXIT_PASSED if comparison.passed else runs.EXIT_FAILED)
+    sys.exit(EXIT_PASSED if comparison.passed else EXIT_FAILED)
 
 
 @main.command(name="rules")

@@ -67,7 +67,8 @@ from typing import Mapping
 from amplint.config import Settings
 from amplint.files import read_source
 from amplint.runner import run
-from amplint.verify.runs import VerifyError, rewritten
+from amplint.verify import VerifyError
+from amplint.verify.rewrite import rewritten
 from tests.ecosystem import CORPUS, _clone, _export, default_clones, tomllib
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

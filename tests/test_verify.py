@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from amplint.config import Settings
+from amplint.verify import runs
 from amplint.verify.compare import (
     Comparison,
     Thresholds,
@@ -18,6 +20,7 @@ from amplint.verify.compare import (
     inactive_amp,
     median_step_s,
 )
+from amplint.verify.report import text_report
 from tests.helpers import FIXTURES, dedent, run_cli
 
 VERIFY = FIXTURES / "verify"
@@ -172,32 +175,38 @@ def _measured(name: str, *, tf32_on: bool = False) -> dict:
     }
 
 
-@pytest.mark.parametrize("tf32_run", [True, False])
-def test_on_cuda_a_third_run_shows_what_tf32_alone_buys(
-    tf32_run: bool, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from amplint.config import Settings
-    from amplint.verify import runs
-    from amplint.verify.report import text_report
-
+def _on_fake_cuda(monkeypatch: pytest.MonkeyPatch, measured=_measured) -> list:
+    """runs.verify on a made-up CUDA machine whose runs report `measured(name)`;
+    the (run, harness options) started, in order."""
     started: list[tuple[str, list[str]]] = []
 
     def run_child(name, text, request, progress, workdir, modules=None, harness_options=()):
         started.append((name, list(harness_options)))
-        return [_measured(name)]
+        return [measured(name)]
 
     monkeypatch.setattr(runs, "_cuda_available", lambda: True)
     monkeypatch.setattr(runs, "run_child", run_child)
-    request = runs.Request(
-        script=VERIFY / "gpt_style.py",
-        script_args=(),
-        settings=Settings(),
+    return started
+
+
+def _request(script: str = "gpt_style.py", **fields) -> runs.Request:
+    return runs.Request(
+        script=VERIFY / script,
+        script_args=fields.pop("script_args", ()),
+        settings=fields.pop("settings", Settings()),
         unsafe=False,
         thresholds=Thresholds(steps=10, warmup=2, last=5, rtol=0.05, min_speedup=None),
-        timeout_s=60,
-        tf32_run=tf32_run,
+        timeout_s=300,
+        **fields,
     )
-    outcome = runs.verify(request)
+
+
+@pytest.mark.parametrize("tf32_run", [True, False])
+def test_on_cuda_a_third_run_shows_what_tf32_alone_buys(
+    tf32_run: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    started = _on_fake_cuda(monkeypatch)
+    outcome = runs.verify(_request(tf32_run=tf32_run))
     table = "\n".join(text_report(Path("gpt_style.py"), outcome))
     assert "TF32 matmul off (precision none), cuDNN TF32 on" in table  # on CUDA: shown
     if not tf32_run:  # --no-tf32-run
@@ -212,50 +221,16 @@ def test_on_cuda_a_third_run_shows_what_tf32_alone_buys(
 
 
 def test_no_tf32_run_where_the_script_turns_tf32_on_itself(monkeypatch) -> None:
-    from amplint.config import Settings
-    from amplint.verify import runs
-
-    started: list[str] = []
-
-    def run_child(name, text, request, progress, workdir, modules=None, harness_options=()):
-        started.append(name)
-        return [_measured(name, tf32_on=True)]
-
-    monkeypatch.setattr(runs, "_cuda_available", lambda: True)
-    monkeypatch.setattr(runs, "run_child", run_child)
-    request = runs.Request(
-        script=VERIFY / "gpt_style.py",
-        script_args=(),
-        settings=Settings(),
-        unsafe=False,
-        thresholds=Thresholds(steps=10, warmup=2, last=5, rtol=0.05, min_speedup=None),
-        timeout_s=60,
-    )
-    outcome = runs.verify(request)
-    assert started == ["baseline", "AMP"]
+    started = _on_fake_cuda(monkeypatch, lambda name: _measured(name, tf32_on=True))
+    outcome = runs.verify(_request())
+    assert [name for name, _ in started] == ["baseline", "AMP"]
     assert outcome.notes == ["no TF32 run: the script turns TF32 matmuls on itself"]
 
 
 def test_a_loss_that_never_changes_is_noted(monkeypatch: pytest.MonkeyPatch) -> None:
     """Parity of a constant loss passes whatever the rewrite does."""
-    from amplint.config import Settings
-    from amplint.verify import runs
-
-    def run_child(name, text, request, progress, workdir, modules=None, harness_options=()):
-        return [{**_measured(name), "losses": [-0.0] * 10}]
-
-    monkeypatch.setattr(runs, "_cuda_available", lambda: True)
-    monkeypatch.setattr(runs, "run_child", run_child)
-    request = runs.Request(
-        script=VERIFY / "gpt_style.py",
-        script_args=(),
-        settings=Settings(),
-        unsafe=False,
-        thresholds=Thresholds(steps=10, warmup=2, last=5, rtol=0.05, min_speedup=None),
-        timeout_s=60,
-        tf32_run=False,
-    )
-    assert runs.verify(request).notes == [
+    _on_fake_cuda(monkeypatch, lambda name: {**_measured(name), "losses": [-0.0] * 10})
+    assert runs.verify(_request(tf32_run=False)).notes == [
         "the baseline's loss is -0.0 at every step: parity says little here"
     ]
 
@@ -622,17 +597,11 @@ def test_default_warmup() -> None:
 
 
 def test_progress_names_the_run_and_its_step() -> None:
-    from amplint.config import Settings
-    from amplint.verify import runs
-
     seen: list[tuple[str, int, int]] = []
-    request = runs.Request(
-        script=VERIFY / "resnet_style.py",
+    request = _request(
+        "resnet_style.py",
         script_args=SMALL_RESNET,
         settings=Settings(dtype="bfloat16", device_type="cpu"),
-        unsafe=False,
-        thresholds=Thresholds(steps=10, warmup=2, last=5, rtol=0.05, min_speedup=None),
-        timeout_s=300,
     )
     outcome = runs.verify(request, progress=lambda *report: seen.append(report))
     assert outcome.comparison.passed
