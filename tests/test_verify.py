@@ -4,6 +4,7 @@ its documented exit code for every way a run can go wrong."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -145,6 +146,28 @@ def test_a_data_parallel_script_keeps_parity_on_every_rank() -> None:
     assert report["rewrite"] == ["AMP001 autocast (bfloat16) around the forward pass"]
 
 
+def test_a_rank_that_crashes_is_named_with_its_own_traceback(tmp_path: Path) -> None:
+    script = tmp_path / "one_bad_rank.py"
+    script.write_text(dedent("""
+        import os
+        import torch
+
+        model = torch.nn.Linear(4, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for step in range(10):
+            if step == 2 and os.environ["RANK"] == "1":
+                raise ValueError("rank 1 cannot read its shard")
+            loss = model(torch.randn(8, 4)).pow(2).mean()
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+        """))
+    result = run_cli("verify", script, "--nproc-per-node", "2", *CPU_BF16)
+    assert result.exit_code == 1
+    assert "rank 1 of the baseline run crashed (exit status 1) after 2 of 10 steps" in result.stderr
+    assert "\n    ValueError: rank 1 cannot read its shard\n" in result.stderr
+
+
 def _measured(name: str, *, tf32_on: bool = False) -> dict:
     """What the harness reports of one run on a CUDA machine (made up: no GPU here)."""
     step_ms = {"baseline": 40.0, "AMP": 10.0, "TF32": 20.0}[name]
@@ -232,6 +255,38 @@ def test_a_loss_that_never_changes_is_noted(monkeypatch: pytest.MonkeyPatch) -> 
     _on_fake_cuda(monkeypatch, lambda name: {**_measured(name), "losses": [-0.0] * 10})
     assert runs.verify(_request(tf32_run=False)).notes == [
         "the baseline's loss is -0.0 at every step: parity says little here"
+    ]
+
+
+def test_files_the_baseline_writes_where_the_amp_run_can_read_them_are_noted(
+    tmp_path: Path,
+) -> None:
+    """pytorch/examples' DDP tutorial resumes from snapshot.pt when it exists:
+    a baseline that saved one would start the AMP run where it stopped."""
+    script = tmp_path / "project" / "resumes.py"
+    script.parent.mkdir()
+    (script.parent / "data.txt").write_text("read, never written")
+    script.write_text(dedent("""
+        import os
+        import torch
+
+        model = torch.nn.Linear(4, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        if os.path.exists("checkpoints/last.pt"):
+            model.load_state_dict(torch.load("checkpoints/last.pt"))
+        os.makedirs("checkpoints", exist_ok=True)
+        for step in range(6):
+            loss = model(torch.randn(8, 4)).pow(2).mean()
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            torch.save(model.state_dict(), "checkpoints/last.pt")
+        """))
+    result = run_cli("verify", script, *CPU_BF16[:4], "--steps", "6", "--json")
+    report = json.loads(result.stdout)  # passed or not: the AMP run began trained
+    assert report["notes"] == [
+        f"the baseline run wrote {os.path.join('checkpoints', 'last.pt')} beside the script; "
+        "if the script resumes from what it wrote, the AMP run did not start from scratch"
     ]
 
 

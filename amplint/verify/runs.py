@@ -71,8 +71,13 @@ def run_child(
     out, progress_file = workdir / f"{name}.rank{{rank}}.json", workdir / f"{name}.progress"
     stdout, stderr = workdir / f"{name}.stdout", workdir / f"{name}.stderr"
     launcher = [sys.executable]
+    rank_logs = workdir / f"{name}.ranks"
     if ranks > 1:  # torch's own launcher: RANK, WORLD_SIZE, a rendezvous on a free port
         launcher += ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}"]
+        # Each rank's stderr in a file of its own: the launcher's stderr ends
+        # with its summary of the failure, which would push the rank's
+        # traceback out of the tail shown.
+        launcher += ["--log-dir", str(rank_logs), "--redirects", "2"]
     command = [
         *launcher,
         "-m",
@@ -114,31 +119,44 @@ def run_child(
     tail = _tail(stderr)
     if child.returncode == HARNESS_ERROR:
         raise VerifyError(EXIT_ERROR, "the harness could not start:", tail)
-    results = []
+    reports: list[dict | None] = []
     for rank in range(ranks):
-        run = f"the {name} run" if ranks == 1 else f"rank {rank} of the {name} run"
         try:
-            result = json.loads(Path(str(out).format(rank=rank)).read_text(encoding="utf-8"))
+            reports.append(json.loads(Path(str(out).format(rank=rank)).read_text("utf-8")))
         except (OSError, ValueError):
+            reports.append(None)
+
+    def run(rank: int) -> str:
+        return f"the {name} run" if ranks == 1 else f"rank {rank} of the {name} run"
+
+    def rank_failed(rank: int, message: str) -> VerifyError:
+        logs = sorted(rank_logs.glob(f"**/{rank}/stderr.log")) if ranks > 1 else []
+        return VerifyError(
+            EXIT_FAILED, f"{run(rank)} {message}", _tail(logs[-1] if logs else stderr)
+        )
+
+    # A rank that crashed by itself first: the launcher then stops the others,
+    # which end without a report.
+    for rank, result in enumerate(reports):
+        if result is not None and result["exit_status"] != 0:
+            raise rank_failed(
+                rank,
+                f"crashed (exit status {result['exit_status']}) after "
+                f"{result['steps']} of {request.thresholds.steps} steps:",
+            )
+    for rank, result in enumerate(reports):
+        if result is None:
             how = (
                 f"was killed by signal {-child.returncode}"
                 if child.returncode < 0
                 else f"exited with status {child.returncode}"
             )
-            raise VerifyError(EXIT_FAILED, f"{run} {how} before reporting:", tail) from None
-        if result["exit_status"] != 0:
-            raise VerifyError(
-                EXIT_FAILED,
-                f"{run} crashed (exit status {result['exit_status']}) after "
-                f"{result['steps']} of {request.thresholds.steps} steps:",
-                tail,
-            )
+            raise rank_failed(rank, f"{how} before reporting:")
         if result["steps"] == 0:
             raise VerifyError(
-                EXIT_NOTHING, f"nothing to verify: {run} ended without an optimizer step"
+                EXIT_NOTHING, f"nothing to verify: {run(rank)} ended without an optimizer step"
             )
-        results.append(result)
-    return results
+    return reports
 
 
 def _wait(
@@ -208,8 +226,15 @@ def verify(request: Request, progress: Progress | None = None) -> Outcome:
     notes: list[str] = []
     with tempfile.TemporaryDirectory(prefix="amplint-verify-") as scratch:
         workdir = Path(scratch)
+        before = files_in(request.script.resolve().parent)
         baseline = run_child("baseline", rewrite.original, request, progress, workdir)
-        amp = run_child("AMP", rewrite.script, request, progress, workdir, rewrite.modules)
+        written = _written_by_baseline(request.script.resolve().parent, before)
+        notes += written
+        try:
+            amp = run_child("AMP", rewrite.script, request, progress, workdir, rewrite.modules)
+        except VerifyError as error:  # perhaps from reading what the baseline wrote
+            error.detail += "".join(f"\nnote: {note}" for note in written)
+            raise
         notes += _imported_rewrites(rewrite, amp[0])
         _require_active_amp(baseline[0], amp[0], request, rewrite.codes)
         tf32: list[dict] = []
@@ -251,6 +276,49 @@ def verify(request: Request, progress: Progress | None = None) -> Outcome:
     dtypes = sorted({autocast.split()[1] for autocast in active_autocast(amp[0])})
     dtype = ", ".join(dtypes) or dtype
     return Outcome(comparison, rewrite.applied, device, dtype, speed_meaningful, notes)
+
+
+# How much of the script's directory is looked at for what the baseline wrote.
+FILES_SEEN_DEPTH, FILES_SEEN_MAX = 3, 5000
+
+
+def files_in(directory: Path) -> dict[str, int] | None:
+    """Each file's modification time under `directory`, a few levels deep
+    (relative path -> st_mtime_ns); None where there are too many to list."""
+    found: dict[str, int] = {}
+    for root, subdirectories, files in os.walk(directory):
+        depth = len(Path(root).relative_to(directory).parts)
+        subdirectories[:] = [
+            d
+            for d in subdirectories
+            if depth < FILES_SEEN_DEPTH and not d.startswith(".") and d != "__pycache__"
+        ]
+        for name in files:
+            path = os.path.join(root, name)
+            try:
+                found[os.path.relpath(path, directory)] = os.stat(path).st_mtime_ns
+            except OSError:
+                continue
+            if len(found) > FILES_SEEN_MAX:
+                return None
+    return found
+
+
+def _written_by_baseline(directory: Path, before: dict[str, int] | None) -> list[str]:
+    """A note naming the files the baseline run wrote where the AMP run, started
+    from the same directory, can read them: a script that resumes from its
+    latest checkpoint would not start the AMP run from scratch."""
+    after = files_in(directory) if before is not None else None
+    if after is None:
+        return []
+    written = sorted(path for path, mtime in after.items() if before.get(path) != mtime)
+    if not written:
+        return []
+    shown = ", ".join(written[:3]) + (f" and {len(written) - 3} more" if len(written) > 3 else "")
+    return [
+        f"the baseline run wrote {shown} beside the script; if the script resumes from what "
+        "it wrote, the AMP run did not start from scratch"
+    ]
 
 
 def _imported_rewrites(rewrite: Rewrite, amp: dict) -> list[str]:
