@@ -21,7 +21,7 @@ from amplint.config import (
     parse_selectors,
 )
 from amplint.cache import CACHE_DIR_NAME, ResultCache
-from amplint.engine import FileReport
+from amplint.diagnostics import FileReport
 from amplint.files import (
     SourceError,
     SourceFile,
@@ -42,7 +42,7 @@ from amplint.report.text import (
     text_row,
     unified_diff,
 )
-from amplint.rules import ALL_CODES
+from amplint.triggers import ALL_CODES
 from amplint.terminal import ProgressBar, RunProgress, color
 from amplint.runner import Mode, default_jobs, run, run_source
 

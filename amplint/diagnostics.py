@@ -1,14 +1,23 @@
-"""What a rule reports: a finding at a place, and optionally the fix for it."""
+"""What a rule reports: a finding at a place, and optionally the fix for it;
+and what a run reports of one file.  Light on purpose: the cache, the reports
+and the CLI read these where libcst is never imported."""
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field, replace
-from typing import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable
 
-import libcst as cst
+from amplint.triggers import SYNTAX_ERROR
 
-SYNTAX_ERROR = "AMP900"
+if TYPE_CHECKING:
+    import libcst as cst
+
+    from amplint.files import SourceFile
+
+__all__ = ["SYNTAX_ERROR", "Applicability", "Span", "Edit", "ModulePass", "Fix", "Diagnostic"]
+__all__ += ["FileReport", "is_applicable"]
 
 
 class Applicability(str, enum.Enum):
@@ -41,7 +50,7 @@ class Edit:
     rewrite: Callable[[cst.CSTNode], cst.CSTNode]
 
 
-ModulePass = Callable[[cst.Module], cst.Module]
+ModulePass = Callable[["cst.Module"], "cst.Module"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -73,3 +82,27 @@ class Diagnostic:
             self,
             fix=Fix(self.fix.applicability, self.fix.message, edits=(), partners=self.fix.partners),
         )
+
+
+def is_applicable(diagnostic: Diagnostic, unsafe: bool) -> bool:
+    fix = diagnostic.fix
+    return fix is not None and (unsafe or fix.applicability is Applicability.SAFE)
+
+
+@dataclass
+class FileReport:
+    path: Path
+    diagnostics: list[Diagnostic] = field(default_factory=list)  # what remains
+    applied: list[Diagnostic] = field(default_factory=list)  # what fix carried out
+    source: SourceFile | None = None
+    fixed_text: str | None = None  # set only when fixing changed something
+    error: str | None = None
+    # What `check` reports on the source as read: the result worth caching.
+    # None when it was not computed (an error, or the prefilter ruled it out).
+    found: list[Diagnostic] | None = None
+    # Asked for by `--output-format full`: each fixable finding's fix carried
+    # out alone, as the code it gives (for a notebook, its cells as one module).
+    previews: dict[Diagnostic, str] = field(default_factory=dict)
+    # The other project modules the findings came from (path -> sha256), so a
+    # cached result is served only while they are unchanged.
+    depends_on: dict[str, str] = field(default_factory=dict)

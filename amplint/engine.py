@@ -11,15 +11,14 @@ import ast
 import re
 import warnings
 from collections import Counter
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 import libcst as cst
 
 from amplint.analysis import ModuleFacts
 from amplint.config import Settings
-from amplint.diagnostics import SYNTAX_ERROR, Applicability, Diagnostic, Fix, Span
+from amplint.diagnostics import SYNTAX_ERROR, Diagnostic, FileReport, Fix, Span, is_applicable
 from amplint.files import SourceFile
 from amplint.notebook import Notebook, NotebookError
 from amplint.prefilter import SourceClues
@@ -53,34 +52,8 @@ class NotAnalysed(Exception):
     """A file amplint declines to parse; the message says why, for the user."""
 
 
-@dataclass
-class FileReport:
-    path: Path
-    diagnostics: list[Diagnostic] = field(default_factory=list)  # what remains
-    applied: list[Diagnostic] = field(default_factory=list)  # what fix carried out
-    source: SourceFile | None = None
-    fixed_text: str | None = None  # set only when fixing changed something
-    error: str | None = None
-    # What `check` reports on the source as read: the result worth caching.
-    # None when it was not computed (an error, or the prefilter ruled it out).
-    found: list[Diagnostic] | None = None
-    # Asked for by `--output-format full`: each fixable finding's fix carried
-    # out alone, as the code it gives (for a notebook, its cells as one module).
-    previews: dict[Diagnostic, str] = field(default_factory=dict)
-    # The other project modules the findings came from (path -> sha256), so a
-    # cached result is served only while they are unchanged.
-    depends_on: dict[str, str] = field(default_factory=dict)
-
-
 def selected_rules(codes: frozenset[str]) -> list[Rule]:
     return [rule for rule in RULES if rule.code in codes]
-
-
-def text_may_fire(text: str, codes: frozenset[str]) -> bool:
-    """Whether the text alone leaves a finding possible: the first, cheapest
-    test, which costs about what reading the file does."""
-    clues = SourceClues(text, compiled=False)
-    return any(rule.may_fire(clues) for rule in selected_rules(codes))
 
 
 def _parse(
@@ -224,11 +197,6 @@ def lint_with_previews(
             fixed_code[fix] = module.code
         previews[diagnostic.portable()] = fixed_code[fix]
     return diagnostics, previews
-
-
-def is_applicable(diagnostic: Diagnostic, unsafe: bool) -> bool:
-    fix = diagnostic.fix
-    return fix is not None and (unsafe or fix.applicability is Applicability.SAFE)
 
 
 @dataclass

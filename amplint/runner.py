@@ -5,6 +5,7 @@ same whichever way the work was done."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import pickle
 import signal
@@ -16,7 +17,6 @@ from typing import Callable, Iterable, Iterator, NamedTuple, Sequence
 
 from amplint.cache import ResultCache
 from amplint.config import Settings
-from amplint.engine import FileReport, analyse_source, is_applicable, text_may_fire
 from amplint.files import (
     Discovered,
     RemovedTemporary,
@@ -26,9 +26,9 @@ from amplint.files import (
     read_source,
     real_path,
 )
-from amplint.diagnostics import Applicability
+from amplint.diagnostics import Applicability, FileReport, is_applicable
 from amplint.project import ProjectRoot, ProjectRoots, find_project_root
-from amplint.rules import ALL_CODES
+from amplint.triggers import ALL_CODES, text_may_fire
 
 # Below this much text to analyse, starting processes costs more than it saves:
 # libcst reads about half a megabyte a second, a forked worker starts in ~20 ms.
@@ -242,6 +242,12 @@ def _withdraw(report: FileReport, reason: str) -> None:
 def _analyse(
     work: list[_Work], settings: Settings, mode: Mode, jobs: int
 ) -> Iterator[tuple[_Work, FileReport]]:
+    if not work:
+        return
+    # Loaded once here, before any fork, rather than in each child: a run
+    # with nothing to analyse never loads libcst and the rules at all.
+    importlib.import_module("amplint.engine")
+
     workers = min(jobs, len(work))
     if workers < 2 or sum(len(item.source.code) for item in work) < PARALLEL_MIN_CHARS:
         yield from _in_child(work, settings, mode)
@@ -365,6 +371,14 @@ def _analyse_one(
         return FileReport(source.path, error=f"internal error: {describe(error)}")
     report.source = None  # the parent has it: do not send the text back
     return report
+
+
+def analyse_source(*args, **kwargs) -> FileReport:
+    """engine.analyse_source, imported when first needed: libcst and the rules
+    load only when a file passed its text test."""
+    from amplint.engine import analyse_source as analyse
+
+    return analyse(*args, **kwargs)
 
 
 def describe(error: BaseException, limit: int = 300) -> str:

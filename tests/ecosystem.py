@@ -36,7 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from amplint.config import Settings
-from amplint.engine import FileReport, lint_text
+from amplint.diagnostics import FileReport
+from amplint.engine import lint_text
 from amplint.files import read_source, write_source_atomic
 from amplint.rules import ALL_CODES
 from amplint.runner import default_jobs, run

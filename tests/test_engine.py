@@ -7,7 +7,7 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-from amplint import engine
+from amplint import engine, triggers
 from amplint.config import Settings
 from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix, Span
 from amplint.engine import FixError, fix_text
@@ -45,7 +45,9 @@ def _unparsable(node: cst.CSTNode) -> cst.CSTNode:
 @pytest.fixture
 def rule(monkeypatch: pytest.MonkeyPatch):
     def install(rewrite) -> None:
-        monkeypatch.setattr(engine, "RULES", (_RewriteFirstStatement(rewrite),))
+        test_rule = _RewriteFirstStatement(rewrite)
+        monkeypatch.setattr(engine, "RULES", (test_rule,))
+        monkeypatch.setitem(triggers.TRIGGERS, test_rule.code, test_rule.may_fire)
 
     return install
 

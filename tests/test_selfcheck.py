@@ -9,7 +9,7 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-from amplint import engine
+from amplint import engine, triggers
 from amplint.catalog import load_catalog
 from amplint.config import Settings
 from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix
@@ -76,6 +76,14 @@ class _InsertLine(Rule):
 def rules(monkeypatch: pytest.MonkeyPatch):
     def install(*extra: Rule) -> None:
         monkeypatch.setattr(engine, "RULES", tuple(RULES) + extra)
+        for test_rule in extra:  # the CLI's text test asks the triggers first
+            real = triggers.TRIGGERS[test_rule.code]
+            monkeypatch.setitem(
+                triggers.TRIGGERS,
+                test_rule.code,
+                lambda clues, real=real, test_rule=test_rule: real(clues)
+                or test_rule.may_fire(clues),
+            )
 
     return install
 

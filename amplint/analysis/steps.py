@@ -39,6 +39,7 @@ from amplint.analysis.statements import (
 )
 from amplint.analysis.visitor import Visitor
 from amplint.project import LossHelper
+from amplint.triggers import SCALER_NAME
 
 Loop = Union[cst.For, cst.While]
 BlockOwner = Union[cst.For, cst.While, cst.FunctionDef]
@@ -58,7 +59,6 @@ FRAMEWORK_BACKWARD = {"accelerator", "booster", "engine", "model_engine", "fabri
 _OPTIMIZER_NAME = re.compile(r"optim|^opt($|[_\dA-Z]|[dg]$)", re.I)
 _SCHEDULER_NAME = re.compile(r"sched", re.I)
 # How a GradScaler is recognised: by the name every example gives it.
-SCALER_NAME = re.compile(r"scaler", re.I)
 # Making a GradScaler is not using one: a scaler left unused does not hide an
 # FP32 step (AMP001 reuses it).
 _ALREADY_AMP = re.compile(

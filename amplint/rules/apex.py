@@ -25,7 +25,6 @@ from amplint.analysis.apex import (
 )
 from amplint.config import Settings
 from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix, Span
-from amplint.prefilter import SourceClues
 from amplint.rules.base import Rule
 from amplint.transforms.apex import MigrationBlocked, migrate_apex
 from amplint.transforms.apex.common import atom
@@ -100,9 +99,6 @@ _APEX_DDP_OPTIONS = (
 class ApexAmp(Rule):
     code = "AMP203"
 
-    def may_fire(self, clues: SourceClues) -> bool:
-        return "apex" in clues.text and clues.may_use("amp")
-
     def check(self, facts: ModuleFacts, settings: Settings) -> Iterator[Diagnostic]:
         uses = facts.apex.of(APEX_AMP)
         if not uses:
@@ -140,11 +136,6 @@ class ApexAmp(Rule):
 
 class ApexOther(Rule):
     code = "AMP204"
-
-    def may_fire(self, clues: SourceClues) -> bool:
-        return "apex" in clues.text and (
-            clues.may_use("parallel") or clues.may_use("fp16_utils") or "_amp_state" in clues.text
-        )
 
     def check(self, facts: ModuleFacts, settings: Settings) -> Iterator[Diagnostic]:
         for use in facts.apex.uses:

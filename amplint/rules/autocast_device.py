@@ -7,7 +7,6 @@ bf16).  Both want the type: ``"cuda"``, or ``device.type``.
 
 from __future__ import annotations
 
-import re
 from typing import Iterator
 
 import libcst as cst
@@ -16,27 +15,13 @@ from amplint.analysis import ModuleFacts
 from amplint.analysis.autocast import AutocastDevice
 from amplint.config import Settings
 from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix
-from amplint.prefilter import SourceClues
 from amplint.rules.base import Rule
 
 _PLAIN = (cst.Name, cst.Attribute, cst.Call, cst.Subscript)
-# An autocast call whose first argument is anything but a plain type literal
-# ("cuda"): an expression, a keyword, an indexed literal.  Torch's own code
-# names autocast everywhere, but passes it a device expression rarely.
-_DEVICE_ARGUMENT = re.compile(r"""autocast\s*\(\s*(?:[^\s"')]|["'][a-z_]+:)""")
-_ALIAS = re.compile(r"autocast\s+as\b")
 
 
 class AutocastDeviceType(Rule):
     code = "AMP116"
-
-    def may_fire(self, clues: SourceClues) -> bool:
-        text = clues.text
-        return (
-            "autocast" in text
-            and (_DEVICE_ARGUMENT.search(text) is not None or _ALIAS.search(text) is not None)
-            and clues.may_use("autocast")
-        )
 
     def check(self, facts: ModuleFacts, settings: Settings) -> Iterator[Diagnostic]:
         for use in facts.autocast.wrong_devices:

@@ -15,15 +15,11 @@ import libcst as cst
 from amplint.analysis import ModuleFacts
 from amplint.config import Settings
 from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix
-from amplint.prefilter import SourceClues
 from amplint.rules.base import Rule
 
 
 class BackwardInsideAutocast(Rule):
     code = "AMP101"
-
-    def may_fire(self, clues: SourceClues) -> bool:
-        return clues.may_call("backward") and clues.may_use("autocast")
 
     def check(self, facts: ModuleFacts, settings: Settings) -> Iterator[Diagnostic]:
         for found in facts.autocast.backward_inside:

@@ -17,21 +17,12 @@ import libcst as cst
 from amplint.analysis import ModuleFacts
 from amplint.config import Settings
 from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix
-from amplint.prefilter import SourceClues
 from amplint.rules.base import Rule
 from amplint.transforms.arguments import insert_argument, keyword_argument
 
 
 class ScalerWithBfloat16(Rule):
     code = "AMP112"
-
-    def may_fire(self, clues: SourceClues) -> bool:
-        return (
-            "caler" in clues.text
-            and clues.may_call("scale")
-            and clues.may_use("autocast")
-            and (clues.may_use("bfloat16") or clues.may_use("cpu"))
-        )
 
     def check(self, facts: ModuleFacts, settings: Settings) -> Iterator[Diagnostic]:
         for found in facts.bf16_scalers:

@@ -29,7 +29,6 @@ from amplint.analysis.checkpoints import (
 )
 from amplint.config import Settings
 from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix
-from amplint.prefilter import SourceClues
 from amplint.rules.base import Rule
 from amplint.transforms.arguments import insert_argument, keyword_argument
 from amplint.transforms.scaler_scope import with_keyword_only
@@ -40,13 +39,6 @@ UNREACHABLE = "; not rewritten: `{scaler}` is not in scope here, pass it in"
 
 class ScalerNotCheckpointed(Rule):
     code = "AMP109"
-
-    def may_fire(self, clues: SourceClues) -> bool:
-        return (
-            "caler" in clues.text
-            and any(clues.may_call(m) for m in ("scale", "unscale_", "update", "step"))
-            and (clues.may_call("state_dict") or clues.may_call("load_state_dict"))
-        )
 
     def check(self, facts: ModuleFacts, settings: Settings) -> Iterator[Diagnostic]:
         scan = facts.checkpoints_without_scaler

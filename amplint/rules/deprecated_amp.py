@@ -6,14 +6,12 @@ device as an argument instead.  Uses inside version fallbacks are left alone.
 
 from __future__ import annotations
 
-import re
 from typing import Iterator
 
 from amplint.analysis import ModuleFacts
 from amplint.analysis.deprecated_amp import DeprecatedAmpUse, UseKind
 from amplint.config import Settings
 from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix
-from amplint.prefilter import SourceClues
 from amplint.rules.base import Rule
 from amplint.transforms import torch_amp
 from amplint.transforms.imports import ensure_functools_imported, tidy_deprecated_amp_imports
@@ -30,24 +28,6 @@ class DeprecatedTorchAmp(Rule):
     def __init__(self, code: str, device: str) -> None:
         self.code = code
         self.device = device
-        # `torch.cuda.amp` is reached through its dotted name, through
-        # `from torch.cuda import amp`, or through an alias of torch.cuda
-        # (`import torch.cuda as tc`, `from torch import cuda as c`).
-        # Each pattern starts with a literal, which lets `re` skip ahead by
-        # substring search: a leading `\b` or an alternation made it 40x slower.
-        self._dotted = f"{device}.amp"
-        self._other_spellings = (
-            re.compile(rf"{device}[\s\\]+as\b"),
-            re.compile(rf"torch\.{device}[\s\\]+import\b"),
-        )
-
-    def may_fire(self, clues: SourceClues) -> bool:
-        text = clues.text
-        spelled = self._dotted in text or (
-            self.device in text
-            and any(pattern.search(text) is not None for pattern in self._other_spellings)
-        )
-        return spelled and clues.may_reference("amp")
 
     def check(self, facts: ModuleFacts, settings: Settings) -> Iterator[Diagnostic]:
         for use in facts.deprecated_amp_uses:

@@ -18,7 +18,6 @@ from amplint.analysis import ModuleFacts
 from amplint.analysis.regions import UnscaledFloat16
 from amplint.config import Settings
 from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix
-from amplint.prefilter import SourceClues
 from amplint.rules.base import Rule
 from amplint.transforms.insert_amp import AmpChoice, InsertAmp, scaler_obstacle
 
@@ -27,9 +26,6 @@ CUDA_FLOAT16 = AmpChoice(device="cuda", dtype="float16")
 
 class Float16WithoutScaler(Rule):
     code = "AMP106"
-
-    def may_fire(self, clues: SourceClues) -> bool:
-        return "autocast" in clues.text and clues.may_call("backward") and clues.may_call("step")
 
     def check(self, facts: ModuleFacts, settings: Settings) -> Iterator[Diagnostic]:
         for found in facts.unscaled_float16:

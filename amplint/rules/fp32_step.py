@@ -14,7 +14,6 @@ from amplint.analysis import ModuleFacts
 from amplint.analysis.steps import SILENT_SKIPS, TrainingStep
 from amplint.config import Settings
 from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix
-from amplint.prefilter import SourceClues
 from amplint.rules.base import Rule
 
 from amplint.transforms.insert_amp import (
@@ -148,15 +147,6 @@ def _obstacle(
 
 class FP32TrainingStep(Rule):
     code = "AMP001"
-
-    def may_fire(self, clues: SourceClues) -> bool:
-        # A backward, and an optimizer step (also one given a closure, which
-        # holds the backward) or a hand-written parameter update.
-        return clues.may_call("backward") and (
-            clues.may_call("step")
-            or "-=" in clues.text
-            or any(clues.may_call(update) for update in ("add_", "sub_", "copy_"))
-        )
 
     def check(self, facts: ModuleFacts, settings: Settings) -> Iterator[Diagnostic]:
         scan = facts.training_steps

@@ -15,16 +15,12 @@ from amplint.analysis import ModuleFacts
 from amplint.analysis.regions import LossOutsideAutocast
 from amplint.config import Settings
 from amplint.diagnostics import Applicability, Diagnostic, Fix
-from amplint.prefilter import SourceClues
 from amplint.rules.base import Rule
 from amplint.transforms.statements import moved_into
 
 
 class LossOutsideAutocastRule(Rule):
     code = "AMP110"
-
-    def may_fire(self, clues: SourceClues) -> bool:
-        return "autocast" in clues.text and clues.may_call("backward")
 
     def check(self, facts: ModuleFacts, settings: Settings) -> Iterator[Diagnostic]:
         for found in facts.losses_outside_autocast:

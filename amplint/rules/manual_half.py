@@ -17,18 +17,11 @@ from amplint.analysis import ModuleFacts
 from amplint.analysis.manual_half import ManualHalf
 from amplint.config import Settings
 from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix
-from amplint.prefilter import SourceClues
 from amplint.rules.base import Rule
 
 
 class ManualHalfRule(Rule):
     code = "AMP111"
-
-    def may_fire(self, clues: SourceClues) -> bool:
-        casts = clues.may_call("half") or (
-            clues.may_call("to") and ("float16" in clues.text or "half" in clues.text)
-        )
-        return "autocast" in clues.text and clues.may_call("backward") and casts
 
     def check(self, facts: ModuleFacts, settings: Settings) -> Iterator[Diagnostic]:
         for half in facts.manual_halves:

@@ -19,7 +19,6 @@ from amplint.analysis import ModuleFacts
 from amplint.analysis.accumulation import PerMicroStep
 from amplint.config import Settings
 from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix
-from amplint.prefilter import SourceClues
 from amplint.rules.base import Rule
 from amplint.rules.scaler_update import update_after
 from amplint.transforms.statements import moved_into, removable, removed
@@ -38,14 +37,6 @@ RAISES = {
 
 class ScalerPerMicroStep(Rule):
     code = "AMP107"
-
-    def may_fire(self, clues: SourceClues) -> bool:
-        return (
-            "caler" in clues.text
-            and clues.may_call("backward")
-            and clues.may_call("step")
-            and (clues.may_call("update") or clues.may_call("unscale_"))
-        )
 
     def check(self, facts: ModuleFacts, settings: Settings) -> Iterator[Diagnostic]:
         for found in facts.scalers_per_microstep:

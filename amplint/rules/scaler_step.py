@@ -19,19 +19,14 @@ import libcst as cst
 
 from amplint.analysis import ModuleFacts
 from amplint.analysis.scaler import BypassedScaler
-from amplint.analysis.steps import SCALER_NAME
 from amplint.config import Settings
 from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix
-from amplint.prefilter import SourceClues
 from amplint.rules.base import Rule
 from amplint.rules.scaler_update import update_after
 
 
 class StepBypassesScaler(Rule):
     code = "AMP103"
-
-    def may_fire(self, clues: SourceClues) -> bool:
-        return clues.may_call("scale") and clues.may_call("backward") and clues.may_call("step")
 
     def check(self, facts: ModuleFacts, settings: Settings) -> Iterator[Diagnostic]:
         for bypass in facts.bypassed_scalers:
@@ -73,14 +68,6 @@ class StepBypassesScaler(Rule):
 class UnscaledBackwardRule(Rule):
     code = "AMP105"
 
-    def may_fire(self, clues: SourceClues) -> bool:
-        return (
-            "caler" in clues.text  # before the case-blind search, which reads every byte
-            and SCALER_NAME.search(clues.text) is not None
-            and clues.may_call("backward")
-            and clues.may_call("step")
-        )
-
     def check(self, facts: ModuleFacts, settings: Settings) -> Iterator[Diagnostic]:
         for unscaled in facts.unscaled_backwards:
             scaler = unscaled.scaler
@@ -108,9 +95,6 @@ class UnscaledBackwardRule(Rule):
 class ZeroGradBeforeScalerStep(Rule):
     code = "AMP113"
 
-    def may_fire(self, clues: SourceClues) -> bool:
-        return "caler" in clues.text and clues.may_call("zero_grad") and clues.may_call("scale")
-
     def check(self, facts: ModuleFacts, settings: Settings) -> Iterator[Diagnostic]:
         for found in facts.zero_grads_before_step:
             zero_grad = facts.module.code_for_node(found.zero_grad)
@@ -125,9 +109,6 @@ class ZeroGradBeforeScalerStep(Rule):
 
 class ScalerStepWithClosure(Rule):
     code = "AMP115"
-
-    def may_fire(self, clues: SourceClues) -> bool:
-        return "caler" in clues.text and clues.may_call("step")
 
     def check(self, facts: ModuleFacts, settings: Settings) -> Iterator[Diagnostic]:
         for found in facts.scaler_closures:

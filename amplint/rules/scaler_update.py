@@ -20,7 +20,6 @@ from amplint.analysis import ModuleFacts
 from amplint.analysis.scaler import EarlyUpdate, MissingUpdate
 from amplint.config import Settings
 from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix
-from amplint.prefilter import SourceClues
 from amplint.rules.base import Rule
 from amplint.analysis.statements import parameter_names
 from amplint.transforms.statements import followed_by, removable, removed
@@ -53,9 +52,6 @@ def _owned_by(function: cst.FunctionDef | None, scaler: str, facts: ModuleFacts)
 
 class MissingScalerUpdate(Rule):
     code = "AMP104"
-
-    def may_fire(self, clues: SourceClues) -> bool:
-        return "caler" in clues.text and clues.may_call("step") and clues.may_call("backward")
 
     def check(self, facts: ModuleFacts, settings: Settings) -> Iterator[Diagnostic]:
         for missing in facts.missing_updates:

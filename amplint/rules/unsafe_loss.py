@@ -12,7 +12,6 @@ from typing import Iterator
 from amplint.analysis import ModuleFacts
 from amplint.config import Settings
 from amplint.diagnostics import Diagnostic
-from amplint.prefilter import SourceClues
 from amplint.rules.base import Rule
 
 _ADVICE = {
@@ -23,13 +22,6 @@ _ADVICE = {
 
 class UnsafeLossUnderAutocast(Rule):
     code = "AMP114"
-
-    def may_fire(self, clues: SourceClues) -> bool:
-        return (
-            ("BCELoss" in clues.text or "binary_cross_entropy" in clues.text)
-            and clues.may_use("autocast")
-            and (clues.may_use("BCELoss") or clues.may_use("binary_cross_entropy"))
-        )
 
     def check(self, facts: ModuleFacts, settings: Settings) -> Iterator[Diagnostic]:
         for found in facts.autocast.unsafe_losses:

@@ -21,23 +21,12 @@ from amplint.analysis import ModuleFacts
 from amplint.analysis.statements import condition_code
 from amplint.config import Settings
 from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix
-from amplint.prefilter import SourceClues
 from amplint.rules.base import Rule
 from amplint.transforms.statements import preceded_by, removable, removed
-
-_CLIPS = ("clip_grad_norm_", "clip_grad_value_", "clip_grad_norm")
 
 
 class ClipBeforeUnscale(Rule):
     code = "AMP102"
-
-    def may_fire(self, clues: SourceClues) -> bool:
-        return (
-            "clip_grad" in clues.text
-            and clues.may_call("scale")
-            and clues.may_call("backward")
-            and any(clues.may_use(name) for name in _CLIPS)
-        )
 
     def check(self, facts: ModuleFacts, settings: Settings) -> Iterator[Diagnostic]:
         for found in facts.clips_before_unscale:
@@ -67,9 +56,6 @@ class ClipBeforeUnscale(Rule):
 
 class DoubleUnscale(Rule):
     code = "AMP108"
-
-    def may_fire(self, clues: SourceClues) -> bool:
-        return "unscale_" in clues.text and clues.may_call("unscale_")
 
     def check(self, facts: ModuleFacts, settings: Settings) -> Iterator[Diagnostic]:
         for extra in facts.extra_unscales:

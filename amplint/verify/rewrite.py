@@ -11,7 +11,7 @@ from typing import Sequence
 
 from amplint import runner
 from amplint.config import Settings
-from amplint.engine import FileReport
+from amplint.diagnostics import FileReport
 from amplint.files import SourceError, read_source
 from amplint.project import project_view
 from amplint.verify import EXIT_ERROR, EXIT_NOTHING, VerifyError

@@ -1,0 +1,211 @@
+"""When each rule may fire, decided on a file's text alone: the first test every
+file meets, kept apart from the rules so that a file none could fire on costs
+neither libcst nor the rules' import (a pre-commit hook on a commit without a
+training step).
+
+`TRIGGERS[code](clues)` is False only when no finding of that rule is possible
+in the file `clues` describe.  It must be cheap (substring tests on
+``clues.text`` first) and never False for a file with a finding: the suite
+checks that on every fixture and catalogue example.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Callable
+
+from amplint.prefilter import SourceClues
+
+SYNTAX_ERROR = "AMP900"  # reported by the engine itself, on a file that does not parse
+SCALER_NAME = re.compile(r"scaler", re.I)
+CLIP_FUNCTIONS = ("clip_grad_norm_", "clip_grad_value_", "clip_grad_norm")
+# An autocast call whose first argument is anything but a plain type literal
+# ("cuda"): an expression, a keyword, an indexed literal.  Torch's own code
+# names autocast everywhere, but passes it a device expression rarely.
+_AUTOCAST_DEVICE_ARGUMENT = re.compile(r"""autocast\s*\(\s*(?:[^\s"')]|["'][a-z_]+:)""")
+_AUTOCAST_ALIAS = re.compile(r"autocast\s+as\b")
+
+
+def _fp32_step(clues: SourceClues) -> bool:
+    # A backward, and an optimizer step (also one given a closure, which
+    # holds the backward) or a hand-written parameter update.
+    return clues.may_call("backward") and (
+        clues.may_call("step")
+        or "-=" in clues.text
+        or any(clues.may_call(update) for update in ("add_", "sub_", "copy_"))
+    )
+
+
+def _backward_in_autocast(clues: SourceClues) -> bool:
+    return clues.may_call("backward") and clues.may_use("autocast")
+
+
+def _clip_before_unscale(clues: SourceClues) -> bool:
+    return (
+        "clip_grad" in clues.text
+        and clues.may_call("scale")
+        and clues.may_call("backward")
+        and any(clues.may_use(name) for name in CLIP_FUNCTIONS)
+    )
+
+
+def _step_bypasses_scaler(clues: SourceClues) -> bool:
+    return clues.may_call("scale") and clues.may_call("backward") and clues.may_call("step")
+
+
+def _missing_scaler_update(clues: SourceClues) -> bool:
+    return "caler" in clues.text and clues.may_call("step") and clues.may_call("backward")
+
+
+def _unscaled_backward(clues: SourceClues) -> bool:
+    return (
+        "caler" in clues.text  # before the case-blind search, which reads every byte
+        and SCALER_NAME.search(clues.text) is not None
+        and clues.may_call("backward")
+        and clues.may_call("step")
+    )
+
+
+def _float16_without_scaler(clues: SourceClues) -> bool:
+    return "autocast" in clues.text and clues.may_call("backward") and clues.may_call("step")
+
+
+def _scaler_per_micro_step(clues: SourceClues) -> bool:
+    return (
+        "caler" in clues.text
+        and clues.may_call("backward")
+        and clues.may_call("step")
+        and (clues.may_call("update") or clues.may_call("unscale_"))
+    )
+
+
+def _double_unscale(clues: SourceClues) -> bool:
+    return "unscale_" in clues.text and clues.may_call("unscale_")
+
+
+def _scaler_not_checkpointed(clues: SourceClues) -> bool:
+    return (
+        "caler" in clues.text
+        and any(clues.may_call(m) for m in ("scale", "unscale_", "update", "step"))
+        and (clues.may_call("state_dict") or clues.may_call("load_state_dict"))
+    )
+
+
+def _loss_outside_autocast(clues: SourceClues) -> bool:
+    return "autocast" in clues.text and clues.may_call("backward")
+
+
+def _manual_half(clues: SourceClues) -> bool:
+    casts = clues.may_call("half") or (
+        clues.may_call("to") and ("float16" in clues.text or "half" in clues.text)
+    )
+    return "autocast" in clues.text and clues.may_call("backward") and casts
+
+
+def _scaler_with_bfloat16(clues: SourceClues) -> bool:
+    return (
+        "caler" in clues.text
+        and clues.may_call("scale")
+        and clues.may_use("autocast")
+        and (clues.may_use("bfloat16") or clues.may_use("cpu"))
+    )
+
+
+def _zero_grad_before_scaler_step(clues: SourceClues) -> bool:
+    return "caler" in clues.text and clues.may_call("zero_grad") and clues.may_call("scale")
+
+
+def _unsafe_loss_under_autocast(clues: SourceClues) -> bool:
+    return (
+        ("BCELoss" in clues.text or "binary_cross_entropy" in clues.text)
+        and clues.may_use("autocast")
+        and (clues.may_use("BCELoss") or clues.may_use("binary_cross_entropy"))
+    )
+
+
+def _scaler_step_with_closure(clues: SourceClues) -> bool:
+    return "caler" in clues.text and clues.may_call("step")
+
+
+def _autocast_device_type(clues: SourceClues) -> bool:
+    text = clues.text
+    return (
+        "autocast" in text
+        and (
+            _AUTOCAST_DEVICE_ARGUMENT.search(text) is not None
+            or _AUTOCAST_ALIAS.search(text) is not None
+        )
+        and clues.may_use("autocast")
+    )
+
+
+def _deprecated_amp(device: str) -> Callable[[SourceClues], bool]:
+    # `torch.cuda.amp` is reached through its dotted name, through
+    # `from torch.cuda import amp`, or through an alias of torch.cuda
+    # (`import torch.cuda as tc`, `from torch import cuda as c`).
+    # Each pattern starts with a literal, which lets `re` skip ahead by
+    # substring search: a leading `\b` or an alternation made it 40x slower.
+    dotted = f"{device}.amp"
+    other_spellings = (
+        re.compile(rf"{device}[\s\\]+as\b"),
+        re.compile(rf"torch\.{device}[\s\\]+import\b"),
+    )
+
+    def may_fire(clues: SourceClues) -> bool:
+        text = clues.text
+        spelled = dotted in text or (
+            device in text and any(pattern.search(text) is not None for pattern in other_spellings)
+        )
+        return spelled and clues.may_reference("amp")
+
+    return may_fire
+
+
+def _apex_amp(clues: SourceClues) -> bool:
+    return "apex" in clues.text and clues.may_use("amp")
+
+
+def _apex_other(clues: SourceClues) -> bool:
+    return "apex" in clues.text and (
+        clues.may_use("parallel") or clues.may_use("fp16_utils") or "_amp_state" in clues.text
+    )
+
+
+def _parses_or_not(clues: SourceClues) -> bool:
+    # AMP900 needs a parse, and a file is parsed only for another rule.
+    return False
+
+
+TRIGGERS: dict[str, Callable[[SourceClues], bool]] = {
+    "AMP001": _fp32_step,
+    "AMP101": _backward_in_autocast,
+    "AMP102": _clip_before_unscale,
+    "AMP103": _step_bypasses_scaler,
+    "AMP104": _missing_scaler_update,
+    "AMP105": _unscaled_backward,
+    "AMP106": _float16_without_scaler,
+    "AMP107": _scaler_per_micro_step,
+    "AMP108": _double_unscale,
+    "AMP109": _scaler_not_checkpointed,
+    "AMP110": _loss_outside_autocast,
+    "AMP111": _manual_half,
+    "AMP112": _scaler_with_bfloat16,
+    "AMP113": _zero_grad_before_scaler_step,
+    "AMP114": _unsafe_loss_under_autocast,
+    "AMP115": _scaler_step_with_closure,
+    "AMP116": _autocast_device_type,
+    "AMP201": _deprecated_amp("cuda"),
+    "AMP202": _deprecated_amp("cpu"),
+    "AMP203": _apex_amp,
+    "AMP204": _apex_other,
+    SYNTAX_ERROR: _parses_or_not,
+}
+# Every code amplint can report.
+ALL_CODES: tuple[str, ...] = tuple(sorted(TRIGGERS))
+
+
+def text_may_fire(text: str, codes: frozenset[str]) -> bool:
+    """Whether the text alone leaves a finding of one of `codes` possible: the
+    first, cheapest test, which costs about what reading the file does."""
+    clues = SourceClues(text, compiled=False)
+    return any(TRIGGERS[code](clues) for code in codes if code in TRIGGERS)
