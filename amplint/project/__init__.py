@@ -273,12 +273,19 @@ class ProjectIndex:
         target = self.module(defining)
         if target is None:
             return []
+        # An import of a module spells its last name (`from .engine import
+        # train`, `import engine`): a text test that spares parsing the many
+        # modules that mention a common name such as `train`.  A package's
+        # __init__ is imported relatively without its name (`from . import x`).
+        spelled = None if defining.name == "__init__.py" else target.name.rsplit(".", 1)[-1]
         sites = []
         for path in self.paths:
             if path.resolve() == defining:
                 continue
             module = self.module(path)
-            if module is None or function not in module.text or module.tree is None:
+            if module is None or function not in module.text:
+                continue
+            if (spelled is not None and spelled not in module.text) or module.tree is None:
                 continue
             sites += _calls_of(module, target, function)
         return sites
