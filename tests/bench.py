@@ -30,6 +30,7 @@ from amplint.files import Discovered, discover
 from amplint.runner import default_jobs
 
 AMPLINT = [sys.executable, "-m", "amplint"]
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
 
 def installed_torch() -> Path:
@@ -105,11 +106,14 @@ def main() -> None:
         f"versions: amplint {_version('amplint')}, libcst {_version('libcst')}, "
         f"ruff {_version('ruff')}, torch {_version('torch')}"
     )
-    ruff_time = next((seconds for command, _, seconds in rows if command.startswith("ruff")), None)
+    ruff_times = {run: seconds for command, run, seconds in rows if command.startswith("ruff")}
     print()
     print("| command | run | wall s | vs ruff |")
     print("|---|---|---:|---:|")
     for command, run, seconds in rows:
+        # A one-file row is set against ruff on that file, the others against
+        # ruff on the tree.
+        ruff_time = ruff_times.get(run) or ruff_times.get("one rule")
         ratio = f"{seconds / ruff_time:.1f}x" if ruff_time else "n/a"
         print(f"| `{command}` | {run} | {seconds:.2f} | {ratio} |")
     timings = {(command, run): seconds for command, run, seconds in rows}
@@ -160,6 +164,26 @@ def _measure(tree: Path, scratch: Path, repeat: int) -> list[tuple[str, str, flo
 
         seconds, _ = _median_of(repeat, cold_on_fixed)
         rows.append((f"amplint {command}", "cold cache, nothing to fix", seconds))
+    return rows + _one_file_rows(ruff, repeat)
+
+
+# What a pre-commit hook sees: one file, as a process of its own, no cache.
+ONE_FILE = {
+    "nothing could fire": installed_torch() / "nn" / "modules" / "linear.py",
+    "a training script with findings": FIXTURES / "fp32_steps" / "nested_loops.py",
+}
+
+
+def _one_file_rows(ruff: str | None, repeat: int) -> list[tuple[str, str, float]]:
+    rows = []
+    for what, path in ONE_FILE.items():
+        if ruff is not None:
+            command = [ruff, "check", "--select", "F401", "--no-cache", "--isolated", "--quiet"]
+            seconds, _ = _median_of(repeat, lambda: _timed([*command, str(path)]))
+            rows.append((f"ruff check --select F401 {path.name}", f"one file, {what}", seconds))
+        command = [*AMPLINT, "check", "--no-cache", str(path)]
+        seconds, _ = _median_of(repeat, lambda: _timed(command))
+        rows.append((f"amplint check {path.name}", f"one file, {what}", seconds))
     return rows
 
 
