@@ -6,6 +6,11 @@ code (every module of the package, so an edited checkout never serves stale
 results).  Each entry is one small file written through a temporary name and
 ``os.replace``: runs sharing a cache see a whole entry or none, and a damaged
 entry is a miss.
+
+Most files never get that far: their text rules out every rule.  For them the
+cache keeps one index, path -> the file's stat (size, times, inode) and the
+codes it was tested for, so a warm run neither reads nor tests a file that is
+unchanged since (ruff trusts the same stat fields).
 """
 
 from __future__ import annotations
@@ -46,11 +51,65 @@ def _package_fingerprint() -> str:
     return digest.hexdigest()
 
 
+def _stat_key(stat: os.stat_result, codes: Iterable[str]) -> list:
+    """What must be unchanged for a text test's verdict to stand: a change of
+    content moves the modification time, one of permissions the change time."""
+    codes_digest = hashlib.sha256(",".join(sorted(codes)).encode()).hexdigest()[:16]
+    return [stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino, codes_digest]
+
+
 class ResultCache:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self.write_error: str | None = None  # why entries could not be stored, once
         self._directory_ready = False
+        self._ruled_out: dict[str, list] | None = None  # the index, once read
+        self._ruled_out_news: dict[str, list | None] = {}  # this run's changes (None: drop)
+
+    # -- files their text ruled out ------------------------------------------------
+    def ruled_out(self, path: Path, stat: os.stat_result, codes: Iterable[str]) -> bool:
+        """Whether `path`'s text ruled out `codes`, and the file is as it was then."""
+        if self._ruled_out is None:
+            self._ruled_out = self._read_ruled_out()
+        return self._ruled_out.get(os.path.abspath(path)) == _stat_key(stat, codes)
+
+    def note_ruled_out(self, path: Path, stat: os.stat_result, codes: Iterable[str]) -> None:
+        self._ruled_out_news[os.path.abspath(path)] = _stat_key(stat, codes)
+
+    def forget_ruled_out(self, path: Path) -> None:
+        """`path` now passes its text test: its old verdict would only grow the index."""
+        if self._ruled_out is not None and os.path.abspath(path) in self._ruled_out:
+            self._ruled_out_news[os.path.abspath(path)] = None
+
+    def save_ruled_out(self) -> None:
+        """This run's verdicts, merged into the index as it is on disk now (other
+        runs may have written it since this one read it)."""
+        if not self._ruled_out_news or self.write_error is not None:
+            return
+        index = self._read_ruled_out()
+        for path, key in self._ruled_out_news.items():
+            if key is None:
+                index.pop(path, None)
+            else:
+                index[path] = key
+        try:
+            self._ensure_directory()
+            _write_atomic(self._ruled_out_path(), json.dumps(index).encode())
+        except OSError as error:
+            self.write_error = f"cannot write the cache in {self.directory}: {error.strerror}"
+        self._ruled_out_news = {}
+
+    def _ruled_out_path(self) -> Path:
+        return self.directory / f"ruled-out-{_FORMAT}-{_package_fingerprint()[:16]}.json"
+
+    def _read_ruled_out(self) -> dict[str, list]:
+        try:
+            index = json.loads(self._ruled_out_path().read_bytes())
+        except (OSError, ValueError, RecursionError):
+            return {}  # absent or damaged: every file is read again
+        return index if isinstance(index, dict) else {}
+
+    # -- findings -------------------------------------------------------------------
 
     def key(
         self, source: SourceFile, codes: Iterable[str], settings: Settings, project: ProjectRoot

@@ -117,6 +117,8 @@ def run(
         reports[item.index] = report
         if cache is not None and report.found is not None:
             cache.put(item.cache_key, report.found, report.depends_on)
+    if cache is not None:
+        cache.save_ruled_out()
     return hold_partial_changes(reports, fixing)
 
 
@@ -130,10 +132,17 @@ def _prepare(
 ) -> _Work | None:
     """Read the report's file and answer it from its text or the cache where
     they can; else the work of analysing it."""
-    source = read_source(report.path)
     codes = settings.enabled_codes(ALL_CODES, report.path)
+    stat = _stat(report.path) if cache is not None else None
+    if stat is not None and cache.ruled_out(report.path, stat, codes):
+        return None  # unchanged since its text ruled out every rule: not even read
+    source = read_source(report.path)  # taken after the stat: an edit between is seen next time
     if not text_may_fire(source.code, codes):
+        if stat is not None:
+            cache.note_ruled_out(report.path, stat, codes)
         return None
+    if stat is not None:
+        cache.forget_ruled_out(report.path)
     report.source = source
     root = project_root(report.path)
     key = cache.key(source, codes, settings, root) if cache is not None else None
@@ -146,6 +155,13 @@ def _prepare(
         report.diagnostics = cached
         return None
     return _Work(index, source, codes, key, root)
+
+
+def _stat(path: Path) -> os.stat_result | None:
+    try:
+        return os.stat(path)
+    except OSError:
+        return None  # read_source says why
 
 
 def run_source(source: SourceFile, settings: Settings, mode: Mode) -> FileReport:

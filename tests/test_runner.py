@@ -135,6 +135,62 @@ def test_a_warm_run_analyses_nothing_and_reports_the_same(
     assert (tmp_path / "cache" / ".gitignore").read_text() == "*\n"
 
 
+@pytest.fixture
+def read(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the files the runner reads."""
+    names: list[str] = []
+    read_source = runner.read_source
+
+    def counting(path, *args, **kwargs):
+        names.append(Path(path).name)
+        return read_source(path, *args, **kwargs)
+
+    monkeypatch.setattr(runner, "read_source", counting)
+    return names
+
+
+def test_a_warm_run_does_not_read_files_their_text_ruled_out(
+    read: list[str], tmp_path: Path
+) -> None:
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "utils.py").write_text("def mean(values):\n    return sum(values) / len(values)\n")
+    (tree / "legacy.py").write_text(DEPRECATED)
+    cold = runner.run([tree], SETTINGS, cache=ResultCache(tmp_path / "cache"))
+    assert sorted(read) == ["legacy.py", "utils.py"]
+    read.clear()
+    warm = runner.run([tree], SETTINGS, cache=ResultCache(tmp_path / "cache"))
+    assert read == ["legacy.py"]  # a candidate: read, hashed, answered by its entry
+    assert _summary(warm) == _summary(cold)
+
+    # The verdict stands for that text, those codes, that file: any change reads it again.
+    read.clear()
+    (tree / "utils.py").write_text(DEPRECATED)  # now it has a finding
+    [_, edited] = runner.run([tree], SETTINGS, cache=ResultCache(tmp_path / "cache"))
+    assert sorted(read) == ["legacy.py", "utils.py"]
+    assert [d.code for d in edited.diagnostics] == ["AMP201"]
+    read.clear()
+    other_codes = Settings(root=FIXTURES, select=("AMP001",))
+    runner.run([tree], other_codes, cache=ResultCache(tmp_path / "cache"))
+    assert sorted(read) == ["legacy.py", "utils.py"]
+
+
+def test_a_damaged_index_of_ruled_out_files_is_read_as_empty(
+    read: list[str], tmp_path: Path
+) -> None:
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "utils.py").write_text("x = 1\n")
+    cache = ResultCache(tmp_path / "cache")
+    runner.run([tree], SETTINGS, cache=cache)
+    [index] = (tmp_path / "cache").glob("ruled-out-*.json")
+    for damaged in ("{", "[1, 2]", '{"/x": 1}'):
+        index.write_text(damaged)
+        read.clear()
+        [report] = runner.run([tree], SETTINGS, cache=ResultCache(tmp_path / "cache"))
+        assert read == ["utils.py"] and report.error is None
+
+
 def test_an_edited_file_or_other_settings_miss_the_cache(
     analysed: list[str], tmp_path: Path
 ) -> None:
