@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Iterable, Sequence
 
 from amplint import runner
 from amplint.config import Settings
@@ -28,6 +28,7 @@ class Rewrite:
     applied: list[str]  # what the rewrite did, one line per fix ("path: " before a module's)
     codes: list[str]  # the rules whose fixes it carried out
     shown: dict[Path, str]  # real path -> the path as the user reads it
+    covered: frozenset[Path]  # real paths of every file the rewrite looked at
 
 
 def rewritten(
@@ -42,6 +43,7 @@ def rewritten(
     if source.notebook is not None:
         raise VerifyError(EXIT_ERROR, f"{script}: verify runs scripts, not notebooks")
     reports = _fixed([script, *rewrite_paths], settings, unsafe)
+    covered = frozenset(report.path.resolve() for report in reports)
     script_text, modules, applied, codes, shown = source.text, {}, [], set(), {}
     for report in reports:
         path = report.path.resolve()
@@ -57,9 +59,9 @@ def rewritten(
             shown[path] = _shown(report.path)
             applied += [f"{shown[path]}: {change}" for change in done]
     if not applied:
-        why = _nothing_to_rewrite(script, settings, unsafe, rewrite_paths, reports)
+        why = _nothing_to_rewrite(script, settings, unsafe, rewrite_paths, reports, covered)
         raise VerifyError(EXIT_NOTHING, why)
-    return Rewrite(source.text, script_text, modules, applied, sorted(codes), shown)
+    return Rewrite(source.text, script_text, modules, applied, sorted(codes), shown, covered)
 
 
 def _fixed(paths: Sequence[Path], settings: Settings, unsafe: bool) -> list[FileReport]:
@@ -78,34 +80,39 @@ def _nothing_to_rewrite(
     unsafe: bool,
     rewrite_paths: Sequence[Path],
     reports: list[FileReport],
+    covered: frozenset[Path],
 ) -> str:
     """Why verify has nothing to compare, and where the training step may be
     instead: a driver script's step often lives in a module it imports."""
     found = ", ".join(sorted({d.code for r in reports for d in r.diagnostics})) or "no findings"
     named = "".join(f" or {path}" for path in rewrite_paths)
     message = f"nothing to verify: amplint would not change {script}{named} ({found})"
-    rewritten = {report.path.resolve() for report in reports}
-    fixable, unfixed = unrewritten_imports(script, settings, unsafe, rewritten)
+    fixable, unfixed = unrewritten_imports(script, settings, unsafe, covered)
     if fixable:
         return (
-            f"{message}; the training step is in what it imports: {', '.join(fixable)}; "
-            f"verify it as the script uses it with --rewrite {' --rewrite '.join(_paths(fixable))}"
+            f"{message}; the training step is in what it imports: {listed(fixable)}; "
+            "verify it as the script uses it with "
+            + " ".join(f"--rewrite {path}" for path, _ in fixable)
         )
     if unfixed:
-        return f"{message}; what it imports has findings amplint does not rewrite: " + ", ".join(
+        return f"{message}; what it imports has findings amplint does not rewrite: " + listed(
             unfixed
         )
     return message + "; verify compares a script with its rewrite, so it needs a training step"
 
 
+# A module as the user reads it, and the codes of its findings: ("engine.py", "AMP001").
+Module = tuple[str, str]
+
+
 def unrewritten_imports(
-    script: Path, settings: Settings, unsafe: bool, rewritten: set[Path]
-) -> tuple[list[str], list[str]]:
-    """The project modules the script imports, at any depth, that are not
-    `rewritten` and that `fix` would change ("engine.py (AMP001)"), and those
-    with findings it would not fix."""
-    imported = project_view(script).imported_program()
-    candidates = [path for path in imported if path not in rewritten]
+    script: Path, settings: Settings, unsafe: bool, covered: Iterable[Path]
+) -> tuple[list[Module], list[Module]]:
+    """The project modules the script imports, at any depth, outside `covered`
+    (the files a rewrite looked at): those `fix` would change, and those with
+    findings it would not fix."""
+    covered = set(covered)
+    candidates = [path for path in project_view(script).imported_program() if path not in covered]
     if not candidates:
         return [], []
     reports = runner.run([script, *candidates], settings, fixing=True, unsafe=unsafe)
@@ -115,16 +122,16 @@ def unrewritten_imports(
             continue
         if report.applied:
             codes = ", ".join(sorted({d.code for d in report.applied}))
-            fixable.append(f"{_shown(report.path)} ({codes})")
+            fixable.append((_shown(report.path), codes))
         elif report.diagnostics:
             codes = ", ".join(sorted({d.code for d in report.diagnostics}))
-            unfixed.append(f"{_shown(report.path)} ({codes})")
+            unfixed.append((_shown(report.path), codes))
     return fixable, unfixed
 
 
-def _paths(modules: list[str]) -> list[str]:
-    """ "engine.py (AMP001)" -> "engine.py"."""
-    return [module.rsplit(" (", 1)[0] for module in modules]
+def listed(modules: list[Module]) -> str:
+    """ "engine.py (AMP001), losses.py (AMP114)"."""
+    return ", ".join(f"{path} ({codes})" for path, codes in modules)
 
 
 def _shown(path: Path) -> str:

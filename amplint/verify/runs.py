@@ -20,7 +20,7 @@ from amplint.config import Settings
 from amplint.verify import EXIT_ERROR, EXIT_FAILED, EXIT_NOTHING, VerifyError
 from amplint.verify.compare import Comparison, Thresholds, active_autocast, inactive_amp
 from amplint.verify.harness import HARNESS_ERROR, NEEDS_TORCH
-from amplint.verify.rewrite import Rewrite, rewritten, unrewritten_imports
+from amplint.verify.rewrite import Rewrite, listed, rewritten, unrewritten_imports
 
 STDERR_TAIL_LINES = 20
 
@@ -126,13 +126,12 @@ def run_child(
         except (OSError, ValueError):
             reports.append(None)
 
-    def run(rank: int) -> str:
-        return f"the {name} run" if ranks == 1 else f"rank {rank} of the {name} run"
-
     def rank_failed(rank: int, message: str) -> VerifyError:
         logs = sorted(rank_logs.glob(f"**/{rank}/stderr.log")) if ranks > 1 else []
         return VerifyError(
-            EXIT_FAILED, f"{run(rank)} {message}", _tail(logs[-1] if logs else stderr)
+            EXIT_FAILED,
+            f"{_run_name(name, rank, ranks)} {message}",
+            _tail(logs[-1] if logs else stderr),
         )
 
     # A rank that crashed by itself first: the launcher then stops the others,
@@ -154,9 +153,15 @@ def run_child(
             raise rank_failed(rank, f"{how} before reporting:")
         if result["steps"] == 0:
             raise VerifyError(
-                EXIT_NOTHING, f"nothing to verify: {run(rank)} ended without an optimizer step"
+                EXIT_NOTHING,
+                f"nothing to verify: {_run_name(name, rank, ranks)} ended without an optimizer step",
             )
     return reports
+
+
+def _run_name(name: str, rank: int, ranks: int) -> str:
+    """ "the AMP run", or "rank 1 of the AMP run" under torchrun."""
+    return f"the {name} run" if ranks == 1 else f"rank {rank} of the {name} run"
 
 
 def _wait(
@@ -238,7 +243,8 @@ def verify(request: Request, progress: Progress | None = None) -> Outcome:
         notes += _imported_rewrites(rewrite, amp[0])
         _require_active_amp(baseline[0], amp[0], request, rewrite.codes)
         tf32: list[dict] = []
-        if request.tf32_run and device_type == "cuda" and baseline[0]["cuda_available"]:
+        on_cuda = device_type == "cuda" and baseline[0]["cuda_available"]
+        if request.tf32_run and on_cuda:
             if baseline[0]["settings"]["matmul_allow_tf32"]:
                 notes.append("no TF32 run: the script turns TF32 matmuls on itself")
             else:
@@ -246,15 +252,12 @@ def verify(request: Request, progress: Progress | None = None) -> Outcome:
                     "TF32", rewrite.original, request, progress, workdir, harness_options=["--tf32"]
                 )
     fixable, _ = unrewritten_imports(
-        request.script,
-        request.settings,
-        request.unsafe,
-        set(rewrite.shown) | {request.script.resolve()},
+        request.script, request.settings, request.unsafe, rewrite.covered
     )
     if fixable:
         notes.append(
             "not rewritten, though the script imports them and fix would change them: "
-            f"{', '.join(fixable)} (add --rewrite)"
+            f"{listed(fixable)} (add --rewrite)"
         )
     baseline_losses = {str(loss) for loss in baseline[0]["losses"]}
     if len(baseline_losses) == 1:  # pytorch/examples' DDP tutorial: cross-entropy of one class
@@ -265,17 +268,16 @@ def verify(request: Request, progress: Progress | None = None) -> Outcome:
     for name, runs in (("baseline", baseline), ("AMP", amp), ("TF32", tf32)):
         for rank, run in enumerate(runs):
             if run["finished"] == "script" and run["steps"] < request.thresholds.steps:
-                who = f"the {name} run" if len(runs) == 1 else f"rank {rank} of the {name} run"
                 problems.append(
-                    f"{who} ended after {run['steps']} of {request.thresholds.steps} steps"
+                    f"{_run_name(name, rank, len(runs))} ended after {run['steps']} of "
+                    f"{request.thresholds.steps} steps"
                 )
-    speed_meaningful = device_type == "cuda" and baseline[0]["cuda_available"]
-    comparison = Comparison(baseline, amp, request.thresholds, speed_meaningful, problems, tf32)
+    comparison = Comparison(baseline, amp, request.thresholds, on_cuda, problems, tf32)
     device = baseline[0]["device"] if device_type == "cuda" else device_type
     # What the AMP run trained under, which need not be what was asked for.
     dtypes = sorted({autocast.split()[1] for autocast in active_autocast(amp[0])})
     dtype = ", ".join(dtypes) or dtype
-    return Outcome(comparison, rewrite.applied, device, dtype, speed_meaningful, notes)
+    return Outcome(comparison, rewrite.applied, device, dtype, on_cuda, notes)
 
 
 # How much of the script's directory is looked at for what the baseline wrote.
