@@ -226,8 +226,8 @@ def fix_text(
     module = _parse(text, rules, codes)
     if isinstance(module, list):
         return FixResult(text, [], module, module)
-    facts = ModuleFacts(module, text, project)
-    found = _lint_module(facts, text, rules, settings)
+    analyses = _Analyses(text, ModuleFacts(module, text, project), settings)
+    found = analyses.findings(text, rules)
     due = [diagnostic for diagnostic in found if is_applicable(diagnostic, unsafe)]
     if not due:
         return FixResult(text, [], found, found)
@@ -235,9 +235,9 @@ def fix_text(
     # file about to change pays for proving the round trip.
     if module.code != text:
         raise FixError("libcst cannot reproduce this file byte for byte; not fixing it")
-    rounds = _FixRounds(text, module, facts, found, rules, settings, unsafe)
+    rounds = _FixRounds(analyses, found, rules, unsafe)
     result = rounds.run(blocked=frozenset())
-    judge = _SelfCheck(text, facts, settings)
+    judge = _SelfCheck(analyses)
     problems = judge.problems(result.text)
     if not problems:
         return result
@@ -287,25 +287,67 @@ def _refused(diagnostic: Diagnostic, problems: list[str]) -> Diagnostic:
     return replace(diagnostic, message=f"{diagnostic.message}; not fixed: {why}", fix=None)
 
 
+class _Analyses:
+    """The facts of the texts one fix looks at, and their findings per rule,
+    each made once: the fix rounds and the self-check read the same texts (the
+    original, the last rewrite) with overlapping sets of rules, and on a large
+    module a parse and a run of the rules cost a second each.
+
+    Only the original and the latest other text are kept: a libcst tree holds
+    hundreds of bytes per character of source."""
+
+    def __init__(self, original: str, facts: ModuleFacts, settings: Settings) -> None:
+        self.original = original
+        self.settings = settings
+        self._kept: dict[str, tuple[ModuleFacts, dict[Rule, list[Diagnostic]]]] = {
+            original: (facts, {})
+        }
+
+    @property
+    def project(self) -> ProjectView | None:
+        return self.facts(self.original).project
+
+    def facts(self, text: str) -> ModuleFacts:
+        """Raises cst.ParserSyntaxError when `text` does not parse."""
+        if text not in self._kept:
+            facts = ModuleFacts(cst.parse_module(text), text, self.project)
+            for other in [kept for kept in self._kept if kept != self.original]:
+                del self._kept[other]
+            self._kept[text] = (facts, {})
+        return self._kept[text][0]
+
+    def findings(self, text: str, rules: Sequence[Rule]) -> list[Diagnostic]:
+        """What `rules` report on `text`, as `_lint_module` gives it."""
+        facts = self.facts(text)
+        by_rule = self._kept[text][1]
+        for rule in rules:
+            if rule not in by_rule:
+                by_rule[rule] = list(rule.check(facts, self.settings))
+        diagnostics = [diagnostic for rule in rules for diagnostic in by_rule[rule]]
+        diagnostics.sort(key=lambda d: (d.span.line, d.span.column, d.code))
+        return _noqa_filter(text, diagnostics)
+
+
 class _FixRounds:
     """The fix loop over one file, which may be told to leave findings alone."""
 
-    def __init__(self, text, module, facts, found, rules, settings, unsafe) -> None:
-        self.text, self.module, self.facts, self.found = text, module, facts, found
-        self.rules, self.settings, self.unsafe = rules, settings, unsafe
+    def __init__(
+        self, analyses: _Analyses, found: list[Diagnostic], rules: Sequence[Rule], unsafe: bool
+    ) -> None:
+        self.analyses, self.found, self.rules, self.unsafe = analyses, found, rules, unsafe
 
     def run(self, blocked: frozenset[_Key]) -> FixResult:
-        text, module, facts, diagnostics = self.text, self.module, self.facts, self.found
+        text, diagnostics = self.analyses.original, self.found
         applied: list[Diagnostic] = []
         for round_number in range(MAX_FIX_ROUNDS):
             if round_number > 0:
                 try:
-                    module = cst.parse_module(text)
+                    diagnostics = self.analyses.findings(text, self.rules)
                 except cst.ParserSyntaxError as error:
                     message = f"a fix produced code that does not parse: {error.message}"
                     raise FixError(message) from None
-                facts = ModuleFacts(module, text, self.facts.project)
-                diagnostics = _lint_module(facts, text, self.rules, self.settings)
+            facts = self.analyses.facts(text)
+            module = facts.module
             due = [
                 diagnostic
                 for key, diagnostic in _keyed(diagnostics)
@@ -331,30 +373,27 @@ class _FixRounds:
 def self_check(original: str, rewritten: str, settings: Settings) -> list[str]:
     """What keeps `rewritten` from being written as a rewrite of `original`:
     findings and name problems it adds (empty when it passes)."""
-    module = cst.parse_module(original)
-    return _SelfCheck(original, ModuleFacts(module, original), settings).problems(rewritten)
+    facts = ModuleFacts(cst.parse_module(original), original)
+    return _SelfCheck(_Analyses(original, facts, settings)).problems(rewritten)
 
 
 class _SelfCheck:
-    """Every rule, and the name checks, on a rewrite of `original`."""
+    """Every rule, and the name checks, on a rewrite of the original."""
 
-    def __init__(self, original: str, facts: ModuleFacts, settings: Settings) -> None:
-        self.original = original
-        self.settings = settings
-        self.project = facts.project
+    def __init__(self, analyses: _Analyses) -> None:
+        self.analyses = analyses
+        self.original = analyses.original
         self.rules = [rule for rule in RULES if rule.code != SYNTAX_ERROR]
-        self.before = _lint_module(facts, original, self.rules, settings)
-        self.names_before = name_problems(original)
+        self.before = analyses.findings(self.original, self.rules)
+        self.names_before = name_problems(self.original)
 
     def problems(self, rewritten: str) -> list[str]:
         if rewritten == self.original:
             return []
         try:
-            module = cst.parse_module(rewritten)
+            after = self.analyses.findings(rewritten, self.rules)
         except cst.ParserSyntaxError as error:
             return [f"the rewrite would not parse: {error.message}"]
-        facts = ModuleFacts(module, rewritten, self.project)
-        after = _lint_module(facts, rewritten, self.rules, self.settings)
         problems = [
             f"the rewrite would leave {d.code} at line {d.span.line} ({d.message})"
             for d in new_findings(self.before, after)

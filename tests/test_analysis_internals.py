@@ -8,6 +8,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 
 from amplint.analysis.positions import NodePositions
 from amplint.analysis.visitor import _TOKEN_TYPES, Visitor, children
+from amplint.transforms.edits import _TargetAncestors, ancestor_ids
 from tests.helpers import FIXTURES, REPO, dedent
 
 # Every statement and expression form whose fields are not in source order,
@@ -130,3 +131,20 @@ def test_positions_are_position_providers(text):
             code_range.end.line,
             code_range.end.column,
         ), type(node).__name__
+
+
+def test_edit_ancestors_are_libcsts_for_any_target():
+    # `apply_edits` rebuilds only the nodes that hold a target; the fast walk
+    # that finds them must agree with libcst's own visit, and a target it
+    # skips (punctuation, whitespace) must send it to that visit.
+    module = cst.parse_module(SYNTAX_TOUR)
+    nodes = list(_all_nodes(module))
+    real = [node for node in nodes if type(node) not in _TOKEN_TYPES]
+    tokens = [node for node in nodes if type(node) in _TOKEN_TYPES]
+    assert real[1:] and tokens
+    for targets in (real[1::7], real[-3:], [tokens[len(tokens) // 2]], [real[5], tokens[0]]):
+        target_ids = {id(node) for node in targets}
+        by_libcst = _TargetAncestors(target_ids)
+        module.visit(by_libcst)
+        assert by_libcst.ancestor_ids
+        assert ancestor_ids(module, target_ids) == by_libcst.ancestor_ids

@@ -12,7 +12,7 @@ from amplint.config import Settings
 from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix, Span
 from amplint.engine import FixError, fix_text
 from amplint.rules.base import Rule
-from tests.helpers import run_cli
+from tests.helpers import ALL, FIXTURES, run_cli
 
 SOURCE = "import torch\nx = torch.ones(2)\n"
 
@@ -88,3 +88,39 @@ def test_files_without_trigger_text_are_never_parsed(monkeypatch: pytest.MonkeyP
 
     monkeypatch.setattr(engine.cst, "parse_module", refuse)
     assert engine.lint_text("x = 1\n", frozenset({"AMP201", "AMP900"}), Settings()) == []
+
+
+def test_a_fix_parses_each_text_once_and_runs_each_rule_once_on_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The fix rounds and the self-check read the same texts (the original, the
+    # last rewrite): on a large module each parse and each run of the rules
+    # costs a second, so neither may be repeated.
+    parsed: list[str] = []
+    real_parse = engine.cst.parse_module
+
+    def parse(text: str) -> cst.Module:
+        parsed.append(text)
+        return real_parse(text)
+
+    checked: list[tuple[str, str]] = []
+
+    class Counted(Rule):
+        def __init__(self, rule: Rule) -> None:
+            self.code, self.rule = rule.code, rule
+
+        def check(self, facts, settings):
+            checked.append((self.code, facts.text))
+            return self.rule.check(facts, settings)
+
+    monkeypatch.setattr(engine.cst, "parse_module", parse)
+    monkeypatch.setattr(engine, "RULES", tuple(Counted(rule) for rule in engine.RULES))
+    original = (FIXTURES / "fp32_steps" / "gan.py").read_text()
+    result = fix_text(original, ALL, Settings())
+    assert result.applied and result.text != original
+    assert parsed[0] == original and parsed[-1] == result.text
+    assert len(parsed) == len(set(parsed))
+    assert len(checked) == len(set(checked))
+    assert {code for code, text in checked if text == result.text} == {
+        rule.code for rule in engine.RULES if rule.code != "AMP900"
+    }

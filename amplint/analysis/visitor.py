@@ -89,9 +89,18 @@ def _child_fields(node_type: type) -> tuple[str, ...]:
     )
 
 
+# `_child_fields` per node type, filled as types are met: reading a dataclass's
+# fields costs more than visiting the node.
+_CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
 def children(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
     """`node`'s children in source order, punctuation and whitespace left out."""
-    for name in _child_fields(type(node)):
+    node_type = type(node)
+    fields = _CHILD_FIELDS.get(node_type)
+    if fields is None:
+        fields = _CHILD_FIELDS[node_type] = _child_fields(node_type)
+    for name in fields:
         value = getattr(node, name)
         if isinstance(value, cst.CSTNode):
             if type(value) not in _TOKEN_TYPES:

@@ -17,6 +17,7 @@ from amplint.analysis.apex import is_apex
 from amplint.analysis.deprecated_amp import DEPRECATED_MODULES
 from amplint.analysis.imports import STAR_EXPORTS, Binding, ImportMap, dotted_name, module_name
 from amplint.analysis.scopes import Scope, ScopedVisitor
+from amplint.transforms.edits import ancestor_ids
 
 
 class _ReferencedNames(ScopedVisitor):
@@ -64,10 +65,18 @@ def _import_torch_line(leading_lines: Sequence[cst.EmptyLine] = ()) -> cst.Simpl
 
 
 class _UnusedImportTidier(cst.CSTTransformer):
-    def __init__(self, unused: dict[int, set[str]], add_torch_before: set[int]) -> None:
-        self.unused = unused  # statement id -> local names no longer referenced
+    def __init__(
+        self, unused: dict[int, set[str]], add_torch_before: set[int], entered: set[int]
+    ) -> None:
+        self.unused = unused  # import statement id -> local names no longer referenced
         self.add_torch_before = add_torch_before  # statement ids
+        self.entered = entered  # ids of the nodes that hold those statements
         self.vanished: dict[int, cst.SimpleStatementLine] = {}
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        # Only the way to the imports is rebuilt; the leave hooks still run
+        # on every node they reach, and change nothing where no import went.
+        return id(node) in self.entered
 
     def _without_unused(self, statement: cst.BaseSmallStatement, unused: set[str]):
         if isinstance(statement, cst.ImportFrom) and isinstance(statement.names, cst.ImportStar):
@@ -214,7 +223,8 @@ def _tidy_unused_imports(module: cst.Module, tidied: Callable[[Binding], bool]) 
                 add_torch_before.add(id(binding.statement))
     if not unused:
         return module
-    return module.visit(_UnusedImportTidier(unused, add_torch_before))
+    entered = ancestor_ids(module, set(unused))
+    return module.visit(_UnusedImportTidier(unused, add_torch_before, entered))
 
 
 def _is_future_import(statement: cst.BaseStatement) -> bool:
