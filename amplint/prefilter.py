@@ -35,6 +35,9 @@ class SourceClues:
         self.text = text
         # Without compiling, the text decides alone: a cheaper, looser first pass.
         self.compiled = compiled
+        # Every rule's trigger asks about `.backward(` and `.step(`: the
+        # answers are kept, each costs a scan of the whole text.
+        self._calls: dict[str, bool] = {}
 
     def may_call(self, method: str) -> bool:
         """Whether the code may call ``.method(...)``, however it is spaced.
@@ -42,6 +45,12 @@ class SourceClues:
         Calls never live in annotations, the one place a name written in code
         stays out of the code objects, so the compiled names settle it.
         """
+        answer = self._calls.get(method)
+        if answer is None:
+            answer = self._calls[method] = self._may_call(method)
+        return answer
+
+    def _may_call(self, method: str) -> bool:
         text = self.text
         spelled = f".{method}(" in text or (
             method in text and re.search(rf"\.{_GAP}{method}{_GAP}\(", text) is not None

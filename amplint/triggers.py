@@ -96,10 +96,12 @@ def _loss_outside_autocast(clues: SourceClues) -> bool:
 
 
 def _manual_half(clues: SourceClues) -> bool:
+    if "autocast" not in clues.text:  # the rarest word first: `.to(` is everywhere
+        return False
     casts = clues.may_call("half") or (
         clues.may_call("to") and ("float16" in clues.text or "half" in clues.text)
     )
-    return "autocast" in clues.text and clues.may_call("backward") and casts
+    return clues.may_call("backward") and casts
 
 
 def _scaler_with_bfloat16(clues: SourceClues) -> bool:
