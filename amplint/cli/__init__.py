@@ -1,0 +1,38 @@
+"""The command line: wiring between click, settings, the engine and reports.
+
+One module per command; `common` holds what they share.  Importing this
+package must stay cheap: a run where no file could hold a finding never loads
+libcst or the rules (tests/test_fast_path.py).
+"""
+
+from __future__ import annotations
+
+import click
+
+from amplint import __version__
+from amplint.cli.check import check
+from amplint.cli.common import EXIT_INTERRUPTED
+from amplint.cli.fix import fix
+from amplint.cli.rules import list_rules, rule
+from amplint.cli.verify import verify
+
+
+class _Group(click.Group):
+    """click's group, but Ctrl-C exits 130 (not 1, which means "findings")."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            click.echo("Aborted!", err=True)
+            ctx.exit(EXIT_INTERRUPTED)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="amplint")
+def main() -> None:
+    """Find and fix PyTorch mixed-precision (AMP) mistakes."""
+
+
+for command in (check, fix, verify, list_rules, rule):
+    main.add_command(command)

@@ -1,0 +1,219 @@
+"""What the commands share: exit codes, messages, options, settings and the run."""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import click
+
+from amplint.cache import CACHE_DIR_NAME, ResultCache
+from amplint.config import (
+    DTYPES,
+    ConfigError,
+    Settings,
+    find_config,
+    load_settings,
+    parse_device_type,
+    parse_selectors,
+)
+from amplint.diagnostics import FileReport
+from amplint.files import (
+    SourceError,
+    SourceFile,
+    real_path,
+    source_from_bytes,
+)
+from amplint.report import Finding, printable
+from amplint.runner import default_jobs, run
+from amplint.terminal import ProgressBar, color
+from amplint.triggers import ALL_CODES
+
+EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report a process Ctrl-C ended
+
+
+def noun(count: int) -> str:
+    return "finding" if count == 1 else "findings"
+
+
+def say_error(message: str) -> None:
+    click.echo(f"amplint: error: {printable(message)}", err=True)
+
+
+def say_warning(message: str) -> None:
+    click.echo(f"amplint: warning: {printable(message)}", err=True)
+
+
+def pop_run_options(options: dict) -> dict:
+    """Split how to run (jobs, cache, which files) from the settings options."""
+    names = ("jobs", "no_cache", "cache_dir", "force_exclude", "stdin_filename")
+    return {name: options.pop(name) for name in names}
+
+
+def settings_for(paths: tuple[Path, ...], options: dict) -> Settings:
+    """The run's settings; a configuration error ends the run with exit code 2."""
+    try:
+        return _load_settings(paths, **options)
+    except ConfigError as error:
+        say_error(str(error))
+        sys.exit(EXIT_ERROR)
+
+
+def _load_settings(
+    paths: tuple[Path, ...], config: Path | None, select, ignore, dtype, device_type
+) -> Settings:
+    if config is None:
+        start = Path(os.path.commonpath([real_path(p) for p in paths])) if paths else Path.cwd()
+        config = find_config(start)
+    settings = load_settings(config, ALL_CODES)
+    if select is not None:
+        settings = replace(
+            settings, select=parse_selectors(select, "select", "--select", ALL_CODES)
+        )
+    if ignore is not None:
+        settings = replace(
+            settings, ignore=parse_selectors(ignore, "ignore", "--ignore", ALL_CODES)
+        )
+    if dtype is not None:
+        settings = replace(settings, dtype=dtype)
+    if device_type is not None:
+        settings = replace(settings, device_type=parse_device_type(device_type, "--device-type"))
+    return settings
+
+
+STDIN = Path("-")
+
+
+def run_paths(
+    paths: tuple[Path, ...], settings: Settings, options: dict, **mode
+) -> list[FileReport]:
+    jobs, no_cache, cache_dir = options["jobs"], options["no_cache"], options["cache_dir"]
+    if jobs is not None and jobs < 1:
+        say_error(f"--jobs must be at least 1, not {jobs}")
+        sys.exit(EXIT_ERROR)
+    cache = None
+    if not no_cache:
+        cache = ResultCache(cache_dir or settings.root / CACHE_DIR_NAME)
+    progress = ProgressBar()
+    removed: list[Path] = []
+    try:
+        reports = run(
+            paths or (Path("."),),
+            settings,
+            jobs=jobs or default_jobs(),
+            cache=cache,
+            progress=progress,
+            force_exclude=options["force_exclude"],
+            removed=removed,
+            **mode,
+        )
+    finally:
+        progress.close()
+    for path in removed:
+        say_warning(f"{path}: removed, a temporary file an interrupted `amplint fix` left")
+    if cache is not None and cache.write_error is not None:
+        say_warning(f"{cache.write_error}; --no-cache skips it")
+    return reports
+
+
+def stdin_source(stdin_filename: Path | None, raw: bytes) -> SourceFile:
+    """`raw`, read from standard input, as the file `--stdin-filename` names
+    (a notebook when it ends in .ipynb); "-" in messages without one."""
+    try:
+        return source_from_bytes(stdin_filename or STDIN, raw)
+    except SourceError as error:
+        say_error(f"{stdin_filename or 'stdin'}: {error}")
+        sys.exit(EXIT_ERROR)
+
+
+def reads_stdin(paths: tuple[Path, ...], stdin_filename: Path | None) -> bool:
+    """Whether the source comes from standard input ("-"): then alone."""
+    reads_stdin = STDIN in paths
+    if reads_stdin and len(paths) > 1:
+        say_error("`-` (standard input) cannot be mixed with other paths")
+        sys.exit(EXIT_ERROR)
+    if stdin_filename is not None and not reads_stdin:
+        say_error("--stdin-filename is for reading standard input: pass `-` as the path")
+        sys.exit(EXIT_ERROR)
+    return reads_stdin
+
+
+def config_paths(paths: tuple[Path, ...], stdin_filename: Path | None) -> tuple[Path, ...]:
+    """Where to look for the configuration: the named paths, or the directory
+    of the file standard input stands for."""
+    if STDIN in paths:
+        return (stdin_filename.parent,) if stdin_filename is not None else ()
+    return paths
+
+
+_run_options = [
+    click.option(
+        "--jobs",
+        "-j",
+        type=int,
+        help="Worker processes for large runs. Default: one per available CPU.",
+    ),
+    click.option("--no-cache", is_flag=True, help="Neither read nor write the result cache."),
+    click.option(
+        "--cache-dir",
+        type=click.Path(path_type=Path, file_okay=False),
+        envvar="AMPLINT_CACHE_DIR",
+        help=f"Where results are cached. Default: {CACHE_DIR_NAME} in the project root.",
+    ),
+    click.option(
+        "--force-exclude",
+        is_flag=True,
+        help="Apply the excludes to files named on the command line too (for pre-commit).",
+    ),
+    click.option(
+        "--stdin-filename",
+        type=click.Path(path_type=Path, dir_okay=False),
+        help="With `-` as the path: the file standard input stands for (its name in "
+        "messages, its configuration, a notebook when it ends in .ipynb).",
+    ),
+]
+
+_selection_options = [
+    click.option("--select", help="Rule codes or prefixes to enable, comma-separated (e.g. AMP2)."),
+    click.option("--ignore", help="Rule codes or prefixes to disable, comma-separated."),
+    click.option(
+        "--config",
+        type=click.Path(path_type=Path, dir_okay=False),
+        help="A pyproject.toml ([tool.amplint]) or amplint.toml to use instead of the nearest one.",
+    ),
+    click.option(
+        "--dtype",
+        type=click.Choice(DTYPES),
+        help="What AMP001 inserts: float16 (autocast + GradScaler), bfloat16 (autocast), "
+        "auto (bf16 where supported, else fp16). Default: float16.",
+    ),
+    click.option(
+        "--device-type",
+        help="The autocast / GradScaler device AMP001 inserts. Default: cuda.",
+    ),
+]
+
+
+def with_selection(command):
+    for option in reversed(_selection_options + _run_options):
+        command = option(command)
+    return command
+
+
+OUTPUT_FORMATS = ("concise", "full", "json", "github", "sarif", "text")
+
+
+def findings_of(reports: list[FileReport]) -> list[Finding]:
+    return [
+        Finding(report.path, diagnostic, report.source, report.previews.get(diagnostic))
+        for report in reports
+        for diagnostic in report.diagnostics
+    ]
+
+
+def echo_lines(lines: list[str]) -> None:
+    for line in lines:
+        click.echo(line, color=color())
