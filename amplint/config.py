@@ -1,4 +1,9 @@
-"""``[tool.amplint]`` in pyproject.toml plus command-line overrides -> one Settings."""
+"""The configuration -> one Settings.
+
+Found as ruff finds its own: in the directory of the paths checked and each
+one above it, the first of `.amplint.toml`, `amplint.toml` (keys at the top
+level) and a `pyproject.toml` with a ``[tool.amplint]`` table.  Command-line
+options and `--config KEY=VALUE` overrides are laid over it."""
 
 from __future__ import annotations
 
@@ -32,6 +37,9 @@ class Settings:
     config_file: Path | None = None
     select: tuple[str, ...] = ("AMP",)
     ignore: tuple[str, ...] = ()
+    # Added to select / ignore, as ruff's extend-select and extend-ignore.
+    extend_select: tuple[str, ...] = ()
+    extend_ignore: tuple[str, ...] = ()
     exclude: tuple[str, ...] = DEFAULT_EXCLUDES
     extend_exclude: tuple[str, ...] = ()
     per_file_ignores: tuple[tuple[str, tuple[str, ...]], ...] = ()
@@ -48,13 +56,12 @@ class Settings:
         return self.exclude + self.extend_exclude
 
     def enabled_codes(self, known_codes: Iterable[str], path: Path | None = None) -> frozenset[str]:
-        ignore = list(self.ignore)
+        select = self.select + self.extend_select
+        ignore = list(self.ignore + self.extend_ignore)
         if path is not None and self.per_file_ignores:
             ignore += self._per_file_ignores_for(path)
         return frozenset(
-            code
-            for code in known_codes
-            if _matches(code, self.select) and not _matches(code, ignore)
+            code for code in known_codes if _matches(code, select) and not _matches(code, ignore)
         )
 
     def _per_file_ignores_for(self, path: Path) -> list[str]:
@@ -147,6 +154,26 @@ def _patterns(value: Any, key: str, where: str) -> tuple[str, ...]:
     return patterns
 
 
+def parse_patterns(value: str, key: str, where: str) -> tuple[str, ...]:
+    """Comma-separated gitignore-style patterns from the command line."""
+    patterns = tuple(item.strip() for item in value.split(",") if item.strip())
+    for pattern in patterns:
+        _check_pattern(pattern, key, where)
+    return patterns
+
+
+def parse_per_file_ignore(value: str, known_codes: Iterable[str]) -> tuple[str, tuple[str, ...]]:
+    """`--per-file-ignores PATTERN:CODES`, as one entry of the table."""
+    pattern, colon, codes = value.rpartition(":")
+    where = "--per-file-ignores"
+    if not colon or not pattern.strip() or not codes.strip():
+        raise ConfigError(f"{where}: `{value}` is not PATTERN:CODES, as in `tests/*:AMP001,AMP2`")
+    _check_pattern(pattern.strip(), "per-file-ignores", where)
+    return pattern.strip(), parse_selectors(
+        codes, f"per-file-ignores {pattern}", where, known_codes
+    )
+
+
 def _check_pattern(pattern: str, key: str, where: str) -> None:
     try:
         PatternList([pattern], strict=True)
@@ -154,14 +181,20 @@ def _check_pattern(pattern: str, key: str, where: str) -> None:
         raise ConfigError(f"{where}: `{key}` holds `{pattern}`, not a valid pattern: {error}")
 
 
+# In each directory, the first of these that is there (and, for
+# pyproject.toml, has a [tool.amplint] table) is the configuration.
+CONFIG_NAMES = (".amplint.toml", "amplint.toml", "pyproject.toml")
+
+
 def find_config(start: Path) -> Path | None:
-    """The nearest pyproject.toml at or above `start` that has a [tool.amplint] table."""
+    """The nearest configuration at or above `start` (see CONFIG_NAMES)."""
     start = start.resolve()
     directory = start if start.is_dir() else start.parent
     for candidate in [directory, *directory.parents]:
-        pyproject = candidate / "pyproject.toml"
-        if pyproject.is_file() and _has_amplint_table(pyproject):
-            return pyproject
+        for name in CONFIG_NAMES:
+            config = candidate / name
+            if config.is_file() and (name != "pyproject.toml" or _has_amplint_table(config)):
+                return config
     return None
 
 
@@ -175,27 +208,63 @@ def _has_amplint_table(pyproject: Path) -> bool:
     return re.search(r"^[ \t]*\[[ \t]*tool[ \t]*\.[ \t]*amplint\b", text, re.M) is not None
 
 
-def load_settings(config_file: Path | None, known_codes: Iterable[str]) -> Settings:
-    """Settings from `config_file` (a pyproject.toml or amplint.toml), or defaults."""
-    if config_file is None:
-        return Settings()
+def load_settings(
+    config_file: Path | None,
+    known_codes: Iterable[str],
+    overrides: Iterable[str] = (),
+) -> Settings:
+    """Settings from `config_file`, or defaults, with each `KEY = VALUE`
+    override (TOML, as `--config` takes it) laid over its key.
+
+    `config_file` is an amplint.toml (keys at the top level) or a
+    pyproject-style file (whatever its name) whose keys are under
+    ``[tool.amplint]``."""
+    table: dict[str, Any] = {}
+    where = "defaults"
+    root = Path.cwd()
+    if config_file is not None:
+        table, where = _read_table(config_file)
+        root = config_file.parent
+    for override in overrides:
+        table.update(parse_override(override))
+        where = f"{where}, --config {override}"
+    return _settings_from_table(table, where, root, known_codes, config_file)
+
+
+def _read_table(config_file: Path) -> tuple[dict[str, Any], str]:
     where = str(config_file)
     try:
         document = tomllib.loads(config_file.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"{where}: no such file") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{where}: a directory, not a configuration file") from None
     except (OSError, UnicodeDecodeError) as error:
         raise ConfigError(f"{where}: cannot read: {error}") from None
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(f"{where}: invalid TOML: {error}") from None
-    if config_file.name == "pyproject.toml":
-        table = document.get("tool", {}).get("amplint", {})
+    tool = document.get("tool")
+    if config_file.name == "pyproject.toml" or (isinstance(tool, dict) and "amplint" in tool):
+        table = tool.get("amplint", {}) if isinstance(tool, dict) else {}
         where = f"{where} [tool.amplint]"
     else:
         table = document
     if not isinstance(table, dict):
         raise ConfigError(f"{where}: must be a table")
-    return _settings_from_table(table, where, config_file.parent, known_codes, config_file)
+    return dict(table), where
+
+
+def parse_override(text: str) -> dict[str, Any]:
+    """One `--config KEY=VALUE` override: a TOML key-value pair naming one key."""
+    try:
+        pair = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(
+            f"--config {text}: not a file, nor a TOML `KEY = VALUE` override ({error})"
+        ) from None
+    if len(pair) != 1:
+        raise ConfigError(f'--config {text}: an override sets one key, as in `select = ["AMP1"]`')
+    return pair
 
 
 _KEYS = {
@@ -203,6 +272,8 @@ _KEYS = {
     "device-type",
     "select",
     "ignore",
+    "extend-select",
+    "extend-ignore",
     "exclude",
     "extend-exclude",
     "per-file-ignores",
@@ -215,7 +286,7 @@ def _settings_from_table(
     where: str,
     root: Path,
     known_codes: Iterable[str],
-    config_file: Path,
+    config_file: Path | None,
 ) -> Settings:
     known = list(known_codes)
     unknown = sorted(set(table) - _KEYS)
@@ -232,6 +303,10 @@ def _settings_from_table(
         settings = replace(
             settings, ignore=parse_selectors(table["ignore"], "ignore", where, known)
         )
+    for key in ("extend-select", "extend-ignore"):
+        if key in table:
+            codes = parse_selectors(table[key], key, where, known)
+            settings = replace(settings, **{key.replace("-", "_"): codes})
     if "exclude" in table:
         settings = replace(settings, exclude=_patterns(table["exclude"], "exclude", where))
     if "extend-exclude" in table:

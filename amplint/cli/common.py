@@ -17,6 +17,8 @@ from amplint.config import (
     find_config,
     load_settings,
     parse_device_type,
+    parse_per_file_ignore,
+    parse_patterns,
     parse_selectors,
 )
 from amplint.diagnostics import FileReport
@@ -63,25 +65,61 @@ def settings_for(paths: tuple[Path, ...], options: dict) -> Settings:
 
 
 def _load_settings(
-    paths: tuple[Path, ...], config: Path | None, select, ignore, dtype, device_type
+    paths: tuple[Path, ...],
+    config: tuple[str, ...] = (),
+    select: str | None = None,
+    ignore: str | None = None,
+    extend_select: str | None = None,
+    extend_ignore: str | None = None,
+    exclude: str | None = None,
+    extend_exclude: str | None = None,
+    per_file_ignores: tuple[str, ...] = (),
+    dtype: str | None = None,
+    device_type: str | None = None,
 ) -> Settings:
-    if config is None:
+    config_file, overrides = _config_and_overrides(config)
+    if config_file is None:
         start = Path(os.path.commonpath([real_path(p) for p in paths])) if paths else Path.cwd()
-        config = find_config(start)
-    settings = load_settings(config, ALL_CODES)
-    if select is not None:
-        settings = replace(
-            settings, select=parse_selectors(select, "select", "--select", ALL_CODES)
-        )
+        config_file = find_config(start)
+    settings = load_settings(config_file, ALL_CODES, overrides)
+    if select is not None:  # replaces the configuration's selection, extend-select too
+        codes = parse_selectors(select, "select", "--select", ALL_CODES)
+        settings = replace(settings, select=codes, extend_select=())
     if ignore is not None:
         settings = replace(
             settings, ignore=parse_selectors(ignore, "ignore", "--ignore", ALL_CODES)
         )
+    if extend_select is not None:
+        codes = parse_selectors(extend_select, "extend-select", "--extend-select", ALL_CODES)
+        settings = replace(settings, extend_select=settings.extend_select + codes)
+    if extend_ignore is not None:
+        codes = parse_selectors(extend_ignore, "extend-ignore", "--extend-ignore", ALL_CODES)
+        settings = replace(settings, extend_ignore=settings.extend_ignore + codes)
+    if exclude is not None:
+        settings = replace(settings, exclude=parse_patterns(exclude, "exclude", "--exclude"))
+    if extend_exclude is not None:
+        patterns = parse_patterns(extend_exclude, "extend-exclude", "--extend-exclude")
+        settings = replace(settings, extend_exclude=settings.extend_exclude + patterns)
+    if per_file_ignores:
+        pairs = tuple(parse_per_file_ignore(value, ALL_CODES) for value in per_file_ignores)
+        settings = replace(settings, per_file_ignores=settings.per_file_ignores + pairs)
     if dtype is not None:
         settings = replace(settings, dtype=dtype)
     if device_type is not None:
         settings = replace(settings, device_type=parse_device_type(device_type, "--device-type"))
     return settings
+
+
+def _config_and_overrides(values: tuple[str, ...]) -> tuple[Path | None, list[str]]:
+    """`--config` values as ruff takes them: a configuration file (at most
+    one), or TOML `KEY = VALUE` overrides."""
+    files, overrides = [], []
+    for value in values:
+        is_file = Path(value).is_file()
+        (overrides if "=" in value and not is_file else files).append(value)
+    if len(files) > 1:
+        raise ConfigError(f"--config names two files ({files[0]}, {files[1]}); give one")
+    return (Path(files[0]) if files else None), overrides
 
 
 STDIN = Path("-")
@@ -177,12 +215,36 @@ _run_options = [
 ]
 
 _selection_options = [
-    click.option("--select", help="Rule codes or prefixes to enable, comma-separated (e.g. AMP2)."),
+    click.option(
+        "--select",
+        help="Rule codes or prefixes to enable, comma-separated (e.g. AMP2); replaces the "
+        "configuration's select and extend-select.",
+    ),
     click.option("--ignore", help="Rule codes or prefixes to disable, comma-separated."),
+    click.option("--extend-select", help="Codes or prefixes to enable on top of the selection."),
+    click.option("--extend-ignore", help="Codes or prefixes to disable on top of the ignored."),
+    click.option(
+        "--exclude",
+        help="Gitignore-style patterns to skip, comma-separated; replaces the configuration's "
+        "(and the defaults).",
+    ),
+    click.option(
+        "--extend-exclude", help="Patterns to skip on top of the excludes, comma-separated."
+    ),
+    click.option(
+        "--per-file-ignores",
+        multiple=True,
+        metavar="PATTERN:CODES",
+        help="Ignore CODES (comma-separated) in files matching PATTERN (repeatable); added "
+        "to the configuration's.",
+    ),
     click.option(
         "--config",
-        type=click.Path(path_type=Path, dir_okay=False),
-        help="A pyproject.toml ([tool.amplint]) or amplint.toml to use instead of the nearest one.",
+        multiple=True,
+        metavar="FILE | KEY=VALUE",
+        help="A configuration file to use instead of the nearest one (amplint.toml, or "
+        "pyproject-style with [tool.amplint]), or a TOML `KEY = VALUE` overriding one "
+        "setting (repeatable).",
     ),
     click.option(
         "--dtype",

@@ -63,9 +63,7 @@ from amplint.terminal import RunProgress, color
     "--no-tf32-run", is_flag=True, help="On CUDA, skip the third run (FP32 with TF32 matmuls)."
 )
 @click.option("--unsafe-fixes", is_flag=True, help="Rewrite with unsafe fixes too, as fix would.")
-@click.option(
-    "--config", type=click.Path(path_type=Path, dir_okay=False), help="As for check and fix."
-)
+@click.option("--config", multiple=True, metavar="FILE | KEY=VALUE", help="As for check and fix.")
 @click.option("--dtype", type=click.Choice(DTYPES), help="As for fix.")
 @click.option("--device-type", help="As for fix; `cpu` with bfloat16 checks parity on a CPU.")
 def verify(
@@ -94,7 +92,7 @@ def verify(
     from amplint.verify.report import text_report
 
     unsafe = options.pop("unsafe_fixes")
-    settings = settings_for((script, *rewrite_paths), {**options, "select": None, "ignore": None})
+    settings = settings_for((script, *rewrite_paths), options)
     if warmup is None:
         warmup = default_warmup(steps)
     if warmup >= steps:
