@@ -7,10 +7,22 @@ import sys
 
 import click
 
+COLOR_CHOICES = ("auto", "always", "never")
+_color_choice = "auto"
+
+
+def choose_color(choice: str) -> None:
+    """`--color`: always or never override the terminal test and the variables."""
+    global _color_choice
+    _color_choice = choice
+
 
 def color() -> bool | None:
     """Styles on a terminal only (click's own test), never with NO_COLOR set,
-    always with FORCE_COLOR set (https://no-color.org)."""
+    always with FORCE_COLOR set (https://no-color.org), unless `--color`
+    said always or never."""
+    if _color_choice != "auto":
+        return _color_choice == "always"
     if os.environ.get("NO_COLOR"):
         return False
     if os.environ.get("FORCE_COLOR"):

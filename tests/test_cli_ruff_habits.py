@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import run_cli
+from tests.helpers import dedent, run_cli
 
 # AMP202 on line 2, AMP201 on line 3.
 CPU_AND_CUDA = "import torch\na = torch.cpu.amp.autocast()\nb = torch.cuda.amp.autocast()\n"
@@ -164,3 +164,213 @@ def test_a_bad_exclude_pattern_is_named(tree: Path) -> None:
     result = run_cli("check", "--extend-exclude", "x/[9-0]", tree)
     assert result.exit_code == 2
     assert "`extend-exclude` holds `x/[9-0]`" in result.stderr
+
+
+# -- check --fix, --diff and friends --------------------------------------------
+# AMP201 has a safe fix; AMP111's `.half()` under autocast is reported, not fixed.
+FIXABLE = "import torch\nscaler = torch.cuda.amp.GradScaler()\n"
+FIXED = 'import torch\nscaler = torch.amp.GradScaler("cuda")\n'
+
+
+@pytest.fixture
+def fixable(tmp_path: Path) -> Path:
+    (tmp_path / "train.py").write_text(FIXABLE)
+    return tmp_path
+
+
+def test_check_fix_writes_the_fixes_and_reports_what_is_left(fixable: Path) -> None:
+    result = run_cli("check", "--no-cache", "--fix", fixable)
+    assert (fixable / "train.py").read_text() == FIXED
+    assert result.exit_code == 0
+    assert "Found 1 finding (1 fixed, 0 remaining)." in result.stdout
+    again = run_cli("check", "--no-cache", "--fix", fixable)
+    assert again.exit_code == 0 and "All checks passed." in again.stdout
+
+
+def test_check_fix_show_fixes_and_exit_non_zero_on_fix(fixable: Path) -> None:
+    result = run_cli(
+        "check", "--no-cache", "--fix", "--show-fixes", "--exit-non-zero-on-fix", fixable
+    )
+    assert result.exit_code == 1
+    assert f"{fixable / 'train.py'}: fixed 1" in result.stdout
+    assert "AMP201 torch.cuda.amp.GradScaler -> torch.amp.GradScaler" in result.stdout
+    nothing_left = run_cli("check", "--no-cache", "--fix", "--exit-non-zero-on-fix", fixable)
+    assert nothing_left.exit_code == 0
+
+
+def test_check_diff_prints_the_patch_and_writes_nothing(fixable: Path) -> None:
+    result = run_cli("check", "--no-cache", "--diff", fixable)
+    assert result.exit_code == 1
+    assert (fixable / "train.py").read_text() == FIXABLE
+    assert '+scaler = torch.amp.GradScaler("cuda")' in result.stdout
+    assert "Would fix 1 finding in 1 file." in result.stderr
+    (fixable / "train.py").write_text(FIXED)
+    assert run_cli("check", "--no-cache", "--diff", fixable).exit_code == 0
+
+
+def test_check_fix_takes_unsafe_fixes(tmp_path: Path) -> None:
+    script = tmp_path / "loss.py"
+    script.write_text(dedent("""
+        import torch
+        import torch.nn.functional as F
+
+
+        def train(model, loader, optimizer, scaler):
+            for inputs, targets in loader:
+                with torch.autocast("cuda", dtype=torch.float16):
+                    logits = model(inputs)
+                loss = F.cross_entropy(logits, targets)
+                scaler.scale(loss).backward()
+                scaler.step(optimizer)
+                scaler.update()
+                optimizer.zero_grad()
+        """))
+    before = script.read_text()
+    safe = run_cli("check", "--no-cache", "--fix", "--select", "AMP110", tmp_path)
+    assert safe.exit_code == 1 and script.read_text() == before
+    assert "1 more fixable with `amplint fix --apply --unsafe-fixes`" in safe.stdout
+    unsafe = run_cli(
+        "check", "--no-cache", "--fix", "--unsafe-fixes", "--select", "AMP110", tmp_path
+    )
+    assert unsafe.exit_code == 0, unsafe.stdout
+    assert "        loss = F.cross_entropy(logits, targets)" in script.read_text()
+
+
+def test_check_fix_on_standard_input_prints_the_fixed_source() -> None:
+    from click.testing import CliRunner
+
+    from amplint.cli import main
+
+    result = CliRunner().invoke(main, ["check", "--fix", "-"], input=FIXABLE)
+    assert result.stdout == FIXED
+
+
+# -- output: a file, quiet, silent, colour --------------------------------------
+def test_output_file_takes_the_report(tree: Path) -> None:
+    report = tree / "out" / "report.json"
+    report.parent.mkdir()
+    result = run_cli("check", "--no-cache", "--output-format", "json", "-o", report, tree)
+    assert result.exit_code == 1
+    assert result.stdout == ""
+    assert sorted(r["code"] for r in json.loads(report.read_text())) == ["AMP201", "AMP202"]
+
+
+def test_output_file_that_cannot_be_written_is_an_error(tree: Path) -> None:
+    result = run_cli("check", "--output-file", tree / "missing" / "report.txt", tree)
+    assert result.exit_code == 2
+    assert "cannot write" in result.stderr
+
+
+def test_quiet_prints_the_findings_alone_and_silent_nothing(tree: Path) -> None:
+    loud = run_cli("check", "--no-cache", tree)
+    quiet = run_cli("check", "--no-cache", "-q", tree)
+    silent = run_cli("check", "--no-cache", "--silent", tree)
+    assert "Found 2 findings" in loud.stdout
+    assert quiet.stdout.splitlines() == loud.stdout.splitlines()[:-1]
+    assert silent.stdout == ""
+    assert loud.exit_code == quiet.exit_code == silent.exit_code == 1
+    (tree / "a.py").write_text("x = 1\n")
+    assert run_cli("check", "--no-cache", "-q", tree).stdout == ""
+
+
+def test_fix_quiet_and_silent(fixable: Path) -> None:
+    quiet = run_cli("fix", "--no-cache", "-q", fixable)
+    assert "+scaler" in quiet.stdout and "Would fix" not in quiet.stderr
+    silent = run_cli("fix", "--no-cache", "-s", fixable)
+    assert silent.stdout == "" and silent.stderr == "" and silent.exit_code == 1
+
+
+@pytest.mark.parametrize(("choice", "styled"), [("always", True), ("never", False)])
+def test_color_always_and_never(tree: Path, monkeypatch, choice: str, styled: bool) -> None:
+    monkeypatch.setenv("NO_COLOR" if choice == "always" else "FORCE_COLOR", "1")
+    result = run_cli("check", "--no-cache", "--color", choice, tree)
+    assert ("\x1b[" in result.stdout) is styled
+
+
+def test_the_fix_diff_is_coloured_where_colour_is_on(fixable: Path) -> None:
+    coloured = run_cli("fix", "--no-cache", "--color", "always", fixable)
+    assert "\x1b[32m+scaler" in coloured.stdout and "\x1b[31m-scaler" in coloured.stdout
+    plain = run_cli("fix", "--no-cache", fixable)
+    assert "\x1b[" not in plain.stdout and "+scaler" in plain.stdout
+
+
+# -- fix: output formats and --exit-zero ----------------------------------------
+def test_fix_output_format_json_lists_what_remains(tmp_path: Path) -> None:
+    # AMP114 (binary_cross_entropy under autocast) has no fix: it remains.
+    (tmp_path / "a.py").write_text(dedent("""
+        import torch
+        import torch.nn.functional as F
+
+
+        def train(model, loader, optimizer):
+            scaler = torch.cuda.amp.GradScaler()
+            for x, y in loader:
+                with torch.autocast("cuda"):
+                    loss = F.binary_cross_entropy(torch.sigmoid(model(x)), y)
+                scaler.scale(loss).backward()
+                scaler.step(optimizer)
+                scaler.update()
+                optimizer.zero_grad()
+        """))
+    shown = run_cli("fix", "--no-cache", "--output-format", "json", tmp_path)
+    assert [r["code"] for r in json.loads(shown.stdout)] == ["AMP114"]
+    assert "Would fix 1 finding" in shown.stderr
+    applied = run_cli("fix", "--no-cache", "--apply", "--output-format", "json", tmp_path)
+    assert [r["code"] for r in json.loads(applied.stdout)] == ["AMP114"]
+    assert "Fixed 1 finding in 1 file; 1 remaining." in applied.stderr
+    assert 'torch.amp.GradScaler("cuda")' in (tmp_path / "a.py").read_text()
+
+
+def test_fix_exit_zero(fixable: Path) -> None:
+    assert run_cli("fix", "--no-cache", fixable).exit_code == 1
+    assert run_cli("fix", "--no-cache", "--exit-zero", fixable).exit_code == 0
+
+
+# -- show settings, show files --------------------------------------------------
+def test_show_settings(tree: Path) -> None:
+    (tree / "amplint.toml").write_text('ignore = ["AMP1"]\ndtype = "bfloat16"\n')
+    result = run_cli("check", "--show-settings", "--extend-ignore", "AMP203", tree)
+    assert result.exit_code == 0
+    lines = dict(line.split(None, 1) for line in result.stdout.replace("-", "_").splitlines())
+    assert str(tree / "amplint.toml").replace("-", "_") in result.stdout.replace("-", "_")
+    assert lines["ignore"] == "AMP1"
+    assert lines["extend_ignore"] == "AMP203"
+    assert lines["dtype"] == "bfloat16"
+    assert "AMP001" in lines["enabled"] and "AMP203" not in lines["enabled"]
+
+
+def test_show_files_lists_what_would_be_checked(tree: Path) -> None:
+    (tree / "build").mkdir()
+    (tree / "build" / "gen.py").write_text("x = 1\n")
+    (tree / "nb.ipynb").write_text(
+        '{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}'
+    )
+    result = run_cli("check", "--show-files", tree)
+    assert result.exit_code == 0
+    assert sorted(result.stdout.splitlines()) == [str(tree / "a.py"), str(tree / "nb.ipynb")]
+
+
+# -- honest summaries -----------------------------------------------------------
+def test_a_file_that_cannot_be_written_is_not_counted_as_fixed(tmp_path: Path) -> None:
+    (tmp_path / "ok.py").write_text(FIXABLE)
+    locked = tmp_path / "locked.py"
+    locked.write_text(FIXABLE)
+    locked.chmod(0o444)
+    result = run_cli("fix", "--no-cache", "--apply", tmp_path)
+    assert result.exit_code == 2
+    assert f"{locked}: cannot write: file is not writable (read-only); 1 finding not fixed" in (
+        result.stderr
+    )
+    assert "Fixed 1 finding in 1 file; 1 remaining." in result.stdout
+    assert locked.read_text() == FIXABLE and (tmp_path / "ok.py").read_text() == FIXED
+
+
+def test_a_directory_with_nothing_to_check_gets_a_warning(tmp_path: Path) -> None:
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "notes.txt").write_text("loss.backward()\n")
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "a.py").write_text("x = 1\n")
+    result = run_cli("check", "--no-cache", tmp_path / "docs", tmp_path / "src")
+    assert result.exit_code == 0
+    assert f"amplint: warning: {tmp_path / 'docs'}: no Python file or notebook" in result.stderr
+    assert str(tmp_path / "src") not in result.stderr

@@ -12,26 +12,36 @@ from amplint.cli.common import (
     EXIT_CLEAN,
     EXIT_ERROR,
     EXIT_FINDINGS,
+    MACHINE_FORMATS,
     OUTPUT_FORMATS,
+    STDIN,
+    Output,
     config_paths,
-    echo_lines,
     findings_of,
+    machine_report,
+    noun,
     pop_run_options,
     reads_stdin,
+    row_lines,
     run_paths,
     say_error,
     settings_for,
+    settings_lines,
     stdin_source,
+    with_output,
     with_selection,
 )
-from amplint.report import Finding
-from amplint.report.machine import github_lines, json_document, sarif_document
+from amplint.cli.fix import Done, carry_out, fix_stdin
+from amplint.config import Settings
+from amplint.files import Discovered, discover
+from amplint.report import Finding, printable
 from amplint.report.text import (
-    concise,
-    full,
+    applied_lines,
     statistics,
     statistics_rows,
+    styled_diff,
     summary,
+    unified_diff,
 )
 from amplint.runner import Mode, run_source
 
@@ -49,51 +59,130 @@ from amplint.runner import Mode, run_source
 )
 @click.option("--statistics", is_flag=True, help="Count the findings per rule instead.")
 @click.option("--exit-zero", is_flag=True, help="Exit 0 even when there are findings.")
-def check(paths, output_format, statistics, exit_zero, **options) -> None:
+@click.option("--fix", "fix_", is_flag=True, help="Write the fixes, then report what is left.")
+@click.option("--unsafe-fixes", is_flag=True, help="With --fix or --diff: unsafe fixes too.")
+@click.option(
+    "--diff", is_flag=True, help="Print the fixes as a diff, write nothing (exit 1 if any)."
+)
+@click.option("--show-fixes", is_flag=True, help="With --fix: list what was fixed, per file.")
+@click.option(
+    "--exit-non-zero-on-fix",
+    is_flag=True,
+    help="With --fix: exit 1 when a file was fixed, even if no finding is left.",
+)
+@click.option(
+    "--show-settings", is_flag=True, help="Print the settings this run resolves, and exit."
+)
+@click.option("--show-files", is_flag=True, help="Print the files this run would check, and exit.")
+@with_output
+def check(
+    paths,
+    output_format,
+    statistics,
+    exit_zero,
+    fix_,
+    unsafe_fixes,
+    diff,
+    show_fixes,
+    exit_non_zero_on_fix,
+    show_settings,
+    show_files,
+    **options,
+) -> None:
     """Report AMP findings in PATHS (files or directories, `-` for standard
-    input; default: .)."""
+    input; default: .).  With --fix, write the fixes first, as `fix --apply`."""
+    output = Output(options)
     run_options = pop_run_options(options)
     stdin_filename = run_options.pop("stdin_filename")
     from_stdin = reads_stdin(paths, stdin_filename)
+    if from_stdin and fix_:
+        fix_stdin(paths, stdin_filename, options, unsafe_fixes)  # exits
     settings = settings_for(config_paths(paths, stdin_filename), options)
-    previews = output_format == "full" and not statistics
-    if from_stdin:
-        reports = [
-            run_source(
-                stdin_source(stdin_filename, sys.stdin.buffer.read()),
-                settings,
-                Mode(False, False, previews),
-            )
-        ]
+    if show_settings:
+        output.report_lines(settings_lines(settings))
+        sys.exit(EXIT_CLEAN)
+    if show_files:
+        output.report_lines(_files_lines(paths, settings, run_options["force_exclude"]))
+        sys.exit(EXIT_CLEAN)
+    if diff:
+        _diff(paths, settings, run_options, unsafe_fixes, output)  # exits
+    fixed: Done | None = None
+    if fix_:
+        fixed = carry_out(paths, settings, run_options, write=True, unsafe=unsafe_fixes)
+        errors, findings = fixed.errors, fixed.remaining
     else:
-        reports = run_paths(paths, settings, run_options, previews=previews)
-    errors = [(report.path, report.error) for report in reports if report.error is not None]
-    for path, message in errors:
-        say_error(f"{path}: {message}")
-    findings = findings_of(reports)
+        previews = output_format == "full" and not statistics
+        if from_stdin:
+            source = stdin_source(stdin_filename, sys.stdin.buffer.read())
+            reports = [run_source(source, settings, Mode(False, False, previews))]
+        else:
+            reports = run_paths(paths, settings, run_options, previews=previews)
+        errors = [(report.path, report.error) for report in reports if report.error is not None]
+        for path, message in errors:
+            say_error(f"{path}: {message}")
+        findings = findings_of(reports)
+    if fixed is not None and show_fixes and output_format not in MACHINE_FORMATS:
+        for report in fixed.changed:
+            output.report_lines(applied_lines(report.path, report.applied))
     if statistics:
-        _report_statistics(findings, output_format)
-    elif output_format == "json":
-        click.echo(json_document(findings))
-    elif output_format == "sarif":
-        click.echo(sarif_document(findings, errors))
-    elif output_format == "github":
-        echo_lines(github_lines(findings))
+        _report_statistics(findings, output_format, output)
+    elif output_format in MACHINE_FORMATS:
+        output.report(machine_report(findings, errors, output_format))
     else:
-        echo_lines(full(findings) if output_format == "full" else concise(findings))
+        output.report_lines(row_lines(findings, output_format))
         if errors and not findings:  # "All checks passed" would hide the errors
             files = "file" if len(errors) == 1 else "files"
-            click.echo(f"No findings; {len(errors)} {files} could not be checked (errors above).")
+            output.summary(
+                f"No findings; {len(errors)} {files} could not be checked (errors above)."
+            )
+        elif fixed is not None and fixed.fixed:
+            found = fixed.fixed + len(findings)
+            output.summary(
+                f"Found {found} {noun(found)} ({fixed.fixed} fixed, {len(findings)} remaining)."
+            )
         else:
-            click.echo(summary(findings))
+            output.summary(summary(findings))
     if errors:
         sys.exit(EXIT_ERROR)
+    if exit_non_zero_on_fix and fixed is not None and fixed.changed:
+        sys.exit(EXIT_FINDINGS)
     sys.exit(EXIT_FINDINGS if findings and not exit_zero else EXIT_CLEAN)
 
 
-def _report_statistics(findings: list[Finding], output_format: str) -> None:
+def _diff(
+    paths: tuple[Path, ...], settings: Settings, run_options: dict, unsafe: bool, output: Output
+) -> None:
+    """`check --diff`: the fixes as a patch on stdout, as `fix` shows them;
+    exit 1 when there is one, as ruff does."""
+    if STDIN in paths:
+        say_error("--diff reads files; for standard input use `amplint fix -`")
+        sys.exit(EXIT_ERROR)
+    done = carry_out(paths, settings, run_options, write=False, unsafe=unsafe)
+    for report in done.changed:
+        output.report(styled_diff(unified_diff(report.path, *done.texts(report))), nl=False)
+    files = "file" if len(done.changed) == 1 else "files"
+    output.summary(
+        f"Would fix {done.fixed} {noun(done.fixed)} in {len(done.changed)} {files}.", err=True
+    )
+    if done.errors:
+        sys.exit(EXIT_ERROR)
+    sys.exit(EXIT_FINDINGS if done.changed else EXIT_CLEAN)
+
+
+def _files_lines(paths: tuple[Path, ...], settings: Settings, force_exclude: bool) -> list[str]:
+    """What --show-files prints: each file a run would check, or why not."""
+    lines = []
+    for found in discover(
+        paths or (Path("."),), settings.all_excludes, settings.root, force_exclude=force_exclude
+    ):
+        if isinstance(found, Discovered):
+            lines.append(printable(str(found.path)))
+    return lines
+
+
+def _report_statistics(findings: list[Finding], output_format: str, output: Output) -> None:
     if output_format == "json":
-        click.echo(json.dumps(statistics_rows(findings), indent=2))
+        output.report(json.dumps(statistics_rows(findings), indent=2))
         return
-    echo_lines(statistics(findings))
-    click.echo(summary(findings))
+    output.report_lines(statistics(findings))
+    output.summary(summary(findings))

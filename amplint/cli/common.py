@@ -6,6 +6,7 @@ import os
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import Iterable
 
 import click
 
@@ -17,8 +18,8 @@ from amplint.config import (
     find_config,
     load_settings,
     parse_device_type,
-    parse_per_file_ignore,
     parse_patterns,
+    parse_per_file_ignore,
     parse_selectors,
 )
 from amplint.diagnostics import FileReport
@@ -29,8 +30,10 @@ from amplint.files import (
     source_from_bytes,
 )
 from amplint.report import Finding, printable
+from amplint.report.machine import github_lines, json_document, sarif_document
+from amplint.report.text import concise, full
 from amplint.runner import default_jobs, run
-from amplint.terminal import ProgressBar, color
+from amplint.terminal import COLOR_CHOICES, ProgressBar, choose_color, color
 from amplint.triggers import ALL_CODES
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
@@ -125,6 +128,35 @@ def _config_and_overrides(values: tuple[str, ...]) -> tuple[Path | None, list[st
 STDIN = Path("-")
 
 
+def settings_lines(settings: Settings) -> list[str]:
+    """What `check --show-settings` prints: every setting as this run resolved it."""
+
+    def listed(values) -> str:
+        return ", ".join(values) if values else "(none)"
+
+    rows = [
+        ("configuration", str(settings.config_file or "(none: defaults)")),
+        ("root", str(settings.root)),
+        ("select", listed(settings.select)),
+        ("extend-select", listed(settings.extend_select)),
+        ("ignore", listed(settings.ignore)),
+        ("extend-ignore", listed(settings.extend_ignore)),
+        ("exclude", listed(settings.exclude)),
+        ("extend-exclude", listed(settings.extend_exclude)),
+        (
+            "per-file-ignores",
+            listed(
+                [f"{pattern}: {' '.join(codes)}" for pattern, codes in settings.per_file_ignores]
+            ),
+        ),
+        ("target-torch", ".".join(map(str, settings.target_torch))),
+        ("dtype", settings.dtype),
+        ("device-type", settings.device_type),
+        ("enabled rules", listed(sorted(settings.enabled_codes(ALL_CODES)))),
+    ]
+    return [printable(f"{name:<17} {value}") for name, value in rows]
+
+
 def run_paths(
     paths: tuple[Path, ...], settings: Settings, options: dict, **mode
 ) -> list[FileReport]:
@@ -152,6 +184,13 @@ def run_paths(
         progress.close()
     for path in removed:
         say_warning(f"{path}: removed, a temporary file an interrupted `amplint fix` left")
+    # As ruff does: a directory that held nothing to check is worth a word
+    # (a typo, or everything excluded), not a silent "All checks passed".
+    for path in paths or (Path("."),):
+        if path.is_dir() and not any(
+            report.path == path or path in report.path.parents for report in reports
+        ):
+            say_warning(f"{path}: no Python file or notebook to check here")
     if cache is not None and cache.write_error is not None:
         say_warning(f"{cache.write_error}; --no-cache skips it")
     return reports
@@ -265,7 +304,89 @@ def with_selection(command):
     return command
 
 
+_output_options = [
+    click.option(
+        "--output-file",
+        "-o",
+        type=click.Path(path_type=Path, dir_okay=False, writable=True),
+        help="Write the report to this file instead of standard output.",
+    ),
+    click.option("--quiet", "-q", is_flag=True, help="Print the findings, nothing else."),
+    click.option(
+        "--silent",
+        "-s",
+        is_flag=True,
+        help="Print nothing but errors; the exit code still tells findings.",
+    ),
+    click.option(
+        "--color",
+        "color_choice",
+        type=click.Choice(COLOR_CHOICES),
+        default="auto",
+        show_default=True,
+        help="Colour the output: auto on a terminal (NO_COLOR and FORCE_COLOR honoured).",
+    ),
+]
+
+
+def with_output(command):
+    for option in reversed(_output_options):
+        command = option(command)
+    return command
+
+
+class Output:
+    """Where a command's report goes (standard output, or --output-file) and
+    how much else it says: -q keeps the report alone, -s nothing but errors."""
+
+    def __init__(self, options: dict) -> None:
+        output_file: Path | None = options.pop("output_file")
+        self.quiet = options.pop("quiet")
+        self.silent = options.pop("silent")
+        choose_color(options.pop("color_choice"))
+        self._file = None
+        if output_file is not None:
+            try:
+                # Line-buffered: the commands end with sys.exit, at any line.
+                self._file = open(output_file, "w", encoding="utf-8", newline="", buffering=1)
+            except OSError as error:
+                say_error(f"{output_file}: cannot write: {error.strerror or error}")
+                sys.exit(EXIT_ERROR)
+
+    def report(self, text: str, nl: bool = True) -> None:
+        """Findings, a document, a diff."""
+        if not self.silent:
+            click.echo(text, file=self._file, nl=nl, color=color() if self._file is None else False)
+
+    def report_lines(self, lines: Iterable[str]) -> None:
+        for line in lines:
+            self.report(line)
+
+    def summary(self, text: str, err: bool = False) -> None:
+        """Counts and verdicts: beside the report, or on stderr with err."""
+        if self.quiet or self.silent:
+            return
+        stream = None if err else self._file
+        click.echo(text, file=stream, err=err, color=color() if stream is None else False)
+
+
 OUTPUT_FORMATS = ("concise", "full", "json", "github", "sarif", "text")
+MACHINE_FORMATS = ("json", "github", "sarif")  # a document, not rows for a reader
+
+
+def machine_report(
+    findings: list[Finding], errors: list[tuple[Path, str]], output_format: str
+) -> str:
+    if output_format == "json":
+        return json_document(findings)
+    if output_format == "sarif":
+        return sarif_document(findings, errors)
+    return "\n".join(github_lines(findings))
+
+
+def row_lines(findings: list[Finding], output_format: str) -> list[str]:
+    """The findings as rows for a reader, in `concise` (`text`) or `full` form."""
+    return full(findings) if output_format == "full" else concise(findings)
 
 
 def findings_of(reports: list[FileReport]) -> list[Finding]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import click
@@ -12,16 +12,24 @@ from amplint.cli.common import (
     EXIT_CLEAN,
     EXIT_ERROR,
     EXIT_FINDINGS,
+    MACHINE_FORMATS,
+    OUTPUT_FORMATS,
+    Output,
     config_paths,
+    machine_report,
     noun,
     pop_run_options,
     reads_stdin,
+    row_lines,
     run_paths,
     say_error,
     settings_for,
     stdin_source,
+    with_output,
     with_selection,
 )
+from amplint.config import Settings
+from amplint.diagnostics import FileReport
 from amplint.files import (
     SourceError,
     writable_target,
@@ -30,6 +38,7 @@ from amplint.files import (
 from amplint.report import Finding
 from amplint.report.text import (
     applied_lines,
+    styled_diff,
     text_row,
     unified_diff,
 )
@@ -48,63 +57,128 @@ from amplint.terminal import color
     help="With --apply: write through a symbolic link to a file outside the paths named "
     "(by default such a link is an error and nothing is written through it).",
 )
-def fix(paths, apply_, unsafe_fixes, write_through_links, **options) -> None:
+@click.option(
+    "--output-format",
+    type=click.Choice(OUTPUT_FORMATS),
+    default="concise",
+    show_default=True,
+    help="How the findings left are reported, as for check; json, github and sarif print "
+    "a document of them instead of the diff.",
+)
+@click.option("--exit-zero", is_flag=True, help="Exit 0 even when findings or fixes are left.")
+@with_output
+def fix(
+    paths, apply_, unsafe_fixes, write_through_links, output_format, exit_zero, **options
+) -> None:
     """Show (or with --apply, write) the fixes for PATHS.  With `-`, the fixed
     standard input goes to standard output and the findings left to stderr."""
+    output = Output(options)
     run_options = pop_run_options(options)
     stdin_filename = run_options.pop("stdin_filename")
     if reads_stdin(paths, stdin_filename):
-        _fix_stdin(paths, stdin_filename, options, unsafe_fixes)  # exits
+        fix_stdin(paths, stdin_filename, options, unsafe_fixes)  # exits
     settings = settings_for(config_paths(paths, stdin_filename), options)
-    errors, changed_files, fixed, remaining = 0, 0, 0, []
-    for report in run_paths(paths, settings, run_options, fixing=True, unsafe=unsafe_fixes):
-        if report.error is not None:
-            say_error(f"{report.path}: {report.error}")
-            errors += 1
-        remaining += [Finding(report.path, diagnostic) for diagnostic in report.diagnostics]
-        if report.fixed_text is None:
+    done = carry_out(
+        paths,
+        settings,
+        run_options,
+        write=apply_,
+        unsafe=unsafe_fixes,
+        write_through_links=write_through_links,
+    )
+    document = output_format in MACHINE_FORMATS
+    for report in done.changed:
+        if document:
             continue
-        if not apply_:
-            changed_files += 1
-            fixed += len(report.applied)
-            click.echo(unified_diff(report.path, report.source.text, report.fixed_text), nl=False)
-            continue
-        try:
-            target = writable_target(report.path, paths or (Path("."),), write_through_links)
-            write_source_atomic(replace(report.source, path=target), report.fixed_text)
-        except (SourceError, OSError) as error:
-            say_error(f"{report.path}: cannot write: {_os_reason(error)}")
-            errors += 1
-            remaining += [Finding(report.path, d) for d in report.applied]
-            continue
-        # Counted once written: a file that could not be is not fixed.
-        changed_files += 1
-        fixed += len(report.applied)
-        for line in applied_lines(report.path, report.applied):
-            click.echo(line)
-    for finding in remaining:
-        click.echo(text_row(finding), err=not apply_, color=color())
-    files = "file" if changed_files == 1 else "files"
+        if apply_:
+            output.report_lines(applied_lines(report.path, report.applied))
+        else:
+            output.report(styled_diff(unified_diff(report.path, *done.texts(report))), nl=False)
+    if document:
+        output.report(machine_report(done.remaining, done.errors, output_format))
+    elif apply_:
+        output.report_lines(row_lines(done.remaining, output_format))
+    else:  # the diff alone on stdout, so that it applies as a patch
+        for line in row_lines(done.remaining, output_format):
+            output.summary(line, err=True)
+    files = "file" if len(done.changed) == 1 else "files"
     # As `check` does: say what --unsafe-fixes would add, so a user who ran the
     # safe fix knows the rest is one flag away (after reading what it changes).
-    unsafe_left = 0 if unsafe_fixes else sum(1 for finding in remaining if finding.unsafe_fix)
+    unsafe_left = 0 if unsafe_fixes else sum(1 for f in done.remaining if f.unsafe_fix)
     more = f" {unsafe_left} more fixable with --unsafe-fixes." if unsafe_left else ""
     if apply_:
-        click.echo(
-            f"Fixed {fixed} {noun(fixed)} in {changed_files} {files}; "
-            f"{len(remaining)} remaining.{more}"
+        output.summary(
+            f"Fixed {done.fixed} {noun(done.fixed)} in {len(done.changed)} {files}; "
+            f"{len(done.remaining)} remaining.{more}",
+            err=document,  # a document on stdout stays one document
         )
     else:
-        click.echo(
-            f"Would fix {fixed} {noun(fixed)} in {changed_files} {files}; "
-            f"{len(remaining)} would remain.{more}",
+        output.summary(
+            f"Would fix {done.fixed} {noun(done.fixed)} in {len(done.changed)} {files}; "
+            f"{len(done.remaining)} would remain.{more}",
             err=True,
         )
-    if errors:
+    if done.errors:
         sys.exit(EXIT_ERROR)
+    if exit_zero:
+        sys.exit(EXIT_CLEAN)
     if apply_:
-        sys.exit(EXIT_FINDINGS if remaining else EXIT_CLEAN)
-    sys.exit(EXIT_FINDINGS if changed_files else EXIT_CLEAN)
+        sys.exit(EXIT_FINDINGS if done.remaining else EXIT_CLEAN)
+    sys.exit(EXIT_FINDINGS if done.changed else EXIT_CLEAN)
+
+
+@dataclass
+class Done:
+    """What one run of the fixes did, for a command to tell."""
+
+    changed: list[FileReport] = field(default_factory=list)  # written, or to be
+    remaining: list[Finding] = field(default_factory=list)
+    errors: list[tuple[Path, str]] = field(default_factory=list)
+
+    @property
+    def fixed(self) -> int:
+        return sum(len(report.applied) for report in self.changed)
+
+    @staticmethod
+    def texts(report: FileReport) -> tuple[str, str]:
+        return report.source.text, report.fixed_text
+
+
+def carry_out(
+    paths: tuple[Path, ...],
+    settings: Settings,
+    run_options: dict,
+    *,
+    write: bool,
+    unsafe: bool,
+    write_through_links: bool = False,
+) -> Done:
+    """Fix the files under `paths`, writing them when `write`; each error is
+    said on stderr as it comes."""
+    done = Done()
+    for report in run_paths(paths, settings, run_options, fixing=True, unsafe=unsafe):
+        if report.error is not None:
+            say_error(f"{report.path}: {report.error}")
+            done.errors.append((report.path, report.error))
+        done.remaining += [Finding(report.path, d, report.source) for d in report.diagnostics]
+        if report.fixed_text is None:
+            continue
+        if write:
+            try:
+                target = writable_target(report.path, paths or (Path("."),), write_through_links)
+                write_source_atomic(replace(report.source, path=target), report.fixed_text)
+            except (SourceError, OSError) as error:
+                # Not counted as fixed: its findings are all still there.
+                message = (
+                    f"cannot write: {_os_reason(error)}; "
+                    f"{len(report.applied)} {noun(len(report.applied))} not fixed"
+                )
+                say_error(f"{report.path}: {message}")
+                done.errors.append((report.path, message))
+                done.remaining += [Finding(report.path, d, report.source) for d in report.applied]
+                continue
+        done.changed.append(report)
+    return done
 
 
 def _os_reason(error: Exception) -> str:
@@ -120,7 +194,7 @@ def _write_stdout(data: bytes) -> None:
     sys.stdout.buffer.flush()
 
 
-def _fix_stdin(
+def fix_stdin(
     paths: tuple[Path, ...], stdin_filename: Path | None, options: dict, unsafe: bool
 ) -> None:
     """Write the fixed source to stdout, or else the input exactly as it came:

@@ -181,6 +181,24 @@ def unified_diff(path: Path, before: str, after: str) -> str:
     )
 
 
+def styled_diff(diff: str) -> str:
+    """A unified diff in git's colours (click drops them where styles are off)."""
+    styled = []
+    for line in diff.splitlines(keepends=True):
+        body = line.rstrip("\r\n")
+        ending = line[len(body) :]
+        if body.startswith(("---", "+++")):
+            body = click.style(body, bold=True)
+        elif body.startswith("@@"):
+            body = click.style(body, fg="cyan")
+        elif body.startswith("+"):
+            body = click.style(body, fg="green")
+        elif body.startswith("-"):
+            body = click.style(body, fg="red")
+        styled.append(body + ending)
+    return "".join(styled)
+
+
 def applied_lines(path: Path, applied: list[Diagnostic]) -> list[str]:
     """``path: fixed N`` and one indented line per kind of fix carried out."""
     counts = Counter((d.code, d.fix.message) for d in applied if d.fix is not None)
