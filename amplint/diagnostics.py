@@ -72,6 +72,10 @@ class Diagnostic:
     message: str
     span: Span
     fix: Fix | None = field(default=None, compare=False)
+    # The lines of the code the finding is about, when wider than its span (a
+    # training step flagged on its backward): a `# noqa` naming the code on any
+    # of them silences it too (amplint.noqa).
+    about_lines: tuple[int, int] | None = field(default=None, compare=False)
 
     def portable(self) -> Diagnostic:
         """This finding with its fix described but not carried: no libcst nodes

@@ -8,7 +8,6 @@ file at most once per fix round, runs the rules over shared facts, honours
 from __future__ import annotations
 
 import ast
-import re
 import warnings
 from collections import Counter
 from dataclasses import dataclass, replace
@@ -20,6 +19,7 @@ from amplint.analysis import ModuleFacts
 from amplint.config import Settings
 from amplint.diagnostics import SYNTAX_ERROR, Diagnostic, FileReport, Fix, Span, is_applicable
 from amplint.files import SourceFile
+from amplint.noqa import noqa_filter
 from amplint.notebook import Notebook, NotebookError
 from amplint.prefilter import SourceClues
 from amplint.project import ProjectRoot, ProjectView, project_view
@@ -31,12 +31,6 @@ from amplint.transforms.edits import apply_edits
 # Each round applies every fix that does not overlap another; a fix that rewrites
 # a whole scope makes the fixes inside it wait a round.
 MAX_FIX_ROUNDS = 16
-
-_NOQA = re.compile(
-    r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:\s*,?\s*[A-Z]+[0-9]+)*))?", re.IGNORECASE
-)
-_CODE = re.compile(r"[A-Z]+[0-9]+", re.IGNORECASE)
-_LINE_BREAK = re.compile(r"\r\n|\r|\n")
 
 
 # libcst holds about 500 bytes per character of source: a 7 MB generated module
@@ -77,7 +71,7 @@ def _parse(
             return cst.parse_module(text)
     except cst.ParserSyntaxError as error:
         diagnostics = [_syntax_error(text, error)]
-    return _noqa_filter(text, diagnostics) if SYNTAX_ERROR in codes else []
+    return noqa_filter(text, diagnostics) if SYNTAX_ERROR in codes else []
 
 
 def _syntax_error(text: str, error: cst.ParserSyntaxError) -> Diagnostic:
@@ -96,31 +90,12 @@ def _syntax_error(text: str, error: cst.ParserSyntaxError) -> Diagnostic:
     return Diagnostic(SYNTAX_ERROR, message, Span(line, column, line, column))
 
 
-def _noqa_filter(text: str, diagnostics: list[Diagnostic]) -> list[Diagnostic]:
-    if not diagnostics or "noqa" not in text.lower():
-        return diagnostics
-    lines = _LINE_BREAK.split(text)
-    kept = []
-    for diagnostic in diagnostics:
-        line = lines[diagnostic.span.line - 1] if diagnostic.span.line <= len(lines) else ""
-        match = _NOQA.search(line)
-        if match is None:
-            kept.append(diagnostic)
-            continue
-        codes = match.group("codes")
-        if codes is not None and diagnostic.code not in {
-            code.upper() for code in _CODE.findall(codes)
-        }:
-            kept.append(diagnostic)
-    return kept
-
-
 def _lint_module(
     facts: ModuleFacts, text: str, rules: Sequence[Rule], settings: Settings
 ) -> list[Diagnostic]:
     diagnostics = [diagnostic for rule in rules for diagnostic in rule.check(facts, settings)]
     diagnostics.sort(key=lambda d: (d.span.line, d.span.column, d.code))
-    return _noqa_filter(text, diagnostics)
+    return noqa_filter(text, diagnostics)
 
 
 def _disjoint_fixes(due: list[Diagnostic], facts: ModuleFacts) -> list[Diagnostic]:
@@ -325,7 +300,7 @@ class _Analyses:
                 by_rule[rule] = list(rule.check(facts, self.settings))
         diagnostics = [diagnostic for rule in rules for diagnostic in by_rule[rule]]
         diagnostics.sort(key=lambda d: (d.span.line, d.span.column, d.code))
-        return _noqa_filter(text, diagnostics)
+        return noqa_filter(text, diagnostics)
 
 
 class _FixRounds:

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from amplint.diagnostics import Diagnostic, Span
+from amplint.noqa import noqa_filter
 from tests.helpers import dedent, run_cli
 
 # AMP202 on line 2, AMP201 on line 3.
@@ -374,3 +376,94 @@ def test_a_directory_with_nothing_to_check_gets_a_warning(tmp_path: Path) -> Non
     assert result.exit_code == 0
     assert f"amplint: warning: {tmp_path / 'docs'}: no Python file or notebook" in result.stderr
     assert str(tmp_path / "src") not in result.stderr
+
+
+# -- noqa: file level, any line of a span, --add-noqa ---------------------------
+@pytest.mark.parametrize(
+    ("comment", "left"),
+    [
+        ("# amplint: noqa", []),
+        ("# amplint: noqa: AMP201", ["AMP202"]),
+        ("  # AMPLINT: NOQA: amp201, AMP202", []),
+        ("x = 1  # amplint: noqa", ["AMP201", "AMP202"]),  # not on a line of its own
+        ('"""\n# amplint: noqa\n"""', ["AMP201", "AMP202"]),  # a line of a string
+        ("# flake8: noqa", ["AMP201", "AMP202"]),
+    ],
+)
+def test_file_level_noqa(tmp_path: Path, comment: str, left: list[str]) -> None:
+    (tmp_path / "a.py").write_text(CPU_AND_CUDA + comment + "\n")
+    assert _codes(tmp_path) == left
+
+
+def test_a_noqa_on_any_line_of_a_multi_line_span_silences_it() -> None:
+    # No rule of amplint's reports a span over several lines today; the
+    # filter is held to it directly.
+    text = "a = 1\nscaler = f(\n    x{}\n)\nafter = 2{}\n"
+    finding = Diagnostic("AMP201", "m", Span(2, 10, 4, 2))
+    assert noqa_filter(text.format("", ""), [finding]) == [finding]
+    for comment in ("  # noqa: AMP201", "  # noqa"):
+        assert noqa_filter(text.format(comment, ""), [finding]) == [], comment
+    assert noqa_filter(text.format("  # noqa: AMP202", ""), [finding]) == [finding]
+    assert noqa_filter(text.format("", "  # noqa"), [finding]) == [finding]
+
+
+FP32_LOOP = dedent("""
+    import torch
+
+
+    def train(model, loader, optimizer):
+        for x, y in loader:{for_line}
+            loss = torch.nn.functional.mse_loss(model(x), y){loss_line}
+            loss.backward(){backward_line}
+            optimizer.step()
+            optimizer.zero_grad()
+        print("done"){after_line}
+    """)
+
+
+@pytest.mark.parametrize(
+    ("where", "comment", "silenced"),
+    [
+        ("backward_line", "  # noqa", True),  # the line flagged
+        ("backward_line", "  # noqa: AMP001", True),
+        ("for_line", "  # noqa: AMP001", True),  # another line of the step's loop
+        ("loss_line", "  # noqa: AMP001, AMP101", True),
+        ("loss_line", "  # noqa: E501", False),
+        ("loss_line", "  # noqa", False),  # bare, maybe for another linter: not the step
+        ("after_line", "  # noqa: AMP001", False),  # after the loop
+    ],
+)
+def test_a_step_is_silenced_by_its_code_on_any_line_of_its_loop(
+    tmp_path: Path, where: str, comment: str, silenced: bool
+) -> None:
+    lines = dict.fromkeys(("for_line", "loss_line", "backward_line", "after_line"), "")
+    (tmp_path / "train.py").write_text(FP32_LOOP.format(**{**lines, where: comment}))
+    assert _codes(tmp_path) == ([] if silenced else ["AMP001"])
+
+
+def test_add_noqa_silences_every_finding_and_changes_nothing_else(tmp_path: Path) -> None:
+    text = dedent('''
+        import torch
+
+        a = torch.cpu.amp.autocast()
+        b = torch.cuda.amp.autocast()  # noqa: AMP101
+        c = (torch.cuda.amp.GradScaler(), """
+        text""")
+        d = torch.cuda.amp.GradScaler() \\
+            if True else None
+        ''')
+    (tmp_path / "a.py").write_bytes(text.replace("\n", "\r\n").encode())
+    (tmp_path / "clean.py").write_text("x = 1\n")
+    result = run_cli("check", "--no-cache", "--add-noqa", tmp_path)
+    assert result.exit_code == 0, result.output
+    assert "Added 2 noqa directives in 1 file." in result.stdout
+    for line in (5, 7):  # inside a string, before a backslash: said, not touched
+        assert f"a.py:{line}: no room for a `# noqa` there" in result.stderr
+    written = (tmp_path / "a.py").read_bytes().decode()
+    assert written == text.replace("\n", "\r\n").replace(
+        "a = torch.cpu.amp.autocast()", "a = torch.cpu.amp.autocast()  # noqa: AMP202"
+    ).replace("# noqa: AMP101", "# noqa: AMP101, AMP201")
+    assert (tmp_path / "clean.py").read_text() == "x = 1\n"
+    assert _codes(tmp_path) == ["AMP201", "AMP201"]  # the two lines without room
+    again = run_cli("check", "--no-cache", "--add-noqa", tmp_path)
+    assert "Added 0 noqa directives in 0 files." in again.stdout

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from amplint import noqa
 from amplint.cli.common import (
     EXIT_CLEAN,
     EXIT_ERROR,
@@ -25,6 +26,7 @@ from amplint.cli.common import (
     row_lines,
     run_paths,
     say_error,
+    say_warning,
     settings_for,
     settings_lines,
     stdin_source,
@@ -33,7 +35,7 @@ from amplint.cli.common import (
 )
 from amplint.cli.fix import Done, carry_out, fix_stdin
 from amplint.config import Settings
-from amplint.files import Discovered, discover
+from amplint.files import Discovered, SourceError, discover, write_source_atomic
 from amplint.report import Finding, printable
 from amplint.report.text import (
     applied_lines,
@@ -71,6 +73,11 @@ from amplint.runner import Mode, run_source
     help="With --fix: exit 1 when a file was fixed, even if no finding is left.",
 )
 @click.option(
+    "--add-noqa",
+    is_flag=True,
+    help="Write a `# noqa: CODE` comment on each finding's line (merged into one there).",
+)
+@click.option(
     "--show-settings", is_flag=True, help="Print the settings this run resolves, and exit."
 )
 @click.option("--show-files", is_flag=True, help="Print the files this run would check, and exit.")
@@ -85,6 +92,7 @@ def check(
     diff,
     show_fixes,
     exit_non_zero_on_fix,
+    add_noqa,
     show_settings,
     show_files,
     **options,
@@ -106,6 +114,8 @@ def check(
         sys.exit(EXIT_CLEAN)
     if diff:
         _diff(paths, settings, run_options, unsafe_fixes, output)  # exits
+    if add_noqa:
+        _add_noqa(paths, settings, run_options, output)  # exits
     fixed: Done | None = None
     if fix_:
         fixed = carry_out(paths, settings, run_options, write=True, unsafe=unsafe_fixes)
@@ -167,6 +177,51 @@ def _diff(
     if done.errors:
         sys.exit(EXIT_ERROR)
     sys.exit(EXIT_FINDINGS if done.changed else EXIT_CLEAN)
+
+
+def _add_noqa(paths: tuple[Path, ...], settings: Settings, run_options: dict, output: Output):
+    """`check --add-noqa`: silence every finding where it is, as ruff does
+    when a rule is adopted on a code base that has many."""
+    if STDIN in paths:
+        say_error("--add-noqa writes files; it cannot take standard input")
+        sys.exit(EXIT_ERROR)
+    errors, directives, files = 0, 0, 0
+    for report in run_paths(paths, settings, {**run_options, "no_cache": True}):
+        if report.error is not None:
+            say_error(f"{report.path}: {report.error}")
+            errors += 1
+        if not report.diagnostics or report.source is None:
+            continue
+        if report.source.notebook is not None:
+            say_warning(f"{report.path}: --add-noqa does not write into notebooks")
+            continue
+        codes_by_line: dict[int, set[str]] = {}
+        for diagnostic in report.diagnostics:
+            codes_by_line.setdefault(diagnostic.span.line, set()).add(diagnostic.code)
+        added = noqa.add_noqa(report.source.text, codes_by_line)
+        for line in added.skipped:
+            say_warning(
+                f"{report.path}:{line}: no room for a `# noqa` there "
+                "(the line ends inside a string or with a `\\`)"
+            )
+        if not added.directives:
+            continue
+        if not noqa.parses(added.text):  # never write a file that does not parse
+            say_error(f"{report.path}: adding `# noqa` comments would break it; not written")
+            errors += 1
+            continue
+        try:
+            write_source_atomic(report.source, added.text)
+        except (SourceError, OSError) as error:
+            say_error(f"{report.path}: cannot write: {error}")
+            errors += 1
+            continue
+        directives, files = directives + added.directives, files + 1
+    things = "directive" if directives == 1 else "directives"
+    output.summary(
+        f"Added {directives} noqa {things} in {files} {'file' if files == 1 else 'files'}."
+    )
+    sys.exit(EXIT_ERROR if errors else EXIT_CLEAN)
 
 
 def _files_lines(paths: tuple[Path, ...], settings: Settings, force_exclude: bool) -> list[str]:

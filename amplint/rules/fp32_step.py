@@ -166,6 +166,9 @@ class FP32TrainingStep(Rule):
 
     def _diagnostic(self, step: TrainingStep, facts: ModuleFacts, settings: Settings) -> Diagnostic:
         span = facts.span(step.anchor)
+        # Flagged on its backward; a `# noqa: AMP001` anywhere in its loop counts.
+        owner = facts.span(step.owner)
+        about = (owner.line, owner.end_line)
         choice = amp_choice(settings)
         reason = step.skip or _obstacle(step, facts, settings, choice)
         unsafe_loss = step.unsafe_loss if choice.device == "cuda" else None
@@ -175,7 +178,10 @@ class FP32TrainingStep(Rule):
             reason = insert.place_scaler()
         if reason is not None:
             return Diagnostic(
-                self.code, f"training step runs in FP32; not rewritten: {reason}", span
+                self.code,
+                f"training step runs in FP32; not rewritten: {reason}",
+                span,
+                about_lines=about,
             )
         insert.plan_step()
         loss = facts.module.code_for_node(step.backwards[0].loss)
@@ -205,4 +211,5 @@ class FP32TrainingStep(Rule):
             f"training step runs in FP32: `{loss}` is computed without autocast; {advice}",
             span,
             fix,
+            about_lines=about,
         )
