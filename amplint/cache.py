@@ -186,6 +186,14 @@ class ResultCache:
         self._directory_ready = True
 
 
+def is_amplint_cache(directory: Path) -> bool:
+    """Whether `directory` holds amplint's cache (its CACHEDIR.TAG says so)."""
+    try:
+        return (directory / "CACHEDIR.TAG").read_text(encoding="utf-8") == _CACHEDIR_TAG
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
 def _write_atomic(path: Path, data: bytes) -> None:
     """`data` at `path` whole or not at all: a full disk leaves the old file."""
     descriptor, temporary = tempfile.mkstemp(dir=path.parent, suffix=".tmp")

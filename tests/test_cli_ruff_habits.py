@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from amplint.catalog import load_catalog
 from amplint.diagnostics import Diagnostic, Span
 from amplint.noqa import noqa_filter
 from tests.helpers import dedent, run_cli
@@ -467,3 +468,60 @@ def test_add_noqa_silences_every_finding_and_changes_nothing_else(tmp_path: Path
     assert _codes(tmp_path) == ["AMP201", "AMP201"]  # the two lines without room
     again = run_cli("check", "--no-cache", "--add-noqa", tmp_path)
     assert "Added 0 noqa directives in 0 files." in again.stdout
+
+
+# -- the catalogue and the cache ------------------------------------------------
+@pytest.mark.parametrize("name", ["fp32-training-step", "FP32_training_step", "amp001"])
+def test_rule_by_code_or_name(name: str) -> None:
+    result = run_cli("rule", name)
+    assert result.exit_code == 0
+    assert result.stdout == load_catalog()["AMP001"].text  # piped: the document as written
+
+
+def test_an_unknown_rule_name_suggests_the_nearest() -> None:
+    result = run_cli("rule", "fp32-trainng-step")
+    assert result.exit_code == 2
+    assert "did you mean `fp32-training-step`, AMP001?" in result.stderr
+
+
+def test_rule_on_a_terminal_shows_no_front_matter(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("amplint.cli.rules._on_terminal", lambda: True)
+    result = run_cli("rule", "AMP201")
+    doc = load_catalog()["AMP201"]
+    assert not result.stdout.startswith("---") and "\nsummary:" not in result.stdout
+    assert result.stdout.startswith(f"{doc.code} {doc.name}\nfix: {doc.fix}; needs torch >=")
+    assert doc.body in result.stdout
+
+
+def test_rule_all_and_json() -> None:
+    catalog = load_catalog()
+    every = run_cli("rule", "--all")
+    assert every.stdout == "\n".join(doc.text for doc in catalog.values())
+    assert run_cli("rule").exit_code == 2 and run_cli("rule", "AMP001", "--all").exit_code == 2
+    one = json.loads(run_cli("rule", "AMP204", "--output-format", "json").stdout)
+    assert one["code"] == "AMP204" and one["fix"] == catalog["AMP204"].fix
+    assert one["explanation"].startswith("# AMP204")
+    listed = json.loads(run_cli("rules", "--output-format", "json").stdout)
+    assert [record["code"] for record in listed] == list(catalog)
+    assert {record["name"] for record in listed} == {doc.name for doc in catalog.values()}
+
+
+def test_clean_removes_amplints_caches_and_nothing_else(
+    tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tree / "sub").mkdir()
+    (tree / "sub" / "b.py").write_text(CPU_AND_CUDA)
+    monkeypatch.chdir(tree)
+    elsewhere = tree.parent / f"{tree.name}-cache"
+    assert run_cli("check", "--cache-dir", elsewhere, ".").exit_code == 1
+    assert run_cli("check", ".").exit_code == 1
+    fake = tree / "sub" / ".amplint_cache"
+    fake.mkdir()
+    (fake / "keep.txt").write_text("not amplint's")
+    monkeypatch.setenv("AMPLINT_CACHE_DIR", str(elsewhere))
+    result = run_cli("clean")
+    assert result.exit_code == 0
+    assert not (tree / ".amplint_cache").exists() and not elsewhere.exists()
+    assert (fake / "keep.txt").exists()
+    assert "does not look like amplint's cache" in result.stderr
+    assert run_cli("clean").stdout.count("Removed") == 0

@@ -13,7 +13,7 @@ from amplint import __version__
 from amplint.cli.check import check
 from amplint.cli.common import EXIT_INTERRUPTED
 from amplint.cli.fix import fix
-from amplint.cli.rules import list_rules, rule
+from amplint.cli.rules import clean, list_rules, rule
 from amplint.cli.verify import verify
 
 
@@ -34,5 +34,5 @@ def main() -> None:
     """Find and fix PyTorch mixed-precision (AMP) mistakes."""
 
 
-for command in (check, fix, verify, list_rules, rule):
+for command in (check, fix, verify, list_rules, rule, clean):
     main.add_command(command)
