@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from amplint.catalog import load_catalog
+from amplint.config import Settings
+from amplint.engine import lint_text
 from amplint.rules import ALL_CODES, RULES
 from tests.helpers import codes_of, fixed, run_cli
 
@@ -73,3 +77,40 @@ def test_unknown_rule_is_a_usage_error() -> None:
     result = run_cli("rule", "AMP999")
     assert result.exit_code == 2
     assert "unknown rule" in result.stderr
+
+
+
+# -- the README's rule table tells each rule's fix safety as it is --------------
+# Code a rule fixes otherwise than its documented example does.
+_FIXED_OTHERWISE = {
+    "AMP203": [CATALOG["AMP203"].before.replace('opt_level="O1"', 'opt_level="O2"')],
+    "AMP204": [
+        "import torch\nfrom apex.fp16_utils import to_python_float\n\n\n"
+        "def log(loss):\n    return to_python_float(loss)\n"
+    ],
+}
+
+
+def _readme_fix_column() -> dict[str, list[str]]:
+    readme = (CATALOG["AMP001"].path.parent.parent / "README.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| \[(AMP\d+)\]\([^)]*\) \| [^|]+ \| ([^|]+) \|", readme, re.M)
+    return {code: [kind.strip() for kind in column.split("/")] for code, column in rows}
+
+
+def _fix_kinds(code: str, text: str) -> list[str]:
+    found = lint_text(text, frozenset(ALL_CODES), Settings())
+    kinds = {d.fix.applicability.value if d.fix else "none" for d in found if d.code == code}
+    assert kinds, f"{code} does not fire on its example"
+    return sorted(kinds)
+
+
+def test_the_readme_rule_table_names_every_kind_of_fix_a_rule_makes() -> None:
+    column = _readme_fix_column()
+    assert sorted(column) == sorted(CATALOG)
+    for code, doc in CATALOG.items():
+        kinds = set(_fix_kinds(code, doc.before))
+        for text in _FIXED_OTHERWISE.get(code, []):
+            kinds.update(_fix_kinds(code, text))
+        assert set(column[code]) == kinds, code
+        # The first named is the document's own (its front matter, its example).
+        assert column[code][0] == doc.fix, code
