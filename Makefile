@@ -1,6 +1,7 @@
 # Two entry points for a fresh clone:
 #   make demo   set up .venv, then check and fix a bundled training script
-#   make test   set up .venv with the test extra, then run the test suite
+#   make test   set up .venv with the test extra, then run the test suite (all CPUs)
+#   make test-fast  the same without the tests marked slow
 #   make bench  time amplint check/fix on the installed torch package, next to ruff
 #   make realcode  check and fix a copy of the installed torch package; prove nothing broke
 #   make ecosystem  check and fix real training code from pinned public repositories
@@ -15,7 +16,7 @@ BIN := $(VENV)/bin
 DEMO_SCRIPTS := fixtures/fp32_steps/nested_loops.py fixtures/deprecated_amp/legacy_train.py
 DEMO_DIR := build/demo
 
-.PHONY: demo test bench realcode ecosystem fuzz verify-gpu clean
+.PHONY: demo test test-fast bench realcode ecosystem fuzz verify-gpu clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -40,8 +41,14 @@ demo: $(VENV)/.installed
 	$(BIN)/amplint fix --apply $(DEMO_DIR)
 	$(BIN)/amplint check $(DEMO_DIR)
 
+# Every test, on every CPU (pytest-xdist); a file's tests stay in one worker,
+# so its module fixtures (a built wheel, a hook repository) are made once.
 test: $(VENV)/.installed-test
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto --dist loadfile
+
+# Leaves out the tests marked slow (training runs, wheel, hooks): for quick rounds.
+test-fast: $(VENV)/.installed-test
+	$(BIN)/python -m pytest -n auto --dist loadfile -m "not slow"
 
 # Not a test: prints a table for the README's performance section.
 bench: $(VENV)/.installed-test

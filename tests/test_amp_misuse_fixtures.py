@@ -104,6 +104,7 @@ def _run(script: Path) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "script",
     [EXPECTED / name for name in FIXED]
@@ -123,6 +124,7 @@ def test_report_only_fixtures_are_left_as_they_are(name: str) -> None:
     assert not (EXPECTED / name).exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CRASHES_BEFORE_THE_FIX))
 def test_the_original_crashes_as_the_rule_says(name: str) -> None:
     pytest.importorskip("torch")
@@ -137,6 +139,7 @@ def _largest_weight_change(script: Path) -> float:
     return float(result.stdout.rsplit("largest weight change", 1)[1])
 
 
+@pytest.mark.slow
 def test_clipping_scaled_gradients_stalls_training_until_fixed() -> None:
     pytest.importorskip("torch")
     stalled = _largest_weight_change(FOLDER / "clip_before_unscale.py")
@@ -144,6 +147,7 @@ def test_clipping_scaled_gradients_stalls_training_until_fixed() -> None:
     assert trained > 1000 * stalled
 
 
+@pytest.mark.slow
 def test_the_moved_loss_is_computed_in_float32() -> None:
     pytest.importorskip("torch")
     before = _run(FOLDER / "loss_outside_autocast.py")
@@ -152,6 +156,7 @@ def test_the_moved_loss_is_computed_in_float32() -> None:
     assert "computed in torch.float32" in after.stdout, after.stderr[-3000:]
 
 
+@pytest.mark.slow
 def test_the_fixed_checkpoint_resumes_the_loss_scale() -> None:
     pytest.importorskip("torch")
     before = _run(FOLDER / "checkpoint_without_scaler.py").stdout

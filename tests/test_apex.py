@@ -143,6 +143,7 @@ def _run_migrated(script: Path, *arguments: str) -> dict:
     return json.loads(line[len("AMPLINT-SEEN ") :])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script", SCRIPTS, ids=ids)
 def test_migrated_script_runs_without_apex_with_fp16_on(script: Path) -> None:
     pytest.importorskip("torch")
@@ -154,6 +155,7 @@ def test_migrated_script_runs_without_apex_with_fp16_on(script: Path) -> None:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script", [s for s in SCRIPTS if FP32_FLAGS[s.stem]], ids=lambda s: s.stem)
 def test_the_fp32_flag_still_turns_mixed_precision_off(script: Path) -> None:
     pytest.importorskip("torch")

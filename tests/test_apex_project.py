@@ -85,6 +85,7 @@ def _run(project: Path, *arguments: str) -> dict:
     return json.loads(line[len("AMPLINT-SEEN ") :])
 
 
+@pytest.mark.slow
 def test_the_migrated_project_trains_without_apex_with_fp16_on(migrated: Path) -> None:
     pytest.importorskip("torch")
     seen = _run(migrated, "--fp16", "--checkpoint", "checkpoint.pt")
@@ -94,6 +95,7 @@ def test_the_migrated_project_trains_without_apex_with_fp16_on(migrated: Path) -
     assert (migrated / "checkpoint.pt").is_file()
 
 
+@pytest.mark.slow
 def test_the_migrated_project_trains_in_fp32_with_fp16_off(migrated: Path) -> None:
     pytest.importorskip("torch")
     seen = _run(migrated)
@@ -230,6 +232,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.slow
 def test_initialize_in_a_method_keeps_the_scaler_on_the_instance_and_autocasts_the_callers(
     tmp_path: Path,
 ) -> None:

@@ -79,7 +79,6 @@ def test_unknown_rule_is_a_usage_error() -> None:
     assert "unknown rule" in result.stderr
 
 
-
 # -- the README's rule table tells each rule's fix safety as it is --------------
 # Code a rule fixes otherwise than its documented example does.
 _FIXED_OTHERWISE = {

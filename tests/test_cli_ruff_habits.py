@@ -228,7 +228,12 @@ def test_check_fix_takes_unsafe_fixes(tmp_path: Path) -> None:
                 scaler.update()
                 optimizer.zero_grad()
         """))
+    (tmp_path / "old.py").write_text(FIXABLE)
     before = script.read_text()
+    safe = run_cli("check", "--no-cache", "--fix", "--select", "AMP110,AMP201", tmp_path)
+    assert "Found 2 findings (1 fixed, 1 remaining). 1 more fixable with --unsafe-fixes." in (
+        safe.stdout
+    )
     safe = run_cli("check", "--no-cache", "--fix", "--select", "AMP110", tmp_path)
     assert safe.exit_code == 1 and script.read_text() == before
     assert "1 more fixable with `amplint fix --apply --unsafe-fixes`" in safe.stdout

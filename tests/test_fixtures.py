@@ -49,6 +49,7 @@ def _run(script: Path, *warning_options: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script", SCRIPTS, ids=ids)
 def test_rewritten_script_runs_without_future_warnings(script: Path) -> None:
     pytest.importorskip("torch")
@@ -56,6 +57,7 @@ def test_rewritten_script_runs_without_future_warnings(script: Path) -> None:
     assert rewritten.returncode == 0, rewritten.stderr[-3000:]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script", SCRIPTS, ids=ids)
 def test_original_script_runs_and_warns(script: Path) -> None:
     """The check above can fail: the originals do hit deprecated AMP calls."""

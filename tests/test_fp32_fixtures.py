@@ -59,11 +59,13 @@ def torch_installed() -> None:
     pytest.importorskip("torch")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script", STEPS, ids=[s.stem for s in STEPS])
 def test_rewritten_with_defaults_trains_identically_on_cpu(script: Path, torch_installed) -> None:
     assert printed_losses(_expected(script)) == printed_losses(script)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script", STEPS, ids=[s.stem for s in STEPS])
 def test_rewritten_for_cpu_bfloat16_trains(script: Path, tmp_path: Path, torch_installed) -> None:
     rewritten = tmp_path / script.name
@@ -79,6 +81,7 @@ def test_rewritten_for_cpu_bfloat16_trains(script: Path, tmp_path: Path, torch_i
 FP16_CPU = Settings(dtype="float16", device_type="cpu")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script", STEPS, ids=[s.stem for s in STEPS])
 def test_rewritten_for_cpu_float16_runs_a_real_scaler(
     script: Path, tmp_path: Path, torch_installed
@@ -94,6 +97,7 @@ def test_rewritten_for_cpu_float16_runs_a_real_scaler(
     assert math.isfinite(amp[-1])
 
 
+@pytest.mark.slow
 def test_a_resumed_run_loads_checkpoints_of_disabled_and_enabled_scalers(
     tmp_path: Path, torch_installed
 ) -> None:

@@ -72,6 +72,7 @@ def _assert_engine_holds(text: str, settings_: Settings) -> None:
         assert again.text == report.fixed_text, "a second fix changed the text"
 
 
+@pytest.mark.slow
 @fuzz_settings
 @given(program=hypothesmith.from_grammar(), dtype=st.sampled_from(["float16", "bfloat16"]))
 def test_generated_programs(program: str, dtype: str) -> None:
@@ -101,6 +102,7 @@ def mutated_fixtures(draw) -> str:
     return "".join(lines)
 
 
+@pytest.mark.slow
 @fuzz_settings
 @given(text=mutated_fixtures(), dtype=st.sampled_from(["float16", "bfloat16", "auto"]))
 def test_mutated_fixtures(text: str, dtype: str) -> None:

@@ -313,6 +313,7 @@ def _as_script(notebook: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(NOTEBOOKS))
 def test_the_rewritten_loop_runs_on_the_cpu(fixed_notebooks: Path, name: str) -> None:
     script = fixed_notebooks / (name + ".py")

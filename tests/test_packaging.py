@@ -11,6 +11,9 @@ import pytest
 
 from tests.helpers import REPO
 
+# Builds a wheel and installs it into a fresh environment.
+pytestmark = pytest.mark.slow
+
 DEPRECATED = "import torch\nscaler = torch.cuda.amp.GradScaler()\n"
 
 

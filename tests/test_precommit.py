@@ -14,7 +14,11 @@ import pytest
 
 from tests.helpers import FIXTURES, REPO, dedent
 
-pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+# Installs hook environments: seconds per test.
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(shutil.which("git") is None, reason="needs git"),
+]
 
 FP32_LOOP = dedent("""
     import torch

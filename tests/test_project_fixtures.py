@@ -60,6 +60,7 @@ def torch_installed() -> None:
     pytest.importorskip("torch")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("project", PROJECTS, ids=[p.name for p in PROJECTS])
 def test_the_rewrites_train_on_the_cpu(project: Path, tmp_path: Path, torch_installed) -> None:
     originals = _copy(project, tmp_path / "original")

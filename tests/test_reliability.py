@@ -108,6 +108,7 @@ BAD_INPUTS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(BAD_INPUTS))
 def test_bad_input_gets_a_finding_or_an_error_and_the_run_goes_on(
     tmp_path: Path, name: str
@@ -260,6 +261,7 @@ def test_check_and_fix_never_import_or_run_the_code_they_read(tmp_path: Path) ->
 
 
 # -- interruption -----------------------------------------------------------------
+@pytest.mark.slow
 def test_a_killed_fix_leaves_every_file_original_or_fully_fixed(tmp_path: Path) -> None:
     """SIGKILL `fix --apply` while it writes: each file is the old or the new one.
 
@@ -310,6 +312,7 @@ def test_a_killed_fix_leaves_every_file_original_or_fully_fixed(tmp_path: Path) 
 
 
 # -- real code --------------------------------------------------------------------
+@pytest.mark.slow
 def test_real_code_survives_check_and_fix(tmp_path: Path) -> None:
     """A slice of the installed torch package, where the AMP code lives; the
     whole package is `make realcode`."""

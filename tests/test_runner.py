@@ -50,6 +50,7 @@ def pool_starts(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return started
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fixing", [False, True])
 def test_workers_report_what_one_process_reports(pool_starts: list[int], fixing: bool) -> None:
     alone = runner.run([FIXTURES], SETTINGS, fixing=fixing, jobs=1)
@@ -329,6 +330,7 @@ def test_jobs_must_be_positive(tmp_path: Path) -> None:
     assert "--jobs must be at least 1" in result.stderr
 
 
+@pytest.mark.slow
 def test_concurrent_runs_share_a_cache(tmp_path: Path) -> None:
     tree = _copy_fixtures(tmp_path)
     command = [sys.executable, "-m", "amplint", "check", "--cache-dir", str(tmp_path / "cache")]

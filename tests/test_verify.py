@@ -24,6 +24,9 @@ from amplint.verify.compare import (
 from amplint.verify.report import text_report
 from tests.helpers import FIXTURES, dedent, run_cli
 
+# Runs training scripts under the harness: seconds per test.
+pytestmark = pytest.mark.slow
+
 VERIFY = FIXTURES / "verify"
 CPU_BF16 = ("--device-type", "cpu", "--dtype", "bfloat16", "--steps", "10")
 SMALL_RESNET = ("--batch-size", "8", "--image-size", "32", "--width", "8")

@@ -147,8 +147,11 @@ def check(
             )
         elif fixed is not None and fixed.fixed:
             found = fixed.fixed + len(findings)
+            unsafe = sum(1 for finding in findings if finding.unsafe_fix)
+            more = f" {unsafe} more fixable with --unsafe-fixes." if unsafe else ""
             output.summary(
                 f"Found {found} {noun(found)} ({fixed.fixed} fixed, {len(findings)} remaining)."
+                + more
             )
         else:
             output.summary(summary(findings))
