@@ -244,6 +244,16 @@ def test_check_fix_takes_unsafe_fixes(tmp_path: Path) -> None:
     assert "        loss = F.cross_entropy(logits, targets)" in script.read_text()
 
 
+@pytest.mark.parametrize(
+    "flags", [("--fix", "--diff"), ("--add-noqa", "--fix"), ("--show-files", "--show-settings")]
+)
+def test_check_modes_that_exclude_each_other_are_an_error(fixable: Path, flags) -> None:
+    result = run_cli("check", "--no-cache", *flags, fixable)
+    assert result.exit_code == 2
+    assert "do not go together" in result.stderr
+    assert (fixable / "train.py").read_text() == FIXABLE
+
+
 def test_check_fix_on_standard_input_prints_the_fixed_source() -> None:
     from click.testing import CliRunner
 
@@ -261,6 +271,14 @@ def test_output_file_takes_the_report(tree: Path) -> None:
     assert result.exit_code == 1
     assert result.stdout == ""
     assert sorted(r["code"] for r in json.loads(report.read_text())) == ["AMP201", "AMP202"]
+
+
+def test_fix_output_file_takes_the_patch(fixable: Path) -> None:
+    patch = fixable / "fix.patch"
+    result = run_cli("fix", "--no-cache", "--color", "always", "-o", patch, fixable / "train.py")
+    assert result.exit_code == 1 and result.stdout == ""
+    assert patch.read_text().count("+scaler") == 1 and "\x1b[" not in patch.read_text()
+    assert "Would fix 1 finding in 1 file" in result.stderr
 
 
 def test_output_file_that_cannot_be_written_is_an_error(tree: Path) -> None:

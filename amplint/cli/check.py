@@ -14,13 +14,13 @@ from amplint.cli.common import (
     EXIT_ERROR,
     EXIT_FINDINGS,
     MACHINE_FORMATS,
-    OUTPUT_FORMATS,
     STDIN,
     Output,
     config_paths,
     findings_of,
     machine_report,
     noun,
+    output_format_option,
     pop_run_options,
     reads_stdin,
     row_lines,
@@ -51,13 +51,9 @@ from amplint.runner import Mode, run_source
 @click.command()
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
 @with_selection
-@click.option(
-    "--output-format",
-    type=click.Choice(OUTPUT_FORMATS),
-    default="concise",
-    show_default=True,
-    help="concise: a line per finding; full: with the code and the fix's diff; json; "
-    "github: workflow annotations; sarif: SARIF 2.1.0. `text` is concise.",
+@output_format_option(
+    "concise: a line per finding; full: with the code and the fix's diff; json; "
+    "github: workflow annotations; sarif: SARIF 2.1.0. `text` is concise."
 )
 @click.option("--statistics", is_flag=True, help="Count the findings per rule instead.")
 @click.option("--exit-zero", is_flag=True, help="Exit 0 even when there are findings.")
@@ -99,6 +95,17 @@ def check(
 ) -> None:
     """Report AMP findings in PATHS (files or directories, `-` for standard
     input; default: .).  With --fix, write the fixes first, as `fix --apply`."""
+    modes = {
+        "--fix": fix_,
+        "--diff": diff,
+        "--add-noqa": add_noqa,
+        "--show-settings": show_settings,
+        "--show-files": show_files,
+    }
+    chosen = [flag for flag, given in modes.items() if given]
+    if len(chosen) > 1:
+        say_error(f"{chosen[0]} and {chosen[1]} do not go together; give one")
+        sys.exit(EXIT_ERROR)
     output = Output(options)
     run_options = pop_run_options(options)
     stdin_filename = run_options.pop("stdin_filename")

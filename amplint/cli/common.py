@@ -374,6 +374,16 @@ OUTPUT_FORMATS = ("concise", "full", "json", "github", "sarif", "text")
 MACHINE_FORMATS = ("json", "github", "sarif")  # a document, not rows for a reader
 
 
+def output_format_option(help: str):
+    return click.option(
+        "--output-format",
+        type=click.Choice(OUTPUT_FORMATS),
+        default="concise",
+        show_default=True,
+        help=help,
+    )
+
+
 def machine_report(
     findings: list[Finding], errors: list[tuple[Path, str]], output_format: str
 ) -> str:

@@ -13,11 +13,11 @@ from amplint.cli.common import (
     EXIT_ERROR,
     EXIT_FINDINGS,
     MACHINE_FORMATS,
-    OUTPUT_FORMATS,
     Output,
     config_paths,
     machine_report,
     noun,
+    output_format_option,
     pop_run_options,
     reads_stdin,
     row_lines,
@@ -57,13 +57,9 @@ from amplint.terminal import color
     help="With --apply: write through a symbolic link to a file outside the paths named "
     "(by default such a link is an error and nothing is written through it).",
 )
-@click.option(
-    "--output-format",
-    type=click.Choice(OUTPUT_FORMATS),
-    default="concise",
-    show_default=True,
-    help="How the findings left are reported, as for check; json, github and sarif print "
-    "a document of them instead of the diff.",
+@output_format_option(
+    "How the findings left are reported, as for check; json, github and sarif print "
+    "a document of them instead of the diff."
 )
 @click.option("--exit-zero", is_flag=True, help="Exit 0 even when findings or fixes are left.")
 @with_output
