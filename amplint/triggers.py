@@ -163,6 +163,15 @@ def _deprecated_amp(device: str) -> Callable[[SourceClues], bool]:
     return may_fire
 
 
+_DEPRECATED_STATE = re.compile(r"(?:get|set|is)_autocast_(?:gpu|cpu|xla|ipu)_(?:dtype|enabled)")
+
+
+def _deprecated_autocast_state(clues: SourceClues) -> bool:
+    if "_autocast_" not in clues.text:
+        return False
+    return any(clues.may_use(name) for name in set(_DEPRECATED_STATE.findall(clues.text)))
+
+
 def _apex_amp(clues: SourceClues) -> bool:
     return "apex" in clues.text and clues.may_use("amp")
 
@@ -200,6 +209,7 @@ TRIGGERS: dict[str, Callable[[SourceClues], bool]] = {
     "AMP202": _deprecated_amp("cpu"),
     "AMP203": _apex_amp,
     "AMP204": _apex_other,
+    "AMP205": _deprecated_autocast_state,
     SYNTAX_ERROR: _parses_or_not,
 }
 # Every code amplint can report.

@@ -41,6 +41,10 @@ from amplint.analysis.scaler import (
     find_scaler_uses,
     find_unscaled_backwards,
 )
+from amplint.analysis.deprecated_state import (
+    DeprecatedStateCall,
+    find_deprecated_state_calls,
+)
 from amplint.analysis.device import ProvenDevice, proven_device
 from amplint.analysis.steps import StepScan, find_training_steps
 from amplint.diagnostics import Span
@@ -63,6 +67,10 @@ class ModuleFacts:
     @cached_property
     def deprecated_amp_uses(self) -> list[DeprecatedAmpUse]:
         return find_deprecated_amp_uses(self.module, self.imports)
+
+    @cached_property
+    def deprecated_state_calls(self) -> list[DeprecatedStateCall]:
+        return find_deprecated_state_calls(self.module, self.imports)
 
     @cached_property
     def apex(self) -> ApexScan:

@@ -23,6 +23,7 @@ from amplint.rules.scaler_update import MissingScalerUpdate
 from amplint.rules.unscale import ClipBeforeUnscale, DoubleUnscale
 from amplint.rules.unsafe_loss import UnsafeLossUnderAutocast
 from amplint.rules.deprecated_amp import DeprecatedTorchAmp
+from amplint.rules.deprecated_state import DeprecatedAutocastState
 from amplint.rules.fp32_step import FP32TrainingStep
 
 RULES: tuple[Rule, ...] = (
@@ -44,6 +45,7 @@ RULES: tuple[Rule, ...] = (
     UnsafeLossUnderAutocast(),
     DeprecatedTorchAmp("AMP201", "cuda"),
     DeprecatedTorchAmp("AMP202", "cpu"),
+    DeprecatedAutocastState(),
     AutocastDeviceType(),
     ApexAmp(),
     ApexOther(),
