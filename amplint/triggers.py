@@ -141,6 +141,12 @@ def _autocast_device_type(clues: SourceClues) -> bool:
     )
 
 
+def _plain_scaler_under_fsdp(clues: SourceClues) -> bool:
+    # FSDP may wrap the model in another module of the program: the scaler's
+    # module need not name it.
+    return "GradScaler" in clues.text and clues.may_use("GradScaler")
+
+
 def _deprecated_amp(device: str) -> Callable[[SourceClues], bool]:
     # `torch.cuda.amp` is reached through its dotted name, through
     # `from torch.cuda import amp`, or through an alias of torch.cuda
@@ -205,6 +211,7 @@ TRIGGERS: dict[str, Callable[[SourceClues], bool]] = {
     "AMP114": _unsafe_loss_under_autocast,
     "AMP115": _scaler_step_with_closure,
     "AMP116": _autocast_device_type,
+    "AMP117": _plain_scaler_under_fsdp,
     "AMP201": _deprecated_amp("cuda"),
     "AMP202": _deprecated_amp("cpu"),
     "AMP203": _apex_amp,

@@ -45,6 +45,7 @@ from amplint.analysis.deprecated_state import (
     DeprecatedStateCall,
     find_deprecated_state_calls,
 )
+from amplint.analysis.fsdp_scaler import find_plain_grad_scalers
 from amplint.analysis.device import ProvenDevice, proven_device
 from amplint.analysis.steps import StepScan, find_training_steps
 from amplint.diagnostics import Span
@@ -71,6 +72,10 @@ class ModuleFacts:
     @cached_property
     def deprecated_state_calls(self) -> list[DeprecatedStateCall]:
         return find_deprecated_state_calls(self.module, self.imports)
+
+    @cached_property
+    def plain_grad_scalers(self) -> list[cst.Call]:
+        return find_plain_grad_scalers(self.module, self.imports)
 
     @cached_property
     def apex(self) -> ApexScan:

@@ -20,9 +20,10 @@ import warnings
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
+from stat import S_ISREG
 from typing import Callable, Sequence, TypeVar
 
-from amplint.files import DEFAULT_EXCLUDES, real_path
+from amplint.files import DEFAULT_EXCLUDES, MAX_READ_BYTES, real_path
 
 ROOT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
 # Walking a home directory by mistake must not take minutes.
@@ -235,18 +236,26 @@ class ProjectIndex:
     def module(self, path: Path) -> _Module | None:
         """The module at `path`, read again when the file changed since (an
         index may outlive one run: an editor, a test calling the CLI twice)."""
-        path = path.resolve()
+        try:
+            path = path.resolve()
+        except (OSError, RuntimeError):  # a link loop: no module there
+            return None
         try:
             stat = path.stat()
-            version = (stat.st_mtime_ns, stat.st_size)
         except OSError:
-            version = None
+            stat = None
+        version = None if stat is None else (stat.st_mtime_ns, stat.st_size)
         known = self._modules.get(path)
         if known is None or known[0] != version:
             if known is not None:
                 self._fsdp = self._kernels = None  # answers read from the old text
             module = None
+            # A FIFO named like a module would block the read forever (as
+            # discovery knows); a huge file is not a module anyone wrote.
+            readable = stat is not None and S_ISREG(stat.st_mode) and stat.st_size <= MAX_READ_BYTES
             try:
+                if not readable:
+                    raise OSError("not a regular file amplint reads")
                 data = path.read_bytes()
                 text = data.decode("utf-8-sig")
             except (OSError, UnicodeDecodeError):

@@ -1,0 +1,61 @@
+"""GradScalers a module makes, for the question whether FSDP needs them sharded.
+
+FullyShardedDataParallel keeps each parameter's gradient as a flat shard per
+rank: a plain GradScaler looks for infs in its rank's shard only, so ranks can
+disagree on skipping a step.  ShardedGradScaler all-reduces that answer.  A
+plain scaler chosen against a sharded one (`ShardedGradScaler(...) if
+dist.is_initialized() else torch.amp.GradScaler(...)`, as AMP001 writes it for
+a program that may run without a process group) is already the right choice.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from amplint.analysis.bf16_scaler import GRAD_SCALERS
+from amplint.analysis.imports import ImportMap
+from amplint.analysis.scopes import ScopedVisitor
+
+
+class _PlainScalers(ScopedVisitor):
+    def __init__(self, module: cst.Module, imports: ImportMap) -> None:
+        super().__init__()
+        self.module = module
+        self.imports = imports
+        self.calls: list[cst.Call] = []
+        self._choices = 0  # depth of ifs that also make a ShardedGradScaler
+        self._guards: list[bool] = []
+
+    def _enter(self, node: cst.CSTNode) -> None:
+        chooses = "ShardedGradScaler" in self.module.code_for_node(node)
+        self._guards.append(chooses)
+        self._choices += chooses
+
+    def _leave(self) -> None:
+        self._choices -= self._guards.pop()
+
+    def visit_If(self, node: cst.If) -> None:
+        self._enter(node)
+
+    def leave_If(self, original_node: cst.If) -> None:
+        self._leave()
+
+    def visit_IfExp(self, node: cst.IfExp) -> None:
+        self._enter(node)
+
+    def leave_IfExp(self, original_node: cst.IfExp) -> None:
+        self._leave()
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if self._choices:
+            return
+        if self.imports.resolve(node.func, self.scopes[-1]) in GRAD_SCALERS:
+            self.calls.append(node)
+
+
+def find_plain_grad_scalers(module: cst.Module, imports: ImportMap) -> list[cst.Call]:
+    """Every call making a plain GradScaler, but for one chosen against a
+    ShardedGradScaler."""
+    finder = _PlainScalers(module, imports)
+    finder.walk(module)
+    return finder.calls
