@@ -15,10 +15,13 @@ class PlainScalerUnderFsdp(Rule):
     code = "AMP117"
 
     def check(self, facts: ModuleFacts, settings: Settings) -> Iterator[Diagnostic]:
+        if not facts.plain_grad_scalers:
+            return  # asked first: this module's own tree answers it
         # `fully_shard` (FSDP2) gives DTensor gradients, which the plain
-        # GradScaler handles: only FullyShardedDataParallel counts.
+        # GradScaler handles: only FullyShardedDataParallel counts.  Whether
+        # the program uses it may mean reading the project's other modules.
         wrapped = [use for use in facts.fsdp_uses if not use.composable]
-        if not wrapped or not facts.plain_grad_scalers:
+        if not wrapped:
             return
         here = facts.project.path if facts.project is not None else None
         use = wrapped[0]
