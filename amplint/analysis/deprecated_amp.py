@@ -14,7 +14,8 @@ from dataclasses import dataclass
 import libcst as cst
 
 from amplint.analysis.imports import ImportMap
-from amplint.analysis.scopes import Scope, ScopedVisitor
+from amplint.analysis.guards import GuardedVisitor
+from amplint.analysis.scopes import Scope
 
 DEPRECATED_MODULES = {"torch.cuda.amp": "cuda", "torch.cpu.amp": "cpu"}
 # What torch.cuda.amp / torch.cpu.amp export and warn about; anything else there
@@ -64,7 +65,7 @@ def deprecated_member(qualified: str | None) -> tuple[str, str] | None:
     return device, member
 
 
-class _UseFinder(ScopedVisitor):
+class _UseFinder(GuardedVisitor):
     def __init__(self, module: cst.Module, imports: ImportMap) -> None:
         super().__init__()
         self.module = module
@@ -72,8 +73,6 @@ class _UseFinder(ScopedVisitor):
         self.uses: list[DeprecatedAmpUse] = []
         self._type_depth = 0
         self._compared_depth = 0
-        self._fallback_depth = 0
-        self._guards: list[bool] = []
         self._claimed: set[int] = set()  # ids of spellings already recorded by a parent
 
     # -- contexts -------------------------------------------------------------
@@ -104,29 +103,11 @@ class _UseFinder(ScopedVisitor):
         if node.type is not None:
             self._claim_types(node.type)
 
-    # Each If/IfExp/Try pushes whether it opens a version fallback; the
-    # fallback depth is the number of True entries on the stack.
-    def _enter_guard(self, opens_fallback: bool) -> None:
-        self._guards.append(opens_fallback)
-        self._fallback_depth += opens_fallback
-
-    def _leave_guard(self) -> None:
-        self._fallback_depth -= self._guards.pop()
-
-    def _is_version_test(self, test: cst.BaseExpression) -> bool:
-        return bool(_VERSION_TEST.search(self.module.code_for_node(test)))
-
-    def visit_If(self, node: cst.If) -> None:
-        self._enter_guard(self._is_version_test(node.test))
-
-    def leave_If(self, original_node: cst.If) -> None:
-        self._leave_guard()
-
-    def visit_IfExp(self, node: cst.IfExp) -> None:
-        self._enter_guard(self._is_version_test(node.test))
-
-    def leave_IfExp(self, original_node: cst.IfExp) -> None:
-        self._leave_guard()
+    # -- version fallbacks (GuardedVisitor) -------------------------------------
+    def opens_guard(self, node) -> bool:
+        if isinstance(node, cst.Try):
+            return self._spells_modern_amp(self.module.code_for_node(node))
+        return bool(_VERSION_TEST.search(self.module.code_for_node(node.test)))
 
     def _spells_modern_amp(self, code: str) -> bool:
         if _MODERN_IMPORT.search(code):
@@ -135,12 +116,6 @@ class _UseFinder(ScopedVisitor):
             self.imports.resolve(cst.Name(head), self.scope) == "torch"
             for head in set(_MODERN_ATTRIBUTE.findall(code))
         )
-
-    def visit_Try(self, node: cst.Try) -> None:
-        self._enter_guard(self._spells_modern_amp(self.module.code_for_node(node)))
-
-    def leave_Try(self, original_node: cst.Try) -> None:
-        self._leave_guard()
 
     # -- uses ---------------------------------------------------------------
     def _record(
@@ -168,7 +143,7 @@ class _UseFinder(ScopedVisitor):
                 call=call,
                 decorator=decorator,
                 scope=scope,
-                in_version_fallback=self._fallback_depth > 0,
+                in_version_fallback=self.guarded,
             )
         )
         return True

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 import libcst as cst
 
 from amplint.analysis.imports import ImportMap
-from amplint.analysis.scopes import Scope, ScopedVisitor
+from amplint.analysis.guards import GuardedVisitor
+from amplint.analysis.scopes import Scope
 
 # Each deprecated function -> (the function that replaces it, the device it names).
 DEPRECATED_STATE_FUNCTIONS: dict[str, tuple[str, str]] = {
@@ -56,44 +57,22 @@ class DeprecatedStateCall:
     scope: Scope
 
 
-class _CallFinder(ScopedVisitor):
+class _CallFinder(GuardedVisitor):
     def __init__(self, module: cst.Module, imports: ImportMap) -> None:
         super().__init__()
         self.module = module
         self.imports = imports
         self.calls: list[DeprecatedStateCall] = []
-        self._fallbacks = 0
-        self._guards: list[bool] = []
 
-    def _enter(self, opens_fallback: bool) -> None:
-        self._guards.append(opens_fallback)
-        self._fallbacks += opens_fallback
-
-    def _leave(self) -> None:
-        self._fallbacks -= self._guards.pop()
-
-    def visit_If(self, node: cst.If) -> None:
-        self._enter(bool(_VERSION_TEST.search(self.module.code_for_node(node.test))))
-
-    def leave_If(self, original_node: cst.If) -> None:
-        self._leave()
-
-    def visit_IfExp(self, node: cst.IfExp) -> None:
-        self._enter(bool(_VERSION_TEST.search(self.module.code_for_node(node.test))))
-
-    def leave_IfExp(self, original_node: cst.IfExp) -> None:
-        self._leave()
-
-    def visit_Try(self, node: cst.Try) -> None:
+    def opens_guard(self, node) -> bool:
         # `try: torch.get_autocast_dtype("cuda") except: torch.get_autocast_gpu_dtype()`
         # is a fallback; a try that does not spell the new API is just a try.
-        self._enter(bool(_NEW_API.search(self.module.code_for_node(node))))
-
-    def leave_Try(self, original_node: cst.Try) -> None:
-        self._leave()
+        if isinstance(node, cst.Try):
+            return bool(_NEW_API.search(self.module.code_for_node(node)))
+        return bool(_VERSION_TEST.search(self.module.code_for_node(node.test)))
 
     def visit_Call(self, node: cst.Call) -> None:
-        if self._fallbacks:
+        if self.guarded:
             return
         qualified = self.imports.resolve(node.func, self.scopes[-1])
         if qualified is None or not qualified.startswith("torch."):

@@ -14,40 +14,24 @@ import libcst as cst
 
 from amplint.analysis.bf16_scaler import GRAD_SCALERS
 from amplint.analysis.imports import ImportMap
-from amplint.analysis.scopes import ScopedVisitor
+from amplint.analysis.guards import GuardedVisitor
 
 
-class _PlainScalers(ScopedVisitor):
+class _PlainScalers(GuardedVisitor):
     def __init__(self, module: cst.Module, imports: ImportMap) -> None:
         super().__init__()
         self.module = module
         self.imports = imports
         self.calls: list[cst.Call] = []
-        self._choices = 0  # depth of ifs that also make a ShardedGradScaler
-        self._guards: list[bool] = []
 
-    def _enter(self, node: cst.CSTNode) -> None:
-        chooses = "ShardedGradScaler" in self.module.code_for_node(node)
-        self._guards.append(chooses)
-        self._choices += chooses
-
-    def _leave(self) -> None:
-        self._choices -= self._guards.pop()
-
-    def visit_If(self, node: cst.If) -> None:
-        self._enter(node)
-
-    def leave_If(self, original_node: cst.If) -> None:
-        self._leave()
-
-    def visit_IfExp(self, node: cst.IfExp) -> None:
-        self._enter(node)
-
-    def leave_IfExp(self, original_node: cst.IfExp) -> None:
-        self._leave()
+    def opens_guard(self, node) -> bool:
+        # An if that also makes a ShardedGradScaler chooses between the two.
+        return not isinstance(node, cst.Try) and "ShardedGradScaler" in (
+            self.module.code_for_node(node)
+        )
 
     def visit_Call(self, node: cst.Call) -> None:
-        if self._choices:
+        if self.guarded:
             return
         if self.imports.resolve(node.func, self.scopes[-1]) in GRAD_SCALERS:
             self.calls.append(node)
