@@ -141,10 +141,18 @@ def _autocast_device_type(clues: SourceClues) -> bool:
     )
 
 
+_GRAD_SCALER_CALL = re.compile(r"GradScaler\s*\(")
+
+
 def _plain_scaler_under_fsdp(clues: SourceClues) -> bool:
     # FSDP may wrap the model in another module of the program: the scaler's
     # module need not name it.
-    return "GradScaler" in clues.text and clues.may_use("GradScaler")
+    text = clues.text
+    return (
+        "GradScaler" in text
+        and _GRAD_SCALER_CALL.search(text) is not None
+        and clues.may_use("GradScaler")
+    )
 
 
 def _deprecated_amp(device: str) -> Callable[[SourceClues], bool]:
@@ -175,7 +183,11 @@ _DEPRECATED_STATE = re.compile(r"(?:get|set|is)_autocast_(?:gpu|cpu|xla|ipu)_(?:
 def _deprecated_autocast_state(clues: SourceClues) -> bool:
     if "_autocast_" not in clues.text:
         return False
-    return any(clues.may_use(name) for name in set(_DEPRECATED_STATE.findall(clues.text)))
+    # Called: torch's own overrides.py names every one of them in a table.
+    return any(
+        clues.may_call(name) or (f"{name}(" in clues.text and clues.may_use(name))
+        for name in set(_DEPRECATED_STATE.findall(clues.text))
+    )
 
 
 def _apex_amp(clues: SourceClues) -> bool:
