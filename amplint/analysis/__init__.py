@@ -42,6 +42,7 @@ from amplint.analysis.scaler import (
     find_unscaled_backwards,
 )
 from amplint.analysis.deprecated_state import (
+    DEPRECATED_STATE_SPELLED,
     DeprecatedStateCall,
     find_deprecated_state_calls,
 )
@@ -69,12 +70,18 @@ class ModuleFacts:
     def deprecated_amp_uses(self) -> list[DeprecatedAmpUse]:
         return find_deprecated_amp_uses(self.module, self.imports)
 
+    # Each fact below walks the whole module; most modules parsed for other
+    # rules never spell what it looks for, and the text says so for nothing.
     @cached_property
     def deprecated_state_calls(self) -> list[DeprecatedStateCall]:
+        if not DEPRECATED_STATE_SPELLED.search(self.text):
+            return []
         return find_deprecated_state_calls(self.module, self.imports)
 
     @cached_property
     def plain_grad_scalers(self) -> list[cst.Call]:
+        if "GradScaler" not in self.text:
+            return []
         return find_plain_grad_scalers(self.module, self.imports)
 
     @cached_property
