@@ -20,6 +20,7 @@ from amplint.cli.common import (
     findings_of,
     machine_report,
     noun,
+    os_reason,
     output_format_option,
     pop_run_options,
     reads_stdin,
@@ -30,10 +31,11 @@ from amplint.cli.common import (
     settings_for,
     settings_lines,
     stdin_source,
+    unsafe_note,
     with_output,
     with_selection,
 )
-from amplint.cli.fix import Done, carry_out, fix_stdin
+from amplint.cli.fix import Done, carry_out, fix_stdin, fixed_diff
 from amplint.config import Settings
 from amplint.files import Discovered, SourceError, discover, write_source_atomic
 from amplint.report import Finding, printable
@@ -41,9 +43,7 @@ from amplint.report.text import (
     applied_lines,
     statistics,
     statistics_rows,
-    styled_diff,
     summary,
-    unified_diff,
 )
 from amplint.runner import Mode, run_source
 
@@ -154,11 +154,9 @@ def check(
             )
         elif fixed is not None and fixed.fixed:
             found = fixed.fixed + len(findings)
-            unsafe = sum(1 for finding in findings if finding.unsafe_fix)
-            more = f" {unsafe} more fixable with --unsafe-fixes." if unsafe else ""
             output.summary(
                 f"Found {found} {noun(found)} ({fixed.fixed} fixed, {len(findings)} remaining)."
-                + more
+                + unsafe_note(findings, unsafe_fixes)
             )
         else:
             output.summary(summary(findings))
@@ -179,7 +177,7 @@ def _diff(
         sys.exit(EXIT_ERROR)
     done = carry_out(paths, settings, run_options, write=False, unsafe=unsafe)
     for report in done.changed:
-        output.report(styled_diff(unified_diff(report.path, *done.texts(report))), nl=False)
+        output.report(fixed_diff(report), nl=False)
     files = "file" if len(done.changed) == 1 else "files"
     output.summary(
         f"Would fix {done.fixed} {noun(done.fixed)} in {len(done.changed)} {files}.", err=True
@@ -196,7 +194,7 @@ def _add_noqa(paths: tuple[Path, ...], settings: Settings, run_options: dict, ou
         say_error("--add-noqa writes files; it cannot take standard input")
         sys.exit(EXIT_ERROR)
     errors, directives, files = 0, 0, 0
-    for report in run_paths(paths, settings, {**run_options, "no_cache": True}):
+    for report in run_paths(paths, settings, run_options):
         if report.error is not None:
             say_error(f"{report.path}: {report.error}")
             errors += 1
@@ -223,7 +221,7 @@ def _add_noqa(paths: tuple[Path, ...], settings: Settings, run_options: dict, ou
         try:
             write_source_atomic(report.source, added.text)
         except (SourceError, OSError) as error:
-            say_error(f"{report.path}: cannot write: {error}")
+            say_error(f"{report.path}: cannot write: {os_reason(error)}")
             errors += 1
             continue
         directives, files = directives + added.directives, files + 1

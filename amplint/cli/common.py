@@ -52,6 +52,21 @@ def say_warning(message: str) -> None:
     click.echo(f"amplint: warning: {printable(message)}", err=True)
 
 
+def os_reason(error: Exception) -> str:
+    """Why a write failed, in one line: "No space left on device", not the
+    errno and the temporary file's name."""
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror
+    return str(error)
+
+
+def unsafe_note(remaining: list[Finding], unsafe_applied: bool) -> str:
+    """ " N more fixable with --unsafe-fixes." after a fix's summary, or "": a
+    user who ran the safe fixes learns the rest is one flag away."""
+    left = 0 if unsafe_applied else sum(1 for finding in remaining if finding.unsafe_fix)
+    return f" {left} more fixable with --unsafe-fixes." if left else ""
+
+
 def pop_run_options(options: dict) -> dict:
     """Split how to run (jobs, cache, which files) from the settings options."""
     names = ("jobs", "no_cache", "cache_dir", "force_exclude", "stdin_filename")
@@ -405,8 +420,3 @@ def findings_of(reports: list[FileReport]) -> list[Finding]:
         for report in reports
         for diagnostic in report.diagnostics
     ]
-
-
-def echo_lines(lines: list[str]) -> None:
-    for line in lines:
-        click.echo(line, color=color())

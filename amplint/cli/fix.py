@@ -17,6 +17,7 @@ from amplint.cli.common import (
     config_paths,
     machine_report,
     noun,
+    os_reason,
     output_format_option,
     pop_run_options,
     reads_stdin,
@@ -25,6 +26,7 @@ from amplint.cli.common import (
     say_error,
     settings_for,
     stdin_source,
+    unsafe_note,
     with_output,
     with_selection,
 )
@@ -89,7 +91,7 @@ def fix(
         if apply_:
             output.report_lines(applied_lines(report.path, report.applied))
         else:
-            output.report(styled_diff(unified_diff(report.path, *done.texts(report))), nl=False)
+            output.report(fixed_diff(report), nl=False)
     if document:
         output.report(machine_report(done.remaining, done.errors, output_format))
     elif apply_:
@@ -98,10 +100,7 @@ def fix(
         for line in row_lines(done.remaining, output_format):
             output.summary(line, err=True)
     files = "file" if len(done.changed) == 1 else "files"
-    # As `check` does: say what --unsafe-fixes would add, so a user who ran the
-    # safe fix knows the rest is one flag away (after reading what it changes).
-    unsafe_left = 0 if unsafe_fixes else sum(1 for f in done.remaining if f.unsafe_fix)
-    more = f" {unsafe_left} more fixable with --unsafe-fixes." if unsafe_left else ""
+    more = unsafe_note(done.remaining, unsafe_fixes)
     if apply_:
         output.summary(
             f"Fixed {done.fixed} {noun(done.fixed)} in {len(done.changed)} {files}; "
@@ -135,9 +134,10 @@ class Done:
     def fixed(self) -> int:
         return sum(len(report.applied) for report in self.changed)
 
-    @staticmethod
-    def texts(report: FileReport) -> tuple[str, str]:
-        return report.source.text, report.fixed_text
+
+def fixed_diff(report: FileReport) -> str:
+    """The change a fix made to `report`'s file, as a (coloured) unified diff."""
+    return styled_diff(unified_diff(report.path, report.source.text, report.fixed_text))
 
 
 def carry_out(
@@ -166,7 +166,7 @@ def carry_out(
             except (SourceError, OSError) as error:
                 # Not counted as fixed: its findings are all still there.
                 message = (
-                    f"cannot write: {_os_reason(error)}; "
+                    f"cannot write: {os_reason(error)}; "
                     f"{len(report.applied)} {noun(len(report.applied))} not fixed"
                 )
                 say_error(f"{report.path}: {message}")
@@ -175,14 +175,6 @@ def carry_out(
                 continue
         done.changed.append(report)
     return done
-
-
-def _os_reason(error: Exception) -> str:
-    """Why a write failed, in one line: "No space left on device", not the
-    errno and the temporary file's name."""
-    if isinstance(error, OSError) and error.strerror:
-        return error.strerror
-    return str(error)
 
 
 def _write_stdout(data: bytes) -> None:
