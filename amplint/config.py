@@ -156,10 +156,7 @@ def _patterns(value: Any, key: str, where: str) -> tuple[str, ...]:
 
 def parse_patterns(value: str, key: str, where: str) -> tuple[str, ...]:
     """Comma-separated gitignore-style patterns from the command line."""
-    patterns = tuple(item.strip() for item in value.split(",") if item.strip())
-    for pattern in patterns:
-        _check_pattern(pattern, key, where)
-    return patterns
+    return _patterns([item.strip() for item in value.split(",") if item.strip()], key, where)
 
 
 def parse_per_file_ignore(value: str, known_codes: Iterable[str]) -> tuple[str, tuple[str, ...]]:

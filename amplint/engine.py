@@ -94,6 +94,11 @@ def _lint_module(
     facts: ModuleFacts, text: str, rules: Sequence[Rule], settings: Settings
 ) -> list[Diagnostic]:
     diagnostics = [diagnostic for rule in rules for diagnostic in rule.check(facts, settings)]
+    return _as_reported(text, diagnostics)
+
+
+def _as_reported(text: str, diagnostics: list[Diagnostic]) -> list[Diagnostic]:
+    """The rules' findings in source order, less those a `# noqa` silences."""
     diagnostics.sort(key=lambda d: (d.span.line, d.span.column, d.code))
     return noqa_filter(text, diagnostics)
 
@@ -298,9 +303,7 @@ class _Analyses:
         for rule in rules:
             if rule not in by_rule:
                 by_rule[rule] = list(rule.check(facts, self.settings))
-        diagnostics = [diagnostic for rule in rules for diagnostic in by_rule[rule]]
-        diagnostics.sort(key=lambda d: (d.span.line, d.span.column, d.code))
-        return noqa_filter(text, diagnostics)
+        return _as_reported(text, [d for rule in rules for d in by_rule[rule]])
 
 
 class _FixRounds:

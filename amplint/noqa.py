@@ -28,6 +28,12 @@ _FILE_NOQA = re.compile(
     re.IGNORECASE | re.MULTILINE,
 )
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
+_LINE_PIECES = re.compile(f"({_LINE_BREAK.pattern})")  # split keeping each line's ending
+
+
+def _named(codes: str) -> list[str]:
+    """The codes a `noqa: ...` list names, as written, upper-cased."""
+    return [code.upper() for code in _CODE.findall(codes)]
 
 
 def noqa_filter(text: str, diagnostics: list[Diagnostic]) -> list[Diagnostic]:
@@ -76,7 +82,7 @@ def _silences(lines: list[str], number: int, code: str, named_only: bool = False
     codes = match.group("codes")
     if codes is None:
         return not named_only
-    return code in {named.upper() for named in _CODE.findall(codes)}
+    return code in _named(codes)
 
 
 def _file_noqa_codes(text: str) -> frozenset[str] | None:
@@ -92,18 +98,23 @@ def _file_noqa_codes(text: str) -> frozenset[str] | None:
             continue
         if match.group("codes") is None:
             return None
-        codes.update(named.upper() for named in _CODE.findall(match.group("codes")))
+        codes.update(_named(match.group("codes")))
     return frozenset(codes)
 
 
 def _comment_lines(text: str) -> set[int]:
+    tokens = _tokens(text)
+    return set() if tokens is None else {t.start[0] for t in tokens if t.type == tokenize.COMMENT}
+
+
+def _tokens(text: str) -> list[tokenize.TokenInfo] | None:
+    """`text`'s tokens, None when this Python cannot tokenize it."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
+            return list(tokenize.generate_tokens(io.StringIO(text).readline))
     except (tokenize.TokenError, SyntaxError):
-        return set()
-    return {token.start[0] for token in tokens if token.type == tokenize.COMMENT}
+        return None
 
 
 @dataclass
@@ -136,7 +147,7 @@ def add_noqa(text: str, codes_by_line: dict[int, set[str]]) -> Added:
         if match is None:
             lines[number - 1] = f"{line.rstrip()}  # noqa: {', '.join(sorted(codes))}"
         elif match.group("codes") is not None:  # a bare noqa silences them already
-            named = [code.upper() for code in _CODE.findall(match.group("codes"))]
+            named = _named(match.group("codes"))
             missing = sorted(set(codes) - set(named))
             if not missing:
                 continue
@@ -149,24 +160,18 @@ def add_noqa(text: str, codes_by_line: dict[int, set[str]]) -> Added:
     return Added(new_text, directives, skipped)
 
 
-_LINE_PIECES = re.compile(r"(\r\n|\r|\n)")
-
-
 def _lines_without_room(text: str) -> set[int]:
     """Lines whose end lies inside a token (a triple-quoted string, an
     f-string): a comment there would become part of the string."""
     blocked: set[int] = set()
     if re.search(r"\r(?!\n)", text):  # tokenize numbers lines by \n alone
         return set(range(1, len(_LINE_PIECES.split(text)) // 2 + 2))
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            for token in tokenize.generate_tokens(io.StringIO(text).readline):
-                if token.end[0] > token.start[0] and token.type != tokenize.NL:
-                    blocked.update(range(token.start[0], token.end[0]))
-    except (tokenize.TokenError, SyntaxError):
-        # Not Python this version can read: nothing is safe to touch.
+    tokens = _tokens(text)
+    if tokens is None:  # not Python this version can read: nothing is safe to touch
         return set(range(1, text.count("\n") + 2))
+    for token in tokens:
+        if token.end[0] > token.start[0] and token.type != tokenize.NL:
+            blocked.update(range(token.start[0], token.end[0]))
     return blocked
 
 

@@ -177,7 +177,11 @@ def _deprecated_amp(device: str) -> Callable[[SourceClues], bool]:
     return may_fire
 
 
-_DEPRECATED_STATE = re.compile(r"(?:get|set|is)_autocast_(?:gpu|cpu|xla|ipu)_(?:dtype|enabled)")
+# Any of torch's per-device autocast state functions (AMP205), as text; the
+# analysis asks it too before it walks a module.
+DEPRECATED_STATE_SPELLED = re.compile(
+    r"(?:get|set|is)_autocast_(?:gpu|cpu|xla|ipu)_(?:dtype|enabled)"
+)
 
 
 def _deprecated_autocast_state(clues: SourceClues) -> bool:
@@ -186,7 +190,7 @@ def _deprecated_autocast_state(clues: SourceClues) -> bool:
     # Called: torch's own overrides.py names every one of them in a table.
     return any(
         clues.may_call(name) or (f"{name}(" in clues.text and clues.may_use(name))
-        for name in set(_DEPRECATED_STATE.findall(clues.text))
+        for name in set(DEPRECATED_STATE_SPELLED.findall(clues.text))
     )
 
 

@@ -42,7 +42,6 @@ from amplint.analysis.scaler import (
     find_unscaled_backwards,
 )
 from amplint.analysis.deprecated_state import (
-    DEPRECATED_STATE_SPELLED,
     DeprecatedStateCall,
     find_deprecated_state_calls,
 )
@@ -52,6 +51,7 @@ from amplint.analysis.steps import StepScan, find_training_steps
 from amplint.diagnostics import Span
 from amplint.project.apex import ApexProgram, apex_program
 from amplint.project import CustomKernel, FsdpUse, LossHelper, ProjectView, fsdp_use_in
+from amplint.triggers import DEPRECATED_STATE_SPELLED
 
 
 class ModuleFacts:

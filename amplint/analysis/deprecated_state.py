@@ -34,10 +34,6 @@ DEPRECATED_STATE_FUNCTIONS: dict[str, tuple[str, str]] = {
     "is_autocast_ipu_enabled": ("is_autocast_enabled", "ipu"),
     "set_autocast_ipu_enabled": ("set_autocast_enabled", "ipu"),
 }
-# Any of them, as text: a module that does not spell one calls none.
-DEPRECATED_STATE_SPELLED = re.compile(
-    r"(?:get|set|is)_autocast_(?:gpu|cpu|xla|ipu)_(?:dtype|enabled)"
-)
 # Where the replacements are (torch.get_autocast_dtype and friends).
 INTRODUCED_IN = (2, 4)
 
