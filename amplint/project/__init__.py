@@ -249,23 +249,21 @@ class ProjectIndex:
         if known is None or known[0] != version:
             if known is not None:
                 self._fsdp = self._kernels = None  # answers read from the old text
-            module = None
-            # A FIFO named like a module would block the read forever (as
-            # discovery knows); a huge file is not a module anyone wrote.
-            readable = stat is not None and S_ISREG(stat.st_mode) and stat.st_size <= MAX_READ_BYTES
-            try:
-                if not readable:
-                    raise OSError("not a regular file amplint reads")
-                data = path.read_bytes()
-                text = data.decode("utf-8-sig")
-            except (OSError, UnicodeDecodeError):
-                pass
-            else:
-                module = _Module(
-                    path, _dotted(path, self.root), text, hashlib.sha256(data).hexdigest()
-                )
+            module = self._read(path, stat)
             self._modules[path] = known = (version, module)
         return known[1]
+
+    def _read(self, path: Path, stat: os.stat_result | None) -> _Module | None:
+        # A FIFO named like a module would block the read forever (as
+        # discovery knows); a huge file is not a module anyone wrote.
+        if stat is None or not S_ISREG(stat.st_mode) or stat.st_size > MAX_READ_BYTES:
+            return None
+        try:
+            data = path.read_bytes()
+            text = data.decode("utf-8-sig")
+        except (OSError, UnicodeDecodeError):
+            return None
+        return _Module(path, _dotted(path, self.root), text, hashlib.sha256(data).hexdigest())
 
     def relative(self, path: Path) -> str:
         """`path` as the user reads it: relative to the project root."""
