@@ -548,3 +548,11 @@ def test_clean_removes_amplints_caches_and_nothing_else(
     assert (fake / "keep.txt").exists()
     assert "does not look like amplint's cache" in result.stderr
     assert run_cli("clean").stdout.count("Removed") == 0
+
+
+def test_a_colour_choice_ends_with_its_command(tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # --color lives in amplint.terminal for the run; the next command in the
+    # same process (an editor, a test) starts on auto again.
+    monkeypatch.setattr("amplint.cli.rules._on_terminal", lambda: True)
+    assert "\x1b[" in run_cli("check", "--no-cache", "--color", "always", tree).stdout
+    assert "\x1b[" not in run_cli("rule", "AMP201").stdout

@@ -15,12 +15,16 @@ from amplint.cli.common import EXIT_INTERRUPTED
 from amplint.cli.fix import fix
 from amplint.cli.rules import clean, list_rules, rule
 from amplint.cli.verify import verify
+from amplint.terminal import choose_color
 
 
 class _Group(click.Group):
     """click's group, but Ctrl-C exits 130 (not 1, which means "findings")."""
 
     def invoke(self, ctx: click.Context):
+        # --color is a check/fix option kept in amplint.terminal: a command run
+        # after another in the same process (a test, an editor) starts on auto.
+        choose_color("auto")
         try:
             return super().invoke(ctx)
         except KeyboardInterrupt:
