@@ -194,6 +194,28 @@ def _deprecated_autocast_state(clues: SourceClues) -> bool:
     )
 
 
+# A framework set-up call (analysis/frameworks.py), as text.
+FRAMEWORK_SPELLED = re.compile(
+    r"\b(?:Accelerator|Trainer|Fabric|\w*TrainingArguments|\w+Config)\s*\(|\binitialize\s*\("
+)
+
+
+def _accelerator_in_fp32(clues: SourceClues) -> bool:
+    return "Accelerator" in clues.text and clues.may_call("backward")
+
+
+def _lightning_in_fp32(clues: SourceClues) -> bool:
+    return "lightning" in clues.text and clues.may_call("fit")
+
+
+def _training_arguments_in_fp32(clues: SourceClues) -> bool:
+    return ("Arguments" in clues.text or "Config" in clues.text) and clues.may_call("train")
+
+
+def _deepspeed_in_fp32(clues: SourceClues) -> bool:
+    return "deepspeed" in clues.text and (clues.may_call("backward") or clues.may_call("train"))
+
+
 def _apex_amp(clues: SourceClues) -> bool:
     return "apex" in clues.text and clues.may_use("amp")
 
@@ -211,6 +233,10 @@ def _parses_or_not(clues: SourceClues) -> bool:
 
 TRIGGERS: dict[str, Callable[[SourceClues], bool]] = {
     "AMP001": _fp32_step,
+    "AMP002": _accelerator_in_fp32,
+    "AMP003": _lightning_in_fp32,
+    "AMP004": _training_arguments_in_fp32,
+    "AMP005": _deepspeed_in_fp32,
     "AMP101": _backward_in_autocast,
     "AMP102": _clip_before_unscale,
     "AMP103": _step_bypasses_scaler,

@@ -480,14 +480,22 @@ ACCELERATE_LOOP = dedent("""
 
 
 def test_a_model_prepared_by_accelerate_is_left_to_its_accelerator() -> None:
+    # The Accelerator made here: its switch is AMP002's finding, not a step's.
     plain = ACCELERATE_LOOP.format(precision="")
-    (message,) = _messages(plain)
-    assert 'set `Accelerator(mixed_precision="bf16")`' in message
-    assert fixed(plain) == plain
+    assert _messages(plain) == []
+    assert codes_of(plain) == ["AMP002"]
+    assert 'mixed_precision="fp16"' in fixed(plain)
     fp8 = ACCELERATE_LOOP.format(precision='mixed_precision="fp8"')
     assert _messages(fp8) == []  # mixed precision already, whatever the backward
     off = ACCELERATE_LOOP.format(precision='mixed_precision="no"')
-    assert len(_messages(off)) == 1
+    assert codes_of(off) == []  # FP32 chosen in so many words
+    # An Accelerator made elsewhere: the step says where the switch is.
+    given = plain.replace("model, loader):", "model, loader, accelerator):").replace(
+        "    accelerator = Accelerator()\n", ""
+    )
+    (message,) = _messages(given)
+    assert 'set `Accelerator(mixed_precision="bf16")`' in message
+    assert fixed(given) == given
 
 
 @pytest.mark.parametrize(

@@ -46,12 +46,13 @@ from amplint.analysis.deprecated_state import (
     find_deprecated_state_calls,
 )
 from amplint.analysis.fsdp_scaler import find_plain_grad_scalers
+from amplint.analysis.frameworks import FrameworkSetup, find_framework_setups
 from amplint.analysis.device import ProvenDevice, proven_device
 from amplint.analysis.steps import StepScan, find_training_steps
 from amplint.diagnostics import Span
 from amplint.project.apex import ApexProgram, apex_program
 from amplint.project import CustomKernel, FsdpUse, LossHelper, ProjectView, fsdp_use_in
-from amplint.triggers import DEPRECATED_STATE_SPELLED
+from amplint.triggers import DEPRECATED_STATE_SPELLED, FRAMEWORK_SPELLED
 
 
 class ModuleFacts:
@@ -83,6 +84,16 @@ class ModuleFacts:
         if "GradScaler" not in self.text:
             return []
         return find_plain_grad_scalers(self.module, self.imports)
+
+    @cached_property
+    def framework_setups(self) -> list[FrameworkSetup]:
+        """Accelerator, Lightning Trainer, TrainingArguments and DeepSpeed
+        set-ups, with the precision each asks for (a DeepSpeed JSON config is
+        read through the project)."""
+        if not FRAMEWORK_SPELLED.search(self.text):
+            return []
+        read = self.project.json_config if self.project is not None else None
+        return find_framework_setups(self.module, self.imports, read)
 
     @cached_property
     def apex(self) -> ApexScan:

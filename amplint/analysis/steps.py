@@ -68,6 +68,7 @@ _ALREADY_AMP = re.compile(
 # A model prepared by Accelerate, whose Accelerator owns mixed precision; one
 # given a mixed_precision other than "no" runs in it already.
 _ACCELERATE = re.compile(r"\bAccelerator\(|\.prepare\(")
+_MAKES_ACCELERATOR = re.compile(r"\bAccelerator\(")
 _ACCELERATE_PRECISION = re.compile(r"mixed_precision\s*=\s*(?![\"']no[\"'])")
 # An update by hand uses the gradient (`p.data.add_(p.grad, alpha=-lr)`); a
 # target network's Polyak average (`t.data.copy_(tau * p.data + ...)`) does not.
@@ -84,7 +85,9 @@ NO_FORWARD = "no forward pass"
 # detectron2's `SimpleTrainer` beside its `AMPTrainer(SimpleTrainer)`: the FP32
 # class is the deliberate choice of a run that did not ask for AMP.
 AMP_RELATIVE = "a subclass or sibling class is the mixed-precision version"
-SILENT_SKIPS = (ALREADY_AMP, NO_FORWARD, AMP_RELATIVE)
+# The step's Accelerator is made here: its switch is AMP002's to report.
+FRAMEWORK_SWITCH = "the Accelerator made here decides the precision"
+SILENT_SKIPS = (ALREADY_AMP, NO_FORWARD, AMP_RELATIVE, FRAMEWORK_SWITCH)
 # Bases too common to make two classes siblings.
 _ROOT_BASES = {"object", "Module", "nn.Module", "torch.nn.Module", "ABC"}
 
@@ -354,6 +357,8 @@ class _StepFinder(ScopedVisitor):
         if _ACCELERATE.search(setup) and "accelerat" in setup.lower():
             if _ACCELERATE_PRECISION.search(setup):
                 return ALREADY_AMP
+            if _MAKES_ACCELERATOR.search(setup):
+                return FRAMEWORK_SWITCH
             return (
                 "the model goes through Accelerate (`accelerator.prepare`), which owns its "
                 'precision: set `Accelerator(mixed_precision="bf16")` (or "fp16") instead'

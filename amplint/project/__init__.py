@@ -24,6 +24,13 @@ from stat import S_ISREG
 from typing import Callable, Sequence, TypeVar
 
 from amplint.files import DEFAULT_EXCLUDES, MAX_READ_BYTES, real_path
+from amplint.project.configs import (
+    LAUNCH_SUFFIXES,
+    LaunchPrecision,
+    json_object,
+    launch_precision_in,
+    read_config_file,
+)
 
 ROOT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
 # Walking a home directory by mistake must not take minutes.
@@ -78,6 +85,14 @@ class ProjectRoots:
 def find_project_root(path: Path) -> ProjectRoot:
     """The project root of `path` named alone (standard input, one file)."""
     return ProjectRoots([path])(path)
+
+
+def _holds_marker(directory: str, files: list[str]) -> bool:
+    """Whether a directory os.walk lists is a project root (a `.git` directory
+    is not among its files)."""
+    return any(marker in files for marker in ROOT_MARKERS) or os.path.isdir(
+        os.path.join(directory, ".git")
+    )
 
 
 @lru_cache(maxsize=4096)
@@ -206,6 +221,8 @@ class ProjectIndex:
         self.root = root.path.resolve()
         self.whole_tree = root.whole_tree
         self._paths: list[Path] | None = None
+        self._launch_files: list[Path] = []  # accelerate configs, launch scripts
+        self._launch: list[LaunchPrecision] | None = None
         # path -> ((mtime, size) when read, the module or None if unreadable)
         self._modules: dict[Path, tuple[tuple[int, int] | None, _Module | None]] = {}
         self._fsdp: list[FsdpUse] | None = None
@@ -220,15 +237,24 @@ class ProjectIndex:
         if self._paths is None:
             self._paths = []
             skipped = set(DEFAULT_EXCLUDES) | {"site-packages", "node_modules", "__pycache__"}
+            nested: set[str] = set()  # directories of projects inside this one
             for directory, subdirectories, files in os.walk(self.root):
                 subdirectories[:] = sorted(
                     d
                     for d in subdirectories
                     if self.whole_tree and d not in skipped and not d.startswith(".")
                 )
+                # A launch config belongs to the project whose root holds it: not
+                # to an enclosing repository (fixtures, examples with markers).
+                if os.path.dirname(directory) in nested or (
+                    Path(directory) != self.root and _holds_marker(directory, files)
+                ):
+                    nested.add(directory)
                 for name in sorted(files):
                     if name.endswith(".py"):
                         self._paths.append(Path(directory, name))
+                    elif name.endswith(LAUNCH_SUFFIXES) and directory not in nested:
+                        self._launch_files.append(Path(directory, name))
                 if len(self._paths) > MAX_PROJECT_FILES:
                     break
         return self._paths
@@ -303,6 +329,19 @@ class ProjectIndex:
         if self._fsdp is None:
             self._fsdp = self._in_every_module(lambda m: fsdp_use_in(m.text, m.path))
         return self._fsdp
+
+    def launch_precisions(self) -> list[LaunchPrecision]:
+        """The project's Accelerate launch configs and scripts that turn mixed
+        precision on (project/configs.py)."""
+        if self._launch is None:
+            self.paths  # the walk that finds them
+            self._launch = []
+            for path in self._launch_files:
+                config = read_config_file(path)
+                found = launch_precision_in(config) if config is not None else None
+                if found is not None:
+                    self._launch.append(found)
+        return self._launch
 
     def custom_kernels(self) -> list[CustomKernel]:
         """The project's modules that compile kernels autocast cannot cast for."""
@@ -498,6 +537,31 @@ class ProjectView:
         for use in uses:
             self.note(use.path)
         return uses
+
+    def launch_precision(self) -> LaunchPrecision | None:
+        """A launch config or script of the project that runs `accelerate
+        launch` in mixed precision, or None."""
+        found = self.index.launch_precisions()
+        if found:
+            self._note_file(found[0].path)
+        return found[0] if found else None
+
+    def json_config(self, spelled: str) -> tuple[Path, dict] | None:
+        """The JSON object in the file `spelled` names (a DeepSpeed config), as
+        a path from this module's directory or from the project root."""
+        for base in (self.path.parent, self.index.root):
+            config = read_config_file(base / spelled)
+            if config is None:
+                continue
+            self.consulted[str(config.path)] = config.digest
+            contents = json_object(config.data)
+            return (config.path, contents) if contents is not None else None
+        return None
+
+    def _note_file(self, path: Path) -> None:
+        config = read_config_file(path)
+        if config is not None:
+            self.consulted[str(config.path)] = config.digest
 
     def custom_kernels(self) -> list[CustomKernel]:
         """Kernel modules (CustomKernel) in this module's program: reached

@@ -26,9 +26,19 @@ from amplint.rules.unsafe_loss import UnsafeLossUnderAutocast
 from amplint.rules.deprecated_amp import DeprecatedTorchAmp
 from amplint.rules.deprecated_state import DeprecatedAutocastState
 from amplint.rules.fp32_step import FP32TrainingStep
+from amplint.rules.framework_fp32 import (
+    AcceleratorInFp32,
+    DeepSpeedInFp32,
+    LightningInFp32,
+    TrainingArgumentsInFp32,
+)
 
 RULES: tuple[Rule, ...] = (
     FP32TrainingStep(),
+    AcceleratorInFp32(),
+    LightningInFp32(),
+    TrainingArgumentsInFp32(),
+    DeepSpeedInFp32(),
     BackwardInsideAutocast(),
     ClipBeforeUnscale(),
     StepBypassesScaler(),

@@ -1,4 +1,4 @@
-"""Insert and rename call arguments the way black would lay them out."""
+"""Insert and rename call arguments (and dict entries) the way black would lay them out."""
 
 from __future__ import annotations
 
@@ -70,3 +70,23 @@ def as_keyword(arg: cst.Arg, name: str) -> cst.Arg:
 
 def is_positional(arg: cst.Arg) -> bool:
     return arg.keyword is None and arg.star == ""
+
+
+def append_dict_element(node: cst.Dict, new: cst.DictElement) -> cst.Dict:
+    """`node` with `new` as its last entry, laid out as its entries are: on a
+    line of its own in a dict split over lines, after `, ` in one that is not."""
+    elements = list(node.elements)
+    if not elements:
+        return node.with_changes(elements=[new])
+    separator: cst.BaseParenthesizableWhitespace = cst.SimpleWhitespace(" ")
+    if _has_newline(node.lbrace.whitespace_after):
+        separator = node.lbrace.whitespace_after
+    last = elements[-1]
+    if isinstance(last.comma, cst.Comma):
+        # A trailing comma stays trailing; the closing brace keeps its line.
+        if _has_newline(last.comma.whitespace_after) and len(elements) > 1:
+            separator = elements[-2].comma.whitespace_after
+        new = new.with_changes(comma=last.comma)
+    elements[-1] = last.with_changes(comma=cst.Comma(whitespace_after=separator))
+    elements.append(new)
+    return node.with_changes(elements=elements)

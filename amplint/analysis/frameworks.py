@@ -1,0 +1,287 @@
+"""Where a module hands its training to a framework, and the precision it asks for.
+
+Accelerate's `Accelerator(mixed_precision=...)`, Lightning's `Trainer(precision=...)`
+and `Fabric(precision=...)`, HuggingFace's `TrainingArguments(fp16=..., bf16=...)`
+(and the TRL configs that subclass it) and DeepSpeed's config (the dict or JSON
+file `deepspeed.initialize` is given) each choose the precision of a loop the
+user never writes.  Every one of them defaults to FP32.
+
+Only what the code spells is judged: a value computed at run time
+(`mixed_precision=args.mixed_precision`, `Trainer(**cfg)`) is the user's
+choice made elsewhere, and so is an explicit FP32 (`mixed_precision="no"`,
+`precision="32-true"`, `fp16=False`).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import libcst as cst
+
+from amplint.analysis.imports import ImportMap, dotted_name
+from amplint.analysis.scopes import Scope, ScopedVisitor
+
+ACCELERATORS = frozenset({"accelerate.Accelerator", "accelerate.accelerator.Accelerator"})
+LIGHTNING_TRAINERS = frozenset(
+    {
+        "lightning.Trainer",
+        "lightning.pytorch.Trainer",
+        "pytorch_lightning.Trainer",
+        "lightning.Fabric",
+        "lightning.fabric.Fabric",
+        "lightning_fabric.Fabric",
+    }
+)
+# TrainingArguments and the TRL configs built on it (same fp16/bf16 fields).
+TRAINING_ARGUMENTS = frozenset(
+    {
+        "transformers.TrainingArguments",
+        "transformers.Seq2SeqTrainingArguments",
+        "transformers.training_args.TrainingArguments",
+        *(f"trl.{name}Config" for name in ("SFT", "DPO", "GRPO", "ORPO", "KTO", "CPO", "Reward")),
+    }
+)
+HF_TRAINERS = frozenset(
+    {
+        "transformers.Trainer",
+        "transformers.Seq2SeqTrainer",
+        *(f"trl.{name}Trainer" for name in ("SFT", "DPO", "GRPO", "ORPO", "KTO", "CPO", "Reward")),
+    }
+)
+LIGHTNING_MODULES = frozenset(
+    {
+        "lightning.LightningModule",
+        "lightning.pytorch.LightningModule",
+        "pytorch_lightning.LightningModule",
+    }
+)
+DEEPSPEED_INITIALIZE = frozenset({"deepspeed.initialize"})
+
+# Lightning precisions that are FP32 (or wider): anything else is a lower one.
+_LIGHTNING_FULL = frozenset({"32", "32-true", "64", "64-true"})
+# DeepSpeed config sections that lower the precision of the engine's model.
+DEEPSPEED_PRECISION_KEYS = ("fp16", "bf16", "bfloat16", "amp", "torch_autocast")
+
+
+class Precision(enum.Enum):
+    MIXED = "mixed"  # the code turns a lower precision on
+    FULL = "full"  # the code chooses FP32 explicitly
+    UNSET = "unset"  # nothing said: the framework's default, FP32
+    UNKNOWN = "unknown"  # decided at run time, or by something not read here
+
+
+@dataclass(frozen=True, eq=False)
+class FrameworkSetup:
+    """One call that sets a framework up, and the precision it asks for."""
+
+    framework: str  # "accelerate", "lightning", "transformers" or "deepspeed"
+    call: cst.Call
+    precision: Precision
+    scope: Scope
+    # DeepSpeed: the dict literal its config is (the one a fix edits), or the
+    # JSON file it names; TrainingArguments(deepspeed=...) also names one.
+    config: cst.Dict | None = None
+    config_file: Path | None = None
+    # For the messages: the lower precision named ("bf16-mixed", "fp16").
+    spelled: str | None = None
+
+
+def literal(node: cst.BaseExpression) -> object:
+    """The value of a string, number, True/False/None literal; `_NOT_LITERAL` else."""
+    if isinstance(node, cst.SimpleString):
+        return node.evaluated_value
+    if isinstance(node, cst.Integer):
+        return int(node.value)
+    if isinstance(node, cst.Name) and node.value in ("True", "False", "None"):
+        return {"True": True, "False": False, "None": None}[node.value]
+    return _NOT_LITERAL
+
+
+_NOT_LITERAL = object()
+
+
+def _keyword(call: cst.Call, name: str) -> cst.BaseExpression | None:
+    return next((arg.value for arg in call.args if arg.keyword and arg.keyword.value == name), None)
+
+
+def _splats(call: cst.Call) -> bool:
+    return any(arg.star for arg in call.args)
+
+
+def _accelerator_precision(call: cst.Call) -> tuple[Precision, str | None]:
+    value = _keyword(call, "mixed_precision")
+    if value is None:
+        if _keyword(call, "fp16") is not None:  # accelerate < 1.0
+            return Precision.UNKNOWN, None
+        # `Accelerator(True, False, "fp16")`: mixed_precision is the third.
+        positional = [arg for arg in call.args if arg.keyword is None]
+        if _splats(call) or len(positional) >= 3:
+            return Precision.UNKNOWN, None
+        return Precision.UNSET, None
+    spelled = literal(value)
+    if spelled is None or spelled == "no":
+        return Precision.FULL, None
+    if isinstance(spelled, str):
+        return Precision.MIXED, spelled
+    return Precision.UNKNOWN, None
+
+
+def _lightning_precision(call: cst.Call) -> tuple[Precision, str | None]:
+    value = _keyword(call, "precision")
+    if value is None:
+        if _splats(call) or _keyword(call, "plugins") is not None:
+            return Precision.UNKNOWN, None
+        return Precision.UNSET, None
+    spelled = literal(value)
+    if spelled is _NOT_LITERAL or spelled is None:
+        return Precision.UNKNOWN, None
+    if str(spelled) in _LIGHTNING_FULL:
+        return Precision.FULL, None
+    return Precision.MIXED, str(spelled)
+
+
+def _training_arguments_precision(call: cst.Call) -> tuple[Precision, str | None]:
+    values = {name: _keyword(call, name) for name in ("fp16", "bf16")}
+    given = {name: literal(value) for name, value in values.items() if value is not None}
+    if not given:
+        return (Precision.UNKNOWN if _splats(call) else Precision.UNSET), None
+    on = [name for name, value in given.items() if value is True]
+    if on:
+        return Precision.MIXED, on[0]
+    if all(value is False for value in given.values()):
+        return Precision.FULL, None
+    return Precision.UNKNOWN, None
+
+
+def deepspeed_dict_precision(config: dict) -> tuple[Precision, str | None]:
+    """The precision a DeepSpeed config (as JSON gives it) asks for."""
+    sections = [key for key in DEEPSPEED_PRECISION_KEYS if key in config]
+    if not sections:
+        return Precision.UNSET, None
+    for key in sections:
+        section = config[key]
+        if not isinstance(section, dict):
+            return Precision.UNKNOWN, None
+        # DeepSpeed reads a section without `enabled` as disabled; "auto" is
+        # filled in by the HuggingFace Trainer from its own fp16/bf16.
+        enabled = section.get("enabled", False)
+        if enabled is True:
+            return Precision.MIXED, key
+        if enabled is not False:
+            return Precision.UNKNOWN, None
+    return Precision.FULL, None
+
+
+class _DictReader:
+    """A dict literal as far as its keys and `enabled` flags are literals."""
+
+    @staticmethod
+    def read(node: cst.Dict) -> dict | None:
+        found: dict = {}
+        for element in node.elements:
+            if not isinstance(element, cst.DictElement):
+                return None  # `**defaults`: keys not known here
+            key = literal(element.key)
+            if not isinstance(key, str):
+                return None
+            value = element.value
+            if isinstance(value, cst.Dict):
+                found[key] = _DictReader.read(value)
+            elif isinstance(value, cst.Call) and dotted_name(value.func) == "dict":
+                found[key] = {
+                    arg.keyword.value: literal(arg.value) for arg in value.args if arg.keyword
+                }
+            else:
+                read = literal(value)
+                found[key] = "<expression>" if read is _NOT_LITERAL else read
+        return found
+
+
+def _dict_precision(node: cst.Dict) -> tuple[Precision, str | None]:
+    read = _DictReader.read(node)
+    return (Precision.UNKNOWN, None) if read is None else deepspeed_dict_precision(read)
+
+
+# Reads a JSON config a call names, relative to the module's directory or the
+# project root; None when there is none to read.
+ConfigReader = Callable[[str], tuple[Path, dict] | None]
+
+
+class _SetupFinder(ScopedVisitor):
+    def __init__(self, imports: ImportMap, read_config: ConfigReader | None) -> None:
+        super().__init__()
+        self.imports = imports
+        self.read_config = read_config
+        self.found: list[FrameworkSetup] = []
+        # name -> the dict literal last assigned to it, per scope
+        self._dicts: dict[int, dict[str, cst.Dict | None]] = {}
+
+    def enter_scope(self, scope: Scope) -> None:
+        self._dicts[id(scope)] = {}
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        for target in node.targets:
+            if isinstance(target.target, cst.Name):
+                known = self._dicts[id(self.scope)]
+                name = target.target.value
+                # Assigned twice: which dict reaches the call is not known.
+                value = node.value if isinstance(node.value, cst.Dict) else None
+                known[name] = value if name not in known else None
+
+    def _named_dict(self, name: str) -> cst.Dict | None:
+        for scope in reversed(self.scopes):
+            known = self._dicts.get(id(scope), {})
+            if name in known:
+                return known[name]
+        return None
+
+    def visit_Call(self, node: cst.Call) -> None:
+        called = self.imports.resolve(node.func, self.scope)
+        if called is None:
+            return
+        if called in ACCELERATORS:
+            self._add("accelerate", node, *_accelerator_precision(node))
+        elif called in LIGHTNING_TRAINERS:
+            self._add("lightning", node, *_lightning_precision(node))
+        elif called in TRAINING_ARGUMENTS:
+            self._add("transformers", node, *_training_arguments_precision(node))
+            config = _keyword(node, "deepspeed")
+            if config is not None:
+                self._add_deepspeed(node, config)
+        elif called in DEEPSPEED_INITIALIZE:
+            config = _keyword(node, "config") or _keyword(node, "config_params")
+            if config is None:  # `args=args`: the command line names the file
+                self._add("deepspeed", node, Precision.UNKNOWN, None)
+            else:
+                self._add_deepspeed(node, config)
+
+    def _add_deepspeed(self, call: cst.Call, config: cst.BaseExpression) -> None:
+        if isinstance(config, cst.Name):
+            config = self._named_dict(config.value) or config
+        if isinstance(config, cst.Dict):
+            self._add("deepspeed", call, *_dict_precision(config), config=config)
+            return
+        spelled = literal(config)
+        read = self.read_config(spelled) if isinstance(spelled, str) and self.read_config else None
+        if read is None:
+            self._add("deepspeed", call, Precision.UNKNOWN, None)
+            return
+        path, contents = read
+        self._add("deepspeed", call, *deepspeed_dict_precision(contents), config_file=path)
+
+    def _add(self, framework, call, precision, spelled, **where) -> None:
+        self.found.append(
+            FrameworkSetup(framework, call, precision, self.scope, spelled=spelled, **where)
+        )
+
+
+def find_framework_setups(
+    module: cst.Module, imports: ImportMap, read_config: ConfigReader | None = None
+) -> list[FrameworkSetup]:
+    """Every framework set-up call of the module, in source order."""
+    finder = _SetupFinder(imports, read_config)
+    finder.walk(module)
+    return finder.found

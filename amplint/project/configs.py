@@ -1,0 +1,81 @@
+"""Files beside the code that choose a framework's precision.
+
+`accelerate launch` reads `mixed_precision` from the config file `accelerate
+config` writes (a YAML file the project often keeps: `configs/fsdp.yaml`) or
+from `--mixed_precision` on its command line (a launch script): an
+`Accelerator()` without the argument then still trains in mixed precision.
+DeepSpeed reads the JSON file `deepspeed.initialize(config="ds.json")` or
+`TrainingArguments(deepspeed="ds.json")` names.  These are read as text, never
+executed; what a run reads is recorded like a module (ProjectView.consulted).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from stat import S_ISREG
+
+from amplint.files import MAX_READ_BYTES
+
+# The files a launch setting may live in: accelerate's YAML configs and the
+# shell scripts that call `accelerate launch`.
+LAUNCH_SUFFIXES = (".yaml", ".yml", ".sh", ".bash")
+_LAUNCH_PRECISION = re.compile(
+    r"""^[ \t]*mixed_precision[ \t]*:[ \t]*["']?(fp16|bf16|fp8)\b"""
+    r"""|--mixed[_-]precision(?:[ \t]*=[ \t]*|[ \t]+)["']?(fp16|bf16|fp8)\b""",
+    re.M,
+)
+
+
+@dataclass(frozen=True)
+class LaunchPrecision:
+    """A launch config or script of the project that turns mixed precision on."""
+
+    path: Path
+    line: int
+    precision: str  # "fp16", "bf16", "fp8"
+
+
+@dataclass(frozen=True)
+class ConfigFile:
+    path: Path
+    data: bytes
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(self.data).hexdigest()
+
+
+def read_config_file(path: Path) -> ConfigFile | None:
+    """A regular file within the read limit (never a FIFO), or None."""
+    try:
+        stat = path.stat()
+        if not S_ISREG(stat.st_mode) or stat.st_size > MAX_READ_BYTES:
+            return None
+        return ConfigFile(path.resolve(), path.read_bytes())
+    except (OSError, RuntimeError):
+        return None
+
+
+def launch_precision_in(config: ConfigFile) -> LaunchPrecision | None:
+    """Where `config`'s text turns Accelerate's mixed precision on, or None."""
+    if b"mixed" not in config.data:
+        return None
+    text = config.data.decode("utf-8", errors="replace")
+    match = _LAUNCH_PRECISION.search(text)
+    if match is None:
+        return None
+    line = text.count("\n", 0, match.start()) + 1
+    return LaunchPrecision(config.path, line, match.group(1) or match.group(2))
+
+
+def json_object(data: bytes) -> dict | None:
+    """The top-level object of a JSON file, or None if it holds none."""
+    try:
+        contents = json.loads(data.decode("utf-8-sig"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return None
+    return contents if isinstance(contents, dict) else None

@@ -1,0 +1,254 @@
+"""AMP002-AMP005: a framework set up to train in FP32, its default.
+
+AMP001's family for the loops a framework writes: Accelerate, Lightning, the
+HuggingFace Trainer and DeepSpeed each keep the forward pass, the loss scaling
+and the optimizer step to themselves, and each has one switch for mixed
+precision.  The fix sets that switch to the dtype of the settings (`--dtype`).
+Like AMP001's, it changes numerics the user left at their default, and is
+labelled the same way.
+
+A set-up is judged only where the module shows it trains (`.backward(` for
+Accelerate and DeepSpeed, `.fit(` for Lightning, `.train(` for the Trainer):
+an Accelerator used for inference, a Trainer only `.test()`-ed, is left alone.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import ClassVar, Iterator
+
+import libcst as cst
+
+from amplint.analysis import ModuleFacts
+from amplint.analysis.frameworks import FrameworkSetup, Precision
+from amplint.config import Settings
+from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix
+from amplint.rules.base import Rule
+from amplint.transforms.arguments import (
+    append_dict_element,
+    insert_argument,
+    keyword_argument,
+)
+
+NUMERICS_NOTE = "changes the numerics of training"
+
+
+def _trains(text: str, method: str) -> bool:
+    return re.search(rf"\.\s*{method}\s*\(", text) is not None
+
+
+class _FrameworkInFp32(Rule):
+    framework: ClassVar[str]
+    trains_by: ClassVar[str]  # the method whose call shows the module trains
+
+    def check(self, facts: ModuleFacts, settings: Settings) -> Iterator[Diagnostic]:
+        unset = [
+            setup
+            for setup in facts.framework_setups
+            if setup.framework == self.framework and setup.precision is Precision.UNSET
+        ]
+        if not unset or not _trains(facts.text, self.trains_by):
+            return
+        for setup in unset:
+            found = self.diagnostic(setup, facts, settings)
+            if found is not None:
+                yield found
+
+    def diagnostic(
+        self, setup: FrameworkSetup, facts: ModuleFacts, settings: Settings
+    ) -> Diagnostic | None:
+        raise NotImplementedError
+
+    @staticmethod
+    def spelled(setup: FrameworkSetup, facts: ModuleFacts, settings: Settings, pick):
+        """The code for the settings' dtype, by `pick(float16, bfloat16, torch)`:
+        `torch` is the module's name for torch where the dtype is chosen at run
+        time (`--dtype auto` on CUDA: bfloat16 where the GPU has it), else None.
+        None when that needs torch and the module has no name for it."""
+        dtype = settings.dtype
+        if dtype == "auto" and settings.device_type == "cpu":
+            dtype = "bfloat16"
+        if dtype == "auto":
+            torch = facts.imports.name_for("torch", setup.scope)
+            return pick(None, None, torch) if torch is not None else None
+        return pick(dtype == "float16", dtype == "bfloat16", None)
+
+
+def _enabled_flags(fp16: bool, bf16: bool, torch: str | None) -> list[tuple[str, str]]:
+    """The (flag, value) pairs that turn the dtype on: TrainingArguments'
+    `bf16=True`, a DeepSpeed section's `"enabled": True`; both, chosen by the
+    GPU, for a dtype picked at run time."""
+    if torch:
+        supported = f"{torch}.cuda.is_bf16_supported()"
+        return [("bf16", supported), ("fp16", f"not {supported}")]
+    return [("fp16" if fp16 else "bf16", "True")]
+
+
+def _keyword_fix(setup: FrameworkSetup, code: str, name: str, message: str) -> Fix:
+    value = cst.parse_expression(code)
+    return Fix(
+        Applicability.SAFE,
+        message,
+        (
+            Edit(
+                setup.call,
+                lambda call: insert_argument(call, len(call.args), keyword_argument(name, value)),
+            ),
+        ),
+    )
+
+
+class AcceleratorInFp32(_FrameworkInFp32):
+    code = "AMP002"
+    framework = "accelerate"
+    trains_by = "backward"
+
+    def diagnostic(self, setup, facts, settings):
+        project = facts.project
+        if project is not None and project.launch_precision() is not None:
+            return None  # `accelerate launch` turns it on from the config
+        value = self.spelled(
+            setup,
+            facts,
+            settings,
+            lambda fp16, bf16, torch: (
+                f'"bf16" if {torch}.cuda.is_bf16_supported() else "fp16"'
+                if torch
+                else ('"fp16"' if fp16 else '"bf16"')
+            ),
+        )
+        fix = None
+        if value is not None:
+            fix = _keyword_fix(
+                setup, value, "mixed_precision", f"mixed_precision={value} ({NUMERICS_NOTE})"
+            )
+        return Diagnostic(
+            self.code,
+            "the Accelerator trains in FP32: no `mixed_precision` here, nor in an "
+            'accelerate launch config of the project; `mixed_precision="bf16"` (or "fp16") '
+            "runs the forward pass under autocast and scales the loss for you",
+            facts.span(setup.call),
+            fix,
+        )
+
+
+class LightningInFp32(_FrameworkInFp32):
+    code = "AMP003"
+    framework = "lightning"
+    trains_by = "fit"
+
+    def diagnostic(self, setup, facts, settings):
+        value = self.spelled(
+            setup,
+            facts,
+            settings,
+            lambda fp16, bf16, torch: (
+                f'"bf16-mixed" if {torch}.cuda.is_bf16_supported() else "16-mixed"'
+                if torch
+                else ('"16-mixed"' if fp16 else '"bf16-mixed"')
+            ),
+        )
+        fix = None
+        if value is not None:
+            fix = _keyword_fix(setup, value, "precision", f"precision={value} ({NUMERICS_NOTE})")
+        called = facts.module.code_for_node(setup.call.func)
+        return Diagnostic(
+            self.code,
+            f'`{called}(...)` trains in FP32 (`precision` defaults to "32-true"); '
+            '`precision="bf16-mixed"` (or "16-mixed") runs each step under autocast',
+            facts.span(setup.call),
+            fix,
+        )
+
+
+class TrainingArgumentsInFp32(_FrameworkInFp32):
+    code = "AMP004"
+    framework = "transformers"
+    trains_by = "train"
+
+    def diagnostic(self, setup, facts, settings):
+        called = facts.module.code_for_node(setup.call.func)
+        message = (
+            f"`{called}(...)` sets neither `fp16` nor `bf16`: the Trainer trains in FP32; "
+            "`bf16=True` (or `fp16=True`) runs its steps under autocast"
+        )
+        fix = None
+        if not any(arg.keyword and arg.keyword.value == "deepspeed" for arg in setup.call.args):
+            arguments = self.spelled(
+                setup,
+                facts,
+                settings,
+                _enabled_flags,
+            )
+            if arguments is not None:
+                fix = _arguments_fix(setup, arguments)
+        else:
+            # The DeepSpeed config must then say the same: left to the user.
+            message += ", and the DeepSpeed config it names the same"
+        return Diagnostic(self.code, message, facts.span(setup.call), fix)
+
+
+def _arguments_fix(setup: FrameworkSetup, arguments: list[tuple[str, str]]) -> Fix:
+    def rewrite(call: cst.Call) -> cst.Call:
+        for name, code in arguments:
+            value = keyword_argument(name, cst.parse_expression(code))
+            call = insert_argument(call, len(call.args), value)
+        return call
+
+    shown = ", ".join(f"{name}={code}" for name, code in arguments)
+    return Fix(Applicability.SAFE, f"{shown} ({NUMERICS_NOTE})", (Edit(setup.call, rewrite),))
+
+
+class DeepSpeedInFp32(_FrameworkInFp32):
+    code = "AMP005"
+    framework = "deepspeed"
+    trains_by = "backward"
+
+    def check(self, facts: ModuleFacts, settings: Settings) -> Iterator[Diagnostic]:
+        # A config named by TrainingArguments is trained by `trainer.train()`.
+        for setup in facts.framework_setups:
+            if setup.framework != self.framework or setup.precision is not Precision.UNSET:
+                continue
+            by_trainer = setup.config is None and setup.config_file is not None
+            if _trains(facts.text, "backward") or (by_trainer and _trains(facts.text, "train")):
+                yield self.diagnostic(setup, facts, settings)
+
+    def diagnostic(self, setup, facts, settings):
+        advice = '`"bf16": {"enabled": True}` (or "fp16") runs the engine in mixed precision'
+        if setup.config is None:
+            where = facts.project.relative(setup.config_file) if facts.project else "the file"
+            return Diagnostic(
+                self.code,
+                f"the DeepSpeed config {where} enables neither fp16 nor bf16: the engine "
+                f"trains in FP32; {advice}",
+                facts.span(setup.call),
+            )
+        entries = self.spelled(
+            setup,
+            facts,
+            settings,
+            _enabled_flags,
+        )
+        fix = None
+        if entries is not None:
+
+            def rewrite(config: cst.Dict) -> cst.Dict:
+                for key, enabled in entries:
+                    entry = cst.DictElement(
+                        cst.SimpleString(f'"{key}"'),
+                        cst.parse_expression(f'{{"enabled": {enabled}}}'),
+                    )
+                    config = append_dict_element(config, entry)
+                return config
+
+            shown = ", ".join(f'"{key}": {{"enabled": {enabled}}}' for key, enabled in entries)
+            fix = Fix(
+                Applicability.SAFE, f"{shown} ({NUMERICS_NOTE})", (Edit(setup.config, rewrite),)
+            )
+        return Diagnostic(
+            self.code,
+            f"the DeepSpeed config enables neither fp16 nor bf16: the engine trains in FP32; "
+            f"{advice}",
+            facts.span(setup.call),
+            fix,
+        )

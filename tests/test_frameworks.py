@@ -1,0 +1,234 @@
+"""AMP002-AMP005: frameworks set up to train in FP32.
+
+None of the frameworks is imported: check and fix read the code only.  The
+executed counterparts (the fixed scripts construct their framework objects
+with the setting) are in tests/test_frameworks_installed.py.
+
+Set AMPLINT_UPDATE_GOLDEN=1 to rewrite the pinned outputs after a reviewed change.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from amplint.config import Settings
+from tests.helpers import FIXTURES, assert_matches_golden, codes_of, dedent, fixed, run_cli
+
+FOLDER = FIXTURES / "frameworks"
+FRAMEWORK_CODES = {"AMP002", "AMP003", "AMP004", "AMP005"}
+FIRING = {
+    "accelerate_glue.py": "AMP002",
+    "lightning_classifier.py": "AMP003",
+    "hf_trainer_finetune.py": "AMP004",
+    "deepspeed_zero2.py": "AMP005",
+}
+SILENT = ["frameworks_mixed_ok.py", "accelerate_inference.py"]
+
+
+def _text(name: str) -> str:
+    return (FOLDER / name).read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("name", sorted(FIRING))
+def test_each_framework_fixture_fires_its_rule_and_is_fixed_as_pinned(name: str) -> None:
+    assert codes_of(_text(name)) == [FIRING[name]]
+    result = fixed(_text(name))
+    assert_matches_golden(result, FOLDER / "expected" / name)
+    assert fixed(result) == result
+    assert not FRAMEWORK_CODES & set(codes_of(result))
+
+
+@pytest.mark.parametrize("name", SILENT)
+def test_mixed_precision_or_a_choice_made_elsewhere_is_left_alone(name: str) -> None:
+    assert codes_of(_text(name)) == []
+
+
+@pytest.mark.parametrize(
+    ("settings", "accelerate", "lightning", "arguments", "deepspeed"),
+    [
+        (
+            Settings(dtype="bfloat16"),
+            'mixed_precision="bf16"',
+            'precision="bf16-mixed"',
+            "bf16=True,",
+            '"bf16": {"enabled": True},',
+        ),
+        (
+            Settings(dtype="auto"),
+            'mixed_precision="bf16" if torch.cuda.is_bf16_supported() else "fp16"',
+            'precision="bf16-mixed" if torch.cuda.is_bf16_supported() else "16-mixed"',
+            None,  # the fixture has no name for torch
+            '"fp16": {"enabled": not torch.cuda.is_bf16_supported()},',
+        ),
+        (
+            Settings(dtype="auto", device_type="cpu"),
+            'mixed_precision="bf16"',
+            'precision="bf16-mixed"',
+            "bf16=True,",
+            '"bf16": {"enabled": True},',
+        ),
+    ],
+    ids=["bfloat16", "auto", "cpu-auto"],
+)
+def test_the_switch_follows_the_dtype_setting(
+    settings: Settings, accelerate: str, lightning: str, arguments: str | None, deepspeed: str
+) -> None:
+    assert accelerate in fixed(_text("accelerate_glue.py"), settings)
+    assert lightning in fixed(_text("lightning_classifier.py"), settings)
+    hf = _text("hf_trainer_finetune.py")
+    if arguments is None:
+        assert fixed(hf, settings) == hf  # reported: the run-time choice needs torch
+        assert codes_of(hf, settings) == ["AMP004"]
+    else:
+        assert arguments in fixed(hf, settings)
+    assert deepspeed in fixed(_text("deepspeed_zero2.py"), settings)
+
+
+@pytest.mark.parametrize(
+    ("call", "precision"),
+    [
+        ("Accelerator()", None),
+        ('Accelerator(mixed_precision="fp8")', "mixed"),
+        ("Accelerator(mixed_precision=None)", "full"),
+        ("Accelerator(True, False, 'fp16')", "unknown"),
+        ("Accelerator(fp16=True)", "unknown"),
+        ("L.Trainer(precision=32)", "full"),
+        ('L.Trainer(precision="bf16-true")', "mixed"),
+        ("L.Fabric(devices=2)", None),
+        ("TrainingArguments('o', bf16=args.bf16)", "unknown"),
+        ("TrainingArguments('o', fp16=False, bf16=True)", "mixed"),
+        ("SFTConfig(output_dir='o')", None),
+        ("TrainingArguments('o', **vars(args))", "unknown"),
+        ('deepspeed.initialize(config={"amp": {"enabled": True}})', "mixed"),
+        ('deepspeed.initialize(config={"fp16": {"loss_scale": 0}})', "full"),
+        ('deepspeed.initialize(config={"fp16": fp16_section})', "unknown"),
+        ('deepspeed.initialize(config={"bf16": dict(enabled=True)})', "mixed"),
+        ('deepspeed.initialize(config={"bf16": {"enabled": use_bf16}})', "unknown"),
+        ('deepspeed.initialize(config_params={"train_batch_size": 8})', None),
+        ('deepspeed.initialize(config="missing.json")', "unknown"),
+    ],
+)
+def test_what_each_set_up_asks_for(call: str, precision: str | None) -> None:
+    from amplint.analysis import ModuleFacts
+    import libcst as cst
+
+    text = dedent("""
+        import deepspeed
+        import lightning as L
+        from accelerate import Accelerator
+        from transformers import TrainingArguments
+        from trl import SFTConfig
+
+        x = {call}
+    """).format(call=call)
+    (setup,) = ModuleFacts(cst.parse_module(text), text).framework_setups
+    assert setup.precision.value == (precision or "unset")
+
+
+def test_a_set_up_is_judged_only_where_the_module_trains() -> None:
+    text = dedent("""
+        import lightning as L
+        from transformers import TrainingArguments
+
+        args = TrainingArguments("out")
+        L.Trainer().test(model, dm)
+    """)
+    assert codes_of(text) == []
+    assert codes_of(text + "L.Trainer().fit(model, dm)\n") == ["AMP003", "AMP003"]
+    assert codes_of(text + "trainer.train()\n") == ["AMP004"]
+
+
+def test_names_that_are_not_the_frameworks_are_not_judged() -> None:
+    # The user's own Trainer class, an Accelerator of another package.
+    text = dedent("""
+        from mylib import Accelerator, Trainer
+
+        accelerator = Accelerator()
+        Trainer().fit(model)
+        accelerator.backward(loss)
+    """)
+    assert codes_of(text) == []
+
+
+def test_a_deepspeed_dict_named_twice_is_not_edited() -> None:
+    text = dedent("""
+        import deepspeed
+
+        config = {"train_batch_size": 8}
+        config = {"train_batch_size": 16, "bf16": {"enabled": True}}
+        engine, *_ = deepspeed.initialize(model=model, config=config)
+        engine.backward(loss)
+    """)
+    assert codes_of(text) == []
+
+
+def test_arguments_naming_a_deepspeed_config_are_reported_not_fixed() -> None:
+    text = dedent("""
+        from transformers import TrainingArguments
+
+        args = TrainingArguments("out", deepspeed="ds.json")
+        trainer.train()
+    """)
+    assert codes_of(text) == ["AMP004"]
+    assert fixed(text) == text
+
+
+def test_amp001_leaves_a_step_under_an_accelerator_made_here_to_amp002() -> None:
+    text = _text("accelerate_glue.py").replace(
+        "accelerator.backward(outputs.loss)", "outputs.loss.backward()"
+    )
+    assert codes_of(text) == ["AMP002"]
+
+
+# -- the project's configs ------------------------------------------------------
+def _copy(tmp_path: Path, project: str) -> Path:
+    target = tmp_path / project
+    shutil.copytree(FOLDER / project, target)
+    return target
+
+
+@pytest.mark.parametrize("project", ["launch_config", "launch_script"])
+def test_an_accelerate_launch_config_of_the_project_turns_it_on(
+    tmp_path: Path, project: str
+) -> None:
+    root = _copy(tmp_path, project)
+    assert run_cli("check", "--no-cache", root).exit_code == 0
+    for config in [*root.rglob("*.yaml"), *root.rglob("*.sh")]:
+        config.write_text(config.read_text().replace("bf16", "no").replace("fp16", "no"))
+    result = run_cli("check", "--no-cache", root)
+    assert result.exit_code == 1
+    assert "AMP002" in result.output
+
+
+def test_a_launch_config_of_a_project_nested_inside_does_not_count(tmp_path: Path) -> None:
+    _copy(tmp_path, "launch_config")
+    (tmp_path / ".git").mkdir()
+    shutil.copy(FOLDER / "accelerate_glue.py", tmp_path / "train.py")
+    result = run_cli("check", "--no-cache", tmp_path / "train.py")
+    assert "AMP002" in result.output
+
+
+def test_a_cached_answer_is_dropped_when_the_launch_config_changes(tmp_path: Path) -> None:
+    root = _copy(tmp_path, "launch_config")
+    cache = ["--cache-dir", tmp_path / "cache"]
+    assert run_cli("check", *cache, root).exit_code == 0
+    config = root / "configs" / "accelerate_fsdp.yaml"
+    config.write_text(config.read_text().replace("mixed_precision: bf16", "mixed_precision: 'no'"))
+    assert "AMP002" in run_cli("check", *cache, root).output
+
+
+def test_a_deepspeed_json_config_is_read_and_reported(tmp_path: Path) -> None:
+    root = _copy(tmp_path, "deepspeed_json")
+    result = run_cli("check", "--no-cache", "--output-format", "json", root)
+    (finding,) = json.loads(result.output)
+    assert finding["code"] == "AMP005"
+    assert "ds_config.json" in finding["message"]
+    assert finding["fix"] is None
+    config = root / "ds_config.json"
+    contents = json.loads(config.read_text())
+    config.write_text(json.dumps({**contents, "bf16": {"enabled": True}}))
+    assert run_cli("check", "--no-cache", root).exit_code == 0
