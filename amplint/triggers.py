@@ -216,6 +216,12 @@ def _deepspeed_in_fp32(clues: SourceClues) -> bool:
     return "deepspeed" in clues.text and (clues.may_call("backward") or clues.may_call("train"))
 
 
+def _manual_amp_under_framework(clues: SourceClues) -> bool:
+    return ("autocast" in clues.text or "Scaler" in clues.text) and (
+        FRAMEWORK_SPELLED.search(clues.text) is not None
+    )
+
+
 def _apex_amp(clues: SourceClues) -> bool:
     return "apex" in clues.text and clues.may_use("amp")
 
@@ -254,6 +260,7 @@ TRIGGERS: dict[str, Callable[[SourceClues], bool]] = {
     "AMP115": _scaler_step_with_closure,
     "AMP116": _autocast_device_type,
     "AMP117": _plain_scaler_under_fsdp,
+    "AMP118": _manual_amp_under_framework,
     "AMP201": _deprecated_amp("cuda"),
     "AMP202": _deprecated_amp("cpu"),
     "AMP203": _apex_amp,

@@ -16,7 +16,15 @@ from pathlib import Path
 import pytest
 
 from amplint.config import Settings
-from tests.helpers import FIXTURES, assert_matches_golden, codes_of, dedent, fixed, run_cli
+from tests.helpers import (
+    ALL,
+    FIXTURES,
+    assert_matches_golden,
+    codes_of,
+    dedent,
+    fixed,
+    run_cli,
+)
 
 FOLDER = FIXTURES / "frameworks"
 FRAMEWORK_CODES = {"AMP002", "AMP003", "AMP004", "AMP005"}
@@ -232,3 +240,54 @@ def test_a_deepspeed_json_config_is_read_and_reported(tmp_path: Path) -> None:
     contents = json.loads(config.read_text())
     config.write_text(json.dumps({**contents, "bf16": {"enabled": True}}))
     assert run_cli("check", "--no-cache", root).exit_code == 0
+
+
+# -- AMP118: manual AMP under a framework's own -----------------------------------
+MANUAL_AMP = {
+    "accelerate_own_scaler.py": "scales the loss in `accelerator.backward`",
+    "hf_trainer_autocast.py": "runs `compute_loss` under its own autocast",
+    "lightning_own_autocast.py": "runs `training_step` under its own autocast",
+    "deepspeed_own_autocast.py": "`torch_autocast` section",
+}
+
+
+@pytest.mark.parametrize("name", sorted(MANUAL_AMP))
+def test_manual_amp_under_a_mixed_precision_framework_is_reported(name: str) -> None:
+    from amplint.engine import lint_text
+
+    text = _text(name)
+    (finding,) = [d for d in lint_text(text, ALL, Settings()) if d.code == "AMP118"]
+    assert MANUAL_AMP[name] in finding.message
+    assert fixed(text) == text or "AMP118" in codes_of(fixed(text))
+
+
+@pytest.mark.parametrize(
+    ("name", "switch_off"),
+    [
+        ("accelerate_own_scaler.py", ('mixed_precision="fp16"', 'mixed_precision="no"')),
+        ("hf_trainer_autocast.py", ("bf16=True", "bf16=False")),
+        ("lightning_own_autocast.py", ('precision="16-mixed"', 'precision="32-true"')),
+        ("deepspeed_own_autocast.py", ('"bf16": {"enabled": True}', '"bf16": {"enabled": False}')),
+    ],
+)
+def test_the_same_code_under_a_framework_left_in_fp32_is_silent(
+    name: str, switch_off: tuple[str, str]
+) -> None:
+    text = _text(name)
+    assert switch_off[0] in text
+    assert "AMP118" not in codes_of(text.replace(*switch_off))
+
+
+def test_manual_amp_the_framework_does_not_cover_is_left_alone() -> None:
+    assert "AMP118" not in codes_of(_text("framework_amp_ok.py"))
+
+
+def test_an_accelerate_launch_config_makes_an_own_scaler_a_second_one(tmp_path: Path) -> None:
+    root = _copy(tmp_path, "launch_config")
+    (root / "train.py").write_text(
+        _text("accelerate_own_scaler.py").replace(
+            'Accelerator(mixed_precision="fp16")', "Accelerator()"
+        )
+    )
+    result = run_cli("check", "--no-cache", root)
+    assert "AMP118" in result.output and "configs/accelerate_fsdp.yaml" in result.output

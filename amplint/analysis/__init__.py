@@ -46,7 +46,8 @@ from amplint.analysis.deprecated_state import (
     find_deprecated_state_calls,
 )
 from amplint.analysis.fsdp_scaler import find_plain_grad_scalers
-from amplint.analysis.frameworks import FrameworkSetup, find_framework_setups
+from amplint.analysis.frameworks import FrameworkSetup, Precision, find_framework_setups
+from amplint.analysis.framework_amp import ManualAmp, find_manual_amp
 from amplint.analysis.device import ProvenDevice, proven_device
 from amplint.analysis.steps import StepScan, find_training_steps
 from amplint.diagnostics import Span
@@ -94,6 +95,20 @@ class ModuleFacts:
             return []
         read = self.project.json_config if self.project is not None else None
         return find_framework_setups(self.module, self.imports, read)
+
+    @cached_property
+    def manual_amp_under_framework(self) -> list[ManualAmp]:
+        """Own autocast and scalers where a framework set up in this module
+        already runs mixed precision (analysis/framework_amp.py)."""
+        setups = self.framework_setups
+        if not setups:
+            return []
+        launched = (
+            self.project is not None
+            and any(s.framework == "accelerate" and s.precision is Precision.UNSET for s in setups)
+            and self.project.launch_precision() is not None
+        )
+        return find_manual_amp(self.module, self.imports, setups, launched)
 
     @cached_property
     def apex(self) -> ApexScan:

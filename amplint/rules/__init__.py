@@ -10,6 +10,7 @@ from amplint.rules.base import Rule
 from amplint.rules.bf16_scaler import ScalerWithBfloat16
 from amplint.rules.checkpoint import ScalerNotCheckpointed
 from amplint.rules.fp16_scaler import Float16WithoutScaler
+from amplint.rules.framework_amp import ManualAmpUnderFramework
 from amplint.rules.fsdp_scaler import PlainScalerUnderFsdp
 from amplint.rules.loss_outside import LossOutsideAutocastRule
 from amplint.rules.manual_half import ManualHalfRule
@@ -55,6 +56,7 @@ RULES: tuple[Rule, ...] = (
     ScalerWithBfloat16(),
     UnsafeLossUnderAutocast(),
     PlainScalerUnderFsdp(),
+    ManualAmpUnderFramework(),
     DeprecatedTorchAmp("AMP201", "cuda"),
     DeprecatedTorchAmp("AMP202", "cpu"),
     DeprecatedAutocastState(),
