@@ -222,6 +222,14 @@ def _manual_amp_under_framework(clues: SourceClues) -> bool:
     )
 
 
+def _half_model_with_scaler(clues: SourceClues) -> bool:
+    return (
+        "Scaler" in clues.text
+        and (clues.may_call("half") or "float16" in clues.text or "half" in clues.text)
+        and (clues.may_call("step") or clues.may_call("unscale_"))
+    )
+
+
 def _apex_amp(clues: SourceClues) -> bool:
     return "apex" in clues.text and clues.may_use("amp")
 
@@ -261,6 +269,7 @@ TRIGGERS: dict[str, Callable[[SourceClues], bool]] = {
     "AMP116": _autocast_device_type,
     "AMP117": _plain_scaler_under_fsdp,
     "AMP118": _manual_amp_under_framework,
+    "AMP119": _half_model_with_scaler,
     "AMP201": _deprecated_amp("cuda"),
     "AMP202": _deprecated_amp("cpu"),
     "AMP203": _apex_amp,

@@ -74,3 +74,48 @@ def test_a_cast_after_the_region_is_of_its_results() -> None:
 def test_a_step_without_autocast_is_silent() -> None:
     source = _source("model.half()").replace('with torch.autocast("cuda"):', "if True:")
     assert "AMP111" not in codes_of(source)
+
+
+# -- AMP119: a half model, no autocast, a GradScaler ------------------------------
+HALF_WITH_SCALER = dedent("""
+    import torch
+
+
+    def main(loader, fp16):
+        model = torch.nn.Linear(4, 2)
+        {cast}
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        scaler = torch.amp.GradScaler("cuda")
+        for x, y in loader:
+            scaler.scale(torch.nn.functional.mse_loss(model(x), y)).backward()
+            scaler.step(optimizer)
+            scaler.update()
+        {after}
+""")
+
+
+@pytest.mark.parametrize(
+    ("cast", "after", "codes"),
+    [
+        ("model.half()", "", ["AMP119"]),
+        ("model = model.to(dtype=torch.float16)", "", ["AMP119"]),
+        ("model.to(torch.bfloat16)", "", []),  # bfloat16 gradients unscale fine
+        ("if fp16: model.half()", "", []),  # the author's switch
+        ("", "model.half()", []),  # after training, in the same function
+        ("", "export = model.half()", []),
+        ("data = torch.zeros(3).half()", "", []),  # not the model
+    ],
+)
+def test_a_half_model_under_a_scaler(cast: str, after: str, codes: list[str]) -> None:
+    text = HALF_WITH_SCALER.format(cast=cast, after=after)
+    assert [c for c in codes_of(text) if c in ("AMP111", "AMP119")] == codes
+
+
+def test_amp111_keeps_the_cast_an_autocast_region_reads() -> None:
+    text = HALF_WITH_SCALER.format(cast="model.half()", after="").replace(
+        "scaler.scale(torch.nn.functional.mse_loss(model(x), y)).backward()",
+        'with torch.autocast("cuda"):\n'
+        "            loss = torch.nn.functional.mse_loss(model(x), y)\n"
+        "        scaler.scale(loss).backward()",
+    )
+    assert "AMP119" not in codes_of(text) and "AMP111" in codes_of(text)

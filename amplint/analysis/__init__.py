@@ -14,6 +14,7 @@ from amplint.analysis.bf16_scaler import Bf16Scaler, find_bf16_scalers
 from amplint.analysis.deprecated_amp import DeprecatedAmpUse, find_deprecated_amp_uses
 from amplint.analysis.imports import ImportMap
 from amplint.analysis.manual_half import ManualHalf, find_manual_halves
+from amplint.analysis.half_model import HalfModel, find_half_models
 from amplint.analysis.positions import NodePositions
 from amplint.analysis.regions import (
     LossOutsideAutocast,
@@ -217,6 +218,13 @@ class ModuleFacts:
     @cached_property
     def manual_halves(self) -> list[ManualHalf]:
         return find_manual_halves(self.training_steps, self.module, self.imports)
+
+    @cached_property
+    def half_models_with_scaler(self) -> list[HalfModel]:
+        if "Scaler" not in self.text:
+            return []
+        reported = {id(half.call) for half in self.manual_halves}  # AMP111's
+        return find_half_models(self.module, self.imports, reported)
 
     @cached_property
     def scaler_closures(self) -> list[ScalerClosure]:

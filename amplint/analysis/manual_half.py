@@ -36,7 +36,7 @@ class ManualHalf:
     without_cast: cst.BaseExpression
 
 
-def _without_cast(call: cst.Call, imports: ImportMap, scope: Scope) -> cst.BaseExpression | None:
+def without_cast(call: cst.Call, imports: ImportMap, scope: Scope) -> cst.BaseExpression | None:
     """What `call` is with the float16 cast taken out, or None if it is none."""
     method = method_name(call)
     receiver = call.func.value if method else None
@@ -96,7 +96,7 @@ class _CastFinder(Visitor):
     def visit_Call(self, node: cst.Call) -> None:
         if self._statement is None or self._past_region:
             return
-        without = _without_cast(node, self.imports, self.scope)
+        without = without_cast(node, self.imports, self.scope)
         if without is None:
             return
         receiver = dotted_name(node.func.value)

@@ -12,6 +12,7 @@ from amplint.rules.checkpoint import ScalerNotCheckpointed
 from amplint.rules.fp16_scaler import Float16WithoutScaler
 from amplint.rules.framework_amp import ManualAmpUnderFramework
 from amplint.rules.fsdp_scaler import PlainScalerUnderFsdp
+from amplint.rules.half_model import HalfModelWithScaler
 from amplint.rules.loss_outside import LossOutsideAutocastRule
 from amplint.rules.manual_half import ManualHalfRule
 from amplint.rules.scaler_step import (
@@ -57,6 +58,7 @@ RULES: tuple[Rule, ...] = (
     UnsafeLossUnderAutocast(),
     PlainScalerUnderFsdp(),
     ManualAmpUnderFramework(),
+    HalfModelWithScaler(),
     DeprecatedTorchAmp("AMP201", "cuda"),
     DeprecatedTorchAmp("AMP202", "cpu"),
     DeprecatedAutocastState(),
