@@ -1,0 +1,146 @@
+"""AMP002-AMP004 against the real frameworks: a small FP32 script per framework
+is fixed by amplint (`--device-type cpu --dtype bfloat16`, which all three run
+on the CPU), then run; the framework reports the precision the fix asked for
+and the model's forward pass really runs in bfloat16.
+
+check and fix never import the frameworks (tests/test_frameworks.py); these
+tests need the test extra, which pins the versions they were checked with.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import dedent, run_cli
+
+pytestmark = pytest.mark.slow
+
+# A Linear that remembers the dtype it computed in: Accelerate hands the
+# prepared model's outputs back in float32, so the output alone cannot tell.
+TINY = dedent("""
+    class Tiny(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(4, 2)
+            self.forward_dtype = None
+
+        def forward(self, x, labels=None):
+            out = self.layer(x)
+            self.forward_dtype = out.dtype
+            if labels is None:
+                return out
+            return {"loss": torch.nn.functional.mse_loss(out.float(), labels), "logits": out}
+""")
+
+SCRIPTS = {
+    "accelerate": dedent("""
+        import torch
+        from accelerate import Accelerator
+        {tiny}
+
+        def main():
+            accelerator = Accelerator(cpu=True)
+            model = Tiny()
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            model, optimizer = accelerator.prepare(model, optimizer)
+            x, y = torch.randn(8, 4), torch.randn(8, 2)
+            loss = torch.nn.functional.mse_loss(model(x).float(), y)
+            accelerator.backward(loss)
+            optimizer.step()
+            print(f"set={{accelerator.mixed_precision}} forward={{model.forward_dtype}}")
+
+
+        if __name__ == "__main__":
+            main()
+    """),
+    "lightning": dedent("""
+        import lightning as L
+        import torch
+        {tiny}
+
+        class Lit(L.LightningModule):
+            def __init__(self):
+                super().__init__()
+                self.tiny = Tiny()
+
+            def training_step(self, batch, batch_idx):
+                x, y = batch
+                return self.tiny(x, y)["loss"]
+
+            def configure_optimizers(self):
+                return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+        if __name__ == "__main__":
+            data = torch.utils.data.TensorDataset(torch.randn(8, 4), torch.randn(8, 2))
+            trainer = L.Trainer(
+                accelerator="cpu",
+                max_steps=1,
+                logger=False,
+                enable_checkpointing=False,
+                enable_progress_bar=False,
+                enable_model_summary=False,
+            )
+            lit = Lit()
+            trainer.fit(lit, torch.utils.data.DataLoader(data, batch_size=4))
+            print(f"set={{trainer.precision}} forward={{lit.tiny.forward_dtype}}")
+    """),
+    "transformers": dedent("""
+        import sys
+
+        import torch
+        from transformers import Trainer, TrainingArguments
+        {tiny}
+
+        if __name__ == "__main__":
+            data = [{{"x": torch.randn(4), "labels": torch.randn(2)}} for _ in range(8)]
+            args = TrainingArguments(
+                output_dir=sys.argv[1],
+                use_cpu=True,
+                max_steps=1,
+                per_device_train_batch_size=4,
+                report_to=[],
+                save_strategy="no",
+            )
+            model = Tiny()
+            trainer = Trainer(model=model, args=args, train_dataset=data)
+            trainer.train()
+            print(f"set={{args.bf16}} forward={{model.forward_dtype}}")
+    """),
+}
+EXPECTED = {
+    "accelerate": ('mixed_precision="bf16"', "set=bf16 forward=torch.bfloat16"),
+    "lightning": ('precision="bf16-mixed"', "set=bf16-mixed forward=torch.bfloat16"),
+    "transformers": ("bf16=True", "set=True forward=torch.bfloat16"),
+}
+
+
+def _run(script: Path, tmp_path: Path) -> str:
+    result = subprocess.run(
+        [sys.executable, script.name, str(tmp_path / "out")],
+        cwd=script.parent,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("framework", sorted(SCRIPTS))
+def test_the_fixed_script_trains_in_the_precision_the_fix_set(
+    framework: str, tmp_path: Path
+) -> None:
+    script = tmp_path / f"train_{framework}.py"
+    script.write_text(SCRIPTS[framework].format(tiny=TINY))
+    assert "forward=torch.float32" in _run(script, tmp_path)  # FP32 before
+
+    result = run_cli("fix", "--apply", "--device-type", "cpu", "--dtype", "bfloat16", script)
+    assert result.exit_code == 0, result.output
+    switch, printed = EXPECTED[framework]
+    assert switch in script.read_text()
+    assert _run(script, tmp_path) == printed
