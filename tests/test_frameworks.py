@@ -291,3 +291,77 @@ def test_an_accelerate_launch_config_makes_an_own_scaler_a_second_one(tmp_path: 
     )
     result = run_cli("check", "--no-cache", root)
     assert "AMP118" in result.output and "configs/accelerate_fsdp.yaml" in result.output
+
+
+def test_a_comment_after_the_last_argument_or_entry_stays_on_its_line() -> None:
+    arguments = dedent("""
+        from transformers import TrainingArguments
+
+        args = TrainingArguments(
+            "out",
+            label_names=["labels"],  # where the labels are
+        )
+        trainer.train()
+    """)
+    assert '    label_names=["labels"],  # where the labels are\n    fp16=True,\n)' in fixed(
+        arguments
+    )
+    config = dedent("""
+        import deepspeed
+
+        config = {
+            "train_batch_size": 8,  # global
+        }
+        engine, *_ = deepspeed.initialize(model=model, config=config)
+        engine.backward(loss)
+    """)
+    assert '    "train_batch_size": 8,  # global\n    "fp16": {"enabled": True},\n}' in fixed(
+        config
+    )
+
+
+def test_an_accelerator_beside_one_that_chose_or_under_manual_amp_is_left_alone() -> None:
+    branches = dedent("""
+        from accelerate import Accelerator
+
+        if args.with_tracking:
+            accelerator = Accelerator(mixed_precision=args.mixed_precision, log_with="wandb")
+        else:
+            accelerator = Accelerator()
+        accelerator.backward(loss)
+    """)
+    assert codes_of(branches) == []
+    manual = dedent("""
+        import torch
+        from accelerate import Accelerator
+
+
+        def baseline(model, loader):
+            accelerator = Accelerator()
+            model.to(accelerator.device)
+            for batch in loader:
+                with torch.autocast("cuda", dtype=torch.bfloat16):
+                    loss = model(**batch).loss
+                loss.backward()
+    """)
+    assert "AMP002" not in codes_of(manual)
+
+
+def test_a_launch_config_that_says_no_is_where_the_switch_is(tmp_path: Path) -> None:
+    root = _copy(tmp_path, "launch_config")
+    config = root / "configs" / "accelerate_fsdp.yaml"
+    config.write_text(config.read_text().replace("mixed_precision: bf16", "mixed_precision: 'no'"))
+    result = run_cli("check", "--no-cache", root)
+    assert "configs/accelerate_fsdp.yaml:10) sets `mixed_precision: 'no'`" in result.output
+    assert "[*]" not in result.output  # the YAML is not edited
+
+
+def test_a_launch_config_of_a_sibling_example_does_not_count(tmp_path: Path) -> None:
+    root = _copy(tmp_path, "launch_config")
+    for example in ("glue", "fsdp"):
+        (root / example).mkdir()
+    (root / "train.py").rename(root / "glue" / "train.py")
+    (root / "configs" / "accelerate_fsdp.yaml").rename(root / "fsdp" / "accelerate.yaml")
+    assert "AMP002" in run_cli("check", "--no-cache", root / "glue" / "train.py").output
+    (root / "fsdp" / "accelerate.yaml").rename(root / "glue" / "accelerate.yaml")
+    assert run_cli("check", "--no-cache", root / "glue" / "train.py").exit_code == 0

@@ -104,11 +104,13 @@ class ModuleFacts:
         setups = self.framework_setups
         if not setups:
             return []
-        launched = (
-            self.project is not None
+        launch = (
+            self.project.launch_precision()
+            if self.project is not None
             and any(s.framework == "accelerate" and s.precision is Precision.UNSET for s in setups)
-            and self.project.launch_precision() is not None
+            else None
         )
+        launched = launch is not None and launch.enabled
         return find_manual_amp(self.module, self.imports, setups, launched)
 
     @cached_property

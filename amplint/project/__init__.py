@@ -331,8 +331,8 @@ class ProjectIndex:
         return self._fsdp
 
     def launch_precisions(self) -> list[LaunchPrecision]:
-        """The project's Accelerate launch configs and scripts that turn mixed
-        precision on (project/configs.py)."""
+        """The project's Accelerate launch configs and scripts that set its
+        precision (project/configs.py)."""
         if self._launch is None:
             self.paths  # the walk that finds them
             self._launch = []
@@ -539,12 +539,19 @@ class ProjectView:
         return uses
 
     def launch_precision(self) -> LaunchPrecision | None:
-        """A launch config or script of the project that runs `accelerate
-        launch` in mixed precision, or None."""
-        found = self.index.launch_precisions()
-        if found:
-            self._note_file(found[0].path)
-        return found[0] if found else None
+        """The precision an `accelerate launch` of this module sets, from the
+        project's launch configs and scripts near it (LaunchPrecision.applies_to):
+        one that turns mixed precision on first, else one that says "no", else
+        None."""
+        near = [
+            found
+            for found in self.index.launch_precisions()
+            if found.applies_to(self.path, self.index.root)
+        ]
+        near.sort(key=lambda found: not found.enabled)
+        for found in near:
+            self._note_file(found.path)
+        return near[0] if near else None
 
     def json_config(self, spelled: str) -> tuple[Path, dict] | None:
         """The JSON object in the file `spelled` names (a DeepSpeed config), as

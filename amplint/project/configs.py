@@ -24,19 +24,41 @@ from amplint.files import MAX_READ_BYTES
 # shell scripts that call `accelerate launch`.
 LAUNCH_SUFFIXES = (".yaml", ".yml", ".sh", ".bash")
 _LAUNCH_PRECISION = re.compile(
-    r"""^[ \t]*mixed_precision[ \t]*:[ \t]*["']?(fp16|bf16|fp8)\b"""
-    r"""|--mixed[_-]precision(?:[ \t]*=[ \t]*|[ \t]+)["']?(fp16|bf16|fp8)\b""",
+    r"""^[ \t]*mixed_precision[ \t]*:[ \t]*["']?(no|fp16|bf16|fp8)\b"""
+    r"""|--mixed[_-]precision(?:[ \t]*=[ \t]*|[ \t]+)["']?(no|fp16|bf16|fp8)\b""",
     re.M,
 )
+# Where a project keeps launch configs for scripts above them.
+CONFIG_DIRECTORIES = frozenset({"configs", "config", "accelerate_configs", "scripts"})
 
 
 @dataclass(frozen=True)
 class LaunchPrecision:
-    """A launch config or script of the project that turns mixed precision on."""
+    """A launch config or script of the project that sets Accelerate's precision."""
 
     path: Path
     line: int
-    precision: str  # "fp16", "bf16", "fp8"
+    precision: str  # "no", "fp16", "bf16", "fp8"
+
+    @property
+    def enabled(self) -> bool:
+        return self.precision != "no"
+
+    def applies_to(self, module: Path, root: Path) -> bool:
+        """Whether the config is near enough to `module` to be the one its
+        launch reads: in the module's directory or below it, in a directory
+        above it (up to the root), or in a `configs/` (`scripts/`, ...) of one.
+        An example directory's config says nothing of its sibling's scripts."""
+        here = module.parent
+        folder = self.path.parent
+        if folder.is_relative_to(here):
+            return True
+        for above in (here, *here.parents):
+            if folder == above or (folder.parent == above and folder.name in CONFIG_DIRECTORIES):
+                return True
+            if above == root:
+                break
+        return False
 
 
 @dataclass(frozen=True)
@@ -61,7 +83,7 @@ def read_config_file(path: Path) -> ConfigFile | None:
 
 
 def launch_precision_in(config: ConfigFile) -> LaunchPrecision | None:
-    """Where `config`'s text turns Accelerate's mixed precision on, or None."""
+    """Where `config`'s text sets Accelerate's mixed precision, or None."""
     if b"mixed" not in config.data:
         return None
     text = config.data.decode("utf-8", errors="replace")

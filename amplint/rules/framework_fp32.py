@@ -33,6 +33,10 @@ from amplint.transforms.arguments import (
 NUMERICS_NOTE = "changes the numerics of training"
 
 
+# An autocast region or a GradScaler written by hand.
+_MANUAL_AMP = re.compile(r"\bautocast\s*\(|\bGradScaler\s*\(")
+
+
 def _trains(text: str, method: str) -> bool:
     return re.search(rf"\.\s*{method}\s*\(", text) is not None
 
@@ -42,14 +46,19 @@ class _FrameworkInFp32(Rule):
     trains_by: ClassVar[str]  # the method whose call shows the module trains
 
     def check(self, facts: ModuleFacts, settings: Settings) -> Iterator[Diagnostic]:
-        unset = [
-            setup
-            for setup in facts.framework_setups
-            if setup.framework == self.framework and setup.precision is Precision.UNSET
-        ]
+        mine = [setup for setup in facts.framework_setups if setup.framework == self.framework]
+        unset = [setup for setup in mine if setup.precision is Precision.UNSET]
         if not unset or not _trains(facts.text, self.trains_by):
             return
+        if len(unset) < len(mine):
+            # Another set-up of the module chose (`if args.with_tracking:
+            # Accelerator(mixed_precision=args.mixed_precision) else:
+            # Accelerator()`, a benchmark's fp8 run beside its baseline): the
+            # one left at the default is left so on purpose.
+            return
         for setup in unset:
+            if _MANUAL_AMP.search(facts.module.code_for_node(setup.scope)):
+                continue  # the scope does AMP by hand (AMP118's question, not this)
             found = self.diagnostic(setup, facts, settings)
             if found is not None:
                 yield found
@@ -105,8 +114,19 @@ class AcceleratorInFp32(_FrameworkInFp32):
 
     def diagnostic(self, setup, facts, settings):
         project = facts.project
-        if project is not None and project.launch_precision() is not None:
+        launch = project.launch_precision() if project is not None else None
+        if launch is not None and launch.enabled:
             return None  # `accelerate launch` turns it on from the config
+        if launch is not None:
+            # The launch config decides, in FP32: the switch to turn is there.
+            where = f"{project.relative(launch.path)}:{launch.line}"
+            return Diagnostic(
+                self.code,
+                f"the Accelerator trains in FP32: its launch config ({where}) sets "
+                "`mixed_precision: 'no'`; `bf16` (or `fp16`) there runs the forward pass "
+                "under autocast and scales the loss for you",
+                facts.span(setup.call),
+            )
         value = self.spelled(
             setup,
             facts,

@@ -13,11 +13,36 @@ def _separator(call: cst.Call) -> cst.BaseParenthesizableWhitespace:
     """What follows a comma between arguments of this call: a space, or the
     newline and indent the call already uses when it is split over lines."""
     if _has_newline(call.whitespace_before_args):
-        return call.whitespace_before_args
+        return _without_comment(call.whitespace_before_args)
     for arg in call.args:
         if isinstance(arg.comma, cst.Comma) and _has_newline(arg.comma.whitespace_after):
-            return arg.comma.whitespace_after
+            return _without_comment(arg.comma.whitespace_after)
     return cst.SimpleWhitespace(" ")
+
+
+def _without_comment(
+    whitespace: cst.BaseParenthesizableWhitespace,
+) -> cst.BaseParenthesizableWhitespace:
+    """The line break and indent of `whitespace`, without the comment that ends
+    the line it breaks (it belongs to the argument before it)."""
+    if isinstance(whitespace, cst.ParenthesizedWhitespace):
+        return whitespace.with_changes(first_line=cst.TrailingWhitespace())
+    return whitespace
+
+
+def _after_last(
+    comma: cst.Comma, separator: cst.BaseParenthesizableWhitespace
+) -> tuple[cst.Comma, cst.Comma]:
+    """For an element appended after one with a trailing comma: the old last
+    element's comma (its comment, if any, stays on its line) and the new one's
+    (which keeps the layout before the closing bracket)."""
+    trailing = comma.whitespace_after
+    if isinstance(trailing, cst.ParenthesizedWhitespace) and _has_newline(separator):
+        kept = comma.with_changes(
+            whitespace_after=separator.with_changes(first_line=trailing.first_line)
+        )
+        return kept, comma.with_changes(whitespace_after=_without_comment(trailing))
+    return cst.Comma(whitespace_after=separator), comma
 
 
 def insert_argument(call: cst.Call, index: int, new: cst.Arg) -> cst.Call:
@@ -31,17 +56,16 @@ def insert_argument(call: cst.Call, index: int, new: cst.Arg) -> cst.Call:
     if not args:
         return call.with_changes(args=[new.with_changes(comma=cst.MaybeSentinel.DEFAULT)])
     last = args[-1]
+    kept = cst.Comma(whitespace_after=separator)
     if isinstance(last.comma, cst.Comma):
         # A trailing comma (a "magic" one in black's terms) stays trailing.
-        new = new.with_changes(comma=last.comma)
+        kept, trailing = _after_last(last.comma, separator)
+        new = new.with_changes(comma=trailing)
     else:
         new = new.with_changes(
             comma=cst.MaybeSentinel.DEFAULT, whitespace_after_arg=last.whitespace_after_arg
         )
-    args[-1] = last.with_changes(
-        comma=cst.Comma(whitespace_after=separator),
-        whitespace_after_arg=cst.SimpleWhitespace(""),
-    )
+    args[-1] = last.with_changes(comma=kept, whitespace_after_arg=cst.SimpleWhitespace(""))
     args.append(new)
     return call.with_changes(args=args)
 
@@ -80,13 +104,28 @@ def append_dict_element(node: cst.Dict, new: cst.DictElement) -> cst.Dict:
         return node.with_changes(elements=[new])
     separator: cst.BaseParenthesizableWhitespace = cst.SimpleWhitespace(" ")
     if _has_newline(node.lbrace.whitespace_after):
-        separator = node.lbrace.whitespace_after
+        separator = _without_comment(node.lbrace.whitespace_after)
     last = elements[-1]
+    kept = cst.Comma(whitespace_after=separator)
     if isinstance(last.comma, cst.Comma):
         # A trailing comma stays trailing; the closing brace keeps its line.
         if _has_newline(last.comma.whitespace_after) and len(elements) > 1:
-            separator = elements[-2].comma.whitespace_after
-        new = new.with_changes(comma=last.comma)
-    elements[-1] = last.with_changes(comma=cst.Comma(whitespace_after=separator))
+            separator = _without_comment(elements[-2].comma.whitespace_after)
+        kept, trailing = _after_last(last.comma, separator)
+        new = new.with_changes(comma=trailing)
+    closing = node.rbrace.whitespace_before
+    if isinstance(closing, cst.ParenthesizedWhitespace) and _has_newline(separator):
+        # `"b": 2,  # two` before the brace: the comment stays with "b".
+        kept = kept.with_changes(
+            whitespace_after=separator.with_changes(first_line=closing.first_line)
+        )
+        node = node.with_changes(
+            rbrace=node.rbrace.with_changes(whitespace_before=_without_comment(closing))
+        )
+        if isinstance(new.comma, cst.Comma):
+            new = new.with_changes(
+                comma=new.comma.with_changes(whitespace_after=cst.SimpleWhitespace(""))
+            )
+    elements[-1] = last.with_changes(comma=kept)
     elements.append(new)
     return node.with_changes(elements=elements)
