@@ -82,6 +82,26 @@ class _FrameworkInFp32(Rule):
             return pick(None, None, torch) if torch is not None else None
         return pick(dtype == "float16", dtype == "bfloat16", None)
 
+    def string_switch(self, setup, facts, settings, keyword, float16, bfloat16) -> Fix | None:
+        """The fix adding `keyword=` with the framework's string for the dtype
+        (`float16` / `bfloat16` as the framework spells them), or None."""
+        value = self.spelled(setup, facts, settings, _string_switch_value(float16, bfloat16))
+        if value is None:
+            return None
+        return _keyword_fix(setup, value, keyword, f"{keyword}={value} ({NUMERICS_NOTE})")
+
+
+def _string_switch_value(float16: str, bfloat16: str):
+    """A `pick` for `spelled`: the framework's string for the dtype, or both
+    chosen by the GPU at run time."""
+
+    def pick(fp16: bool, bf16: bool, torch: str | None) -> str:
+        if torch:
+            return f"{bfloat16} if {torch}.cuda.is_bf16_supported() else {float16}"
+        return float16 if fp16 else bfloat16
+
+    return pick
+
 
 def _enabled_flags(fp16: bool, bf16: bool, torch: str | None) -> list[tuple[str, str]]:
     """The (flag, value) pairs that turn the dtype on: TrainingArguments'
@@ -127,21 +147,7 @@ class AcceleratorInFp32(_FrameworkInFp32):
                 "under autocast and scales the loss for you",
                 facts.span(setup.call),
             )
-        value = self.spelled(
-            setup,
-            facts,
-            settings,
-            lambda fp16, bf16, torch: (
-                f'"bf16" if {torch}.cuda.is_bf16_supported() else "fp16"'
-                if torch
-                else ('"fp16"' if fp16 else '"bf16"')
-            ),
-        )
-        fix = None
-        if value is not None:
-            fix = _keyword_fix(
-                setup, value, "mixed_precision", f"mixed_precision={value} ({NUMERICS_NOTE})"
-            )
+        fix = self.string_switch(setup, facts, settings, "mixed_precision", '"fp16"', '"bf16"')
         return Diagnostic(
             self.code,
             "the Accelerator trains in FP32: no `mixed_precision` here, nor in an "
@@ -158,19 +164,7 @@ class LightningInFp32(_FrameworkInFp32):
     trains_by = "fit"
 
     def diagnostic(self, setup, facts, settings):
-        value = self.spelled(
-            setup,
-            facts,
-            settings,
-            lambda fp16, bf16, torch: (
-                f'"bf16-mixed" if {torch}.cuda.is_bf16_supported() else "16-mixed"'
-                if torch
-                else ('"16-mixed"' if fp16 else '"bf16-mixed"')
-            ),
-        )
-        fix = None
-        if value is not None:
-            fix = _keyword_fix(setup, value, "precision", f"precision={value} ({NUMERICS_NOTE})")
+        fix = self.string_switch(setup, facts, settings, "precision", '"16-mixed"', '"bf16-mixed"')
         called = facts.module.code_for_node(setup.call.func)
         return Diagnostic(
             self.code,
