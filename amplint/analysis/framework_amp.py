@@ -144,12 +144,12 @@ def find_manual_amp(
     # scaler's construction is then the same finding again.
     found_inside = any(found.inside_framework_backward for found in finder.found)
     for found in finder.found:
-        if found_inside and found.kind == "scaler" and not found.inside_framework_backward:
-            if _framework_of(found, running) is running.get("accelerate"):
-                continue
         setup = _framework_of(found, running)
-        if setup is not None:
-            matched.append(ManualAmp(found.call, found.kind, setup))
+        if setup is None:
+            continue
+        if setup.framework == "accelerate" and found_inside and not found.inside_framework_backward:
+            continue
+        matched.append(ManualAmp(found.call, found.kind, setup))
     return matched
 
 

@@ -21,8 +21,10 @@ from typing import Callable
 
 import libcst as cst
 
+from amplint.analysis.autocast import keyword_value
 from amplint.analysis.imports import ImportMap, dotted_name
 from amplint.analysis.scopes import Scope, ScopedVisitor
+from amplint.analysis.statements import string_value
 
 ACCELERATORS = frozenset({"accelerate.Accelerator", "accelerate.accelerator.Accelerator"})
 LIGHTNING_TRAINERS = frozenset(
@@ -92,7 +94,8 @@ class FrameworkSetup:
 def literal(node: cst.BaseExpression) -> object:
     """The value of a string, number, True/False/None literal; `_NOT_LITERAL` else."""
     if isinstance(node, cst.SimpleString):
-        return node.evaluated_value
+        value = string_value(node)
+        return _NOT_LITERAL if value is None else value
     if isinstance(node, cst.Integer):
         return int(node.value)
     if isinstance(node, cst.Name) and node.value in ("True", "False", "None"):
@@ -103,18 +106,14 @@ def literal(node: cst.BaseExpression) -> object:
 _NOT_LITERAL = object()
 
 
-def _keyword(call: cst.Call, name: str) -> cst.BaseExpression | None:
-    return next((arg.value for arg in call.args if arg.keyword and arg.keyword.value == name), None)
-
-
 def _splats(call: cst.Call) -> bool:
     return any(arg.star for arg in call.args)
 
 
 def _accelerator_precision(call: cst.Call) -> tuple[Precision, str | None]:
-    value = _keyword(call, "mixed_precision")
+    value = keyword_value(call, "mixed_precision")
     if value is None:
-        if _keyword(call, "fp16") is not None:  # accelerate < 1.0
+        if keyword_value(call, "fp16") is not None:  # accelerate < 1.0
             return Precision.UNKNOWN, None
         # `Accelerator(True, False, "fp16")`: mixed_precision is the third.
         positional = [arg for arg in call.args if arg.keyword is None]
@@ -130,9 +129,9 @@ def _accelerator_precision(call: cst.Call) -> tuple[Precision, str | None]:
 
 
 def _lightning_precision(call: cst.Call) -> tuple[Precision, str | None]:
-    value = _keyword(call, "precision")
+    value = keyword_value(call, "precision")
     if value is None:
-        if _splats(call) or _keyword(call, "plugins") is not None:
+        if _splats(call) or keyword_value(call, "plugins") is not None:
             return Precision.UNKNOWN, None
         return Precision.UNSET, None
     spelled = literal(value)
@@ -144,7 +143,7 @@ def _lightning_precision(call: cst.Call) -> tuple[Precision, str | None]:
 
 
 def _training_arguments_precision(call: cst.Call) -> tuple[Precision, str | None]:
-    values = {name: _keyword(call, name) for name in ("fp16", "bf16")}
+    values = {name: keyword_value(call, name) for name in ("fp16", "bf16")}
     given = {name: literal(value) for name, value in values.items() if value is not None}
     if not given:
         return (Precision.UNKNOWN if _splats(call) else Precision.UNSET), None
@@ -175,33 +174,31 @@ def deepspeed_dict_precision(config: dict) -> tuple[Precision, str | None]:
     return Precision.FULL, None
 
 
-class _DictReader:
-    """A dict literal as far as its keys and `enabled` flags are literals."""
-
-    @staticmethod
-    def read(node: cst.Dict) -> dict | None:
-        found: dict = {}
-        for element in node.elements:
-            if not isinstance(element, cst.DictElement):
-                return None  # `**defaults`: keys not known here
-            key = literal(element.key)
-            if not isinstance(key, str):
-                return None
-            value = element.value
-            if isinstance(value, cst.Dict):
-                found[key] = _DictReader.read(value)
-            elif isinstance(value, cst.Call) and dotted_name(value.func) == "dict":
-                found[key] = {
-                    arg.keyword.value: literal(arg.value) for arg in value.args if arg.keyword
-                }
-            else:
-                read = literal(value)
-                found[key] = "<expression>" if read is _NOT_LITERAL else read
-        return found
+def _read_dict(node: cst.Dict) -> dict | None:
+    """A dict literal as far as its keys and `enabled` flags are literals;
+    None where its keys are not all known (`**defaults`)."""
+    found: dict = {}
+    for element in node.elements:
+        if not isinstance(element, cst.DictElement):
+            return None
+        key = literal(element.key)
+        if not isinstance(key, str):
+            return None
+        value = element.value
+        if isinstance(value, cst.Dict):
+            found[key] = _read_dict(value)
+        elif isinstance(value, cst.Call) and dotted_name(value.func) == "dict":
+            found[key] = {
+                arg.keyword.value: literal(arg.value) for arg in value.args if arg.keyword
+            }
+        else:
+            read = literal(value)
+            found[key] = "<expression>" if read is _NOT_LITERAL else read
+    return found
 
 
 def _dict_precision(node: cst.Dict) -> tuple[Precision, str | None]:
-    read = _DictReader.read(node)
+    read = _read_dict(node)
     return (Precision.UNKNOWN, None) if read is None else deepspeed_dict_precision(read)
 
 
@@ -248,11 +245,11 @@ class _SetupFinder(ScopedVisitor):
             self._add("lightning", node, *_lightning_precision(node))
         elif called in TRAINING_ARGUMENTS:
             self._add("transformers", node, *_training_arguments_precision(node))
-            config = _keyword(node, "deepspeed")
+            config = keyword_value(node, "deepspeed")
             if config is not None:
                 self._add_deepspeed(node, config)
         elif called in DEEPSPEED_INITIALIZE:
-            config = _keyword(node, "config") or _keyword(node, "config_params")
+            config = keyword_value(node, "config") or keyword_value(node, "config_params")
             if config is None:  # `args=args`: the command line names the file
                 self._add("deepspeed", node, Precision.UNKNOWN, None)
             else:

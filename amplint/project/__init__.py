@@ -478,6 +478,9 @@ class ProjectIndex:
         return source.tree is not None and any(True for _ in _bindings(source, target))
 
 
+_NOT_ASKED = object()
+
+
 class ProjectView:
     """One file's window on its project; remembers what it looked at."""
 
@@ -485,6 +488,7 @@ class ProjectView:
         self.index = index
         self.path = path.resolve()
         self.consulted: dict[str, str] = {}  # path -> sha256 of the bytes read
+        self._launch_precision: LaunchPrecision | None | object = _NOT_ASKED  # several rules ask
 
     def note(self, path: Path) -> None:
         """Record that an answer came from the module at `path`."""
@@ -543,15 +547,17 @@ class ProjectView:
         project's launch configs and scripts near it (LaunchPrecision.applies_to):
         one that turns mixed precision on first, else one that says "no", else
         None."""
-        near = [
-            found
-            for found in self.index.launch_precisions()
-            if found.applies_to(self.path, self.index.root)
-        ]
-        near.sort(key=lambda found: not found.enabled)
-        for found in near:
-            self._note_file(found.path)
-        return near[0] if near else None
+        if self._launch_precision is _NOT_ASKED:
+            near = [
+                found
+                for found in self.index.launch_precisions()
+                if found.applies_to(self.path, self.index.root)
+            ]
+            near.sort(key=lambda found: not found.enabled)
+            for found in near:
+                self.consulted[str(found.path)] = found.digest
+            self._launch_precision = near[0] if near else None
+        return self._launch_precision
 
     def json_config(self, spelled: str) -> tuple[Path, dict] | None:
         """The JSON object in the file `spelled` names (a DeepSpeed config), as
@@ -564,11 +570,6 @@ class ProjectView:
             contents = json_object(config.data)
             return (config.path, contents) if contents is not None else None
         return None
-
-    def _note_file(self, path: Path) -> None:
-        config = read_config_file(path)
-        if config is not None:
-            self.consulted[str(config.path)] = config.digest
 
     def custom_kernels(self) -> list[CustomKernel]:
         """Kernel modules (CustomKernel) in this module's program: reached

@@ -39,6 +39,7 @@ class LaunchPrecision:
     path: Path
     line: int
     precision: str  # "no", "fp16", "bf16", "fp8"
+    digest: str  # of the file's bytes, for the cache (ProjectView.consulted)
 
     @property
     def enabled(self) -> bool:
@@ -91,7 +92,7 @@ def launch_precision_in(config: ConfigFile) -> LaunchPrecision | None:
     if match is None:
         return None
     line = text.count("\n", 0, match.start()) + 1
-    return LaunchPrecision(config.path, line, match.group(1) or match.group(2))
+    return LaunchPrecision(config.path, line, match.group(1) or match.group(2), config.digest)
 
 
 def json_object(data: bytes) -> dict | None:

@@ -20,6 +20,7 @@ from typing import ClassVar, Iterator
 import libcst as cst
 
 from amplint.analysis import ModuleFacts
+from amplint.analysis.autocast import keyword_value
 from amplint.analysis.frameworks import FrameworkSetup, Precision
 from amplint.config import Settings
 from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix
@@ -187,7 +188,7 @@ class TrainingArgumentsInFp32(_FrameworkInFp32):
             "`bf16=True` (or `fp16=True`) runs its steps under autocast"
         )
         fix = None
-        if not any(arg.keyword and arg.keyword.value == "deepspeed" for arg in setup.call.args):
+        if keyword_value(setup.call, "deepspeed") is None:
             arguments = self.spelled(
                 setup,
                 facts,
