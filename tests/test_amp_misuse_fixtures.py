@@ -58,6 +58,7 @@ FIXTURES_AND_CODES = {
     "autocast_device_strings.py": {"AMP116"},
     "autocast_device_ok.py": set(),
     "half_model_scaler.py": {"AMP119"},
+    "fsdp_plain_scaler.py": {"AMP117"},
 }
 # What the original fixture dies of, for those that crash before the fix.
 CRASHES_BEFORE_THE_FIX = {
@@ -165,3 +166,14 @@ def test_the_fixed_checkpoint_resumes_the_loss_scale() -> None:
     after = _run(EXPECTED / "checkpoint_without_scaler.py").stdout
     assert "saved at scale 8192.0, resumed at 1024.0" in before
     assert "saved at scale 8192.0, resumed at 8192.0" in after
+
+
+@pytest.mark.slow
+def test_the_sharded_scaler_keeps_the_ranks_in_step() -> None:
+    # Two gloo ranks on the CPU: the head's gradients overflow in one rank's
+    # shard only, so with the plain scaler that rank alone skips and backs off.
+    pytest.importorskip("torch")
+    before = _run(FOLDER / "fsdp_plain_scaler.py")
+    after = _run(EXPECTED / "fsdp_plain_scaler.py")
+    assert "[4096.0, 1024.0]: ranks disagree" in before.stdout, before.stderr[-3000:]
+    assert "[2048.0, 2048.0]: ranks agree" in after.stdout, after.stderr[-3000:]

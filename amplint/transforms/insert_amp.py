@@ -19,6 +19,7 @@ from amplint.analysis.imports import dotted_name
 from amplint.analysis.autocast import device_argument, keyword_value
 from amplint.analysis.bf16_scaler import GRAD_SCALERS
 from amplint.analysis.device import ScriptDevice, script_device
+from amplint.analysis.fsdp_scaler import SHARDED_SCALER_MODULE
 from amplint.analysis.forward import ForwardRegion
 from amplint.analysis.steps import TrainingStep
 from amplint.analysis.visitor import holds
@@ -57,7 +58,6 @@ def amp_choice(settings: Settings) -> AmpChoice:
 
 
 SCALER_SINCE = (2, 3)  # torch.amp.GradScaler
-SHARDED_SCALER_MODULE = "torch.distributed.fsdp.sharded_grad_scaler"
 
 
 def scaler_obstacle(facts: ModuleFacts, settings: Settings) -> str | None:
@@ -94,7 +94,7 @@ def runs_on_cpu_only(step: TrainingStep, facts: ModuleFacts) -> bool:
     return True
 
 
-def _import_sharded_scaler(module: cst.Module) -> cst.Module:
+def import_sharded_scaler(module: cst.Module) -> cst.Module:
     return ensure_from_import(module, SHARDED_SCALER_MODULE, "ShardedGradScaler")
 
 
@@ -235,7 +235,7 @@ class InsertAmp:
     def module_passes(self) -> tuple[Callable[[cst.Module], cst.Module], ...]:
         """The imports the rewrite needs, as Fix.module_passes."""
         if self.makes_sharded_scaler:
-            return (ensure_torch_imported, _import_sharded_scaler)
+            return (ensure_torch_imported, import_sharded_scaler)
         return (ensure_torch_imported,)
 
     @property
