@@ -120,12 +120,18 @@ def _clone(clones: Path, name: str) -> Path | None:
     return None
 
 
+# Launch configs and scripts, DeepSpeed JSON, nested projects' root markers.
+_CONFIG_SUFFIXES = (b".yaml", b".yml", b".sh", b".bash", b".json", b"pyproject.toml", b"setup.cfg")
+_CONFIG_MAX_BYTES = 1 << 20  # larger JSON is data, not a config
+
+
 def _export(git_dir: Path, commit: str, into: Path) -> str | None:
-    """The repository's Python files (and notebooks) at `commit` under `into`:
-    what the project model reads.  Blobs a shallow snapshot lacks are left out.
-    Returns an error message, or None."""
+    """What the project model reads of the repository at `commit`, under
+    `into`: Python files, notebooks, the launch and DeepSpeed configs next to
+    them, and the markers of nested projects.  Blobs a shallow snapshot lacks
+    are left out.  Returns an error message, or None."""
     listing = subprocess.run(
-        ["git", f"--git-dir={git_dir}", "ls-tree", "-r", "-z", commit],
+        ["git", f"--git-dir={git_dir}", "ls-tree", "-r", "-l", "-z", commit],
         capture_output=True,
     )
     if listing.returncode != 0:
@@ -135,8 +141,12 @@ def _export(git_dir: Path, commit: str, into: Path) -> str | None:
         if not record:
             continue
         meta, path = record.split(b"\t", 1)
-        mode, kind, blob = meta.split()
-        if kind == b"blob" and mode != b"120000" and path.endswith((b".py", b".ipynb")):
+        mode, kind, blob, size = meta.split()
+        if kind != b"blob" or mode == b"120000":
+            continue
+        if path.endswith((b".py", b".ipynb")) or (
+            path.endswith(_CONFIG_SUFFIXES) and int(size) <= _CONFIG_MAX_BYTES
+        ):
             wanted.append((path.decode(errors="surrogateescape"), blob.decode()))
     batch = subprocess.run(
         ["git", f"--git-dir={git_dir}", "cat-file", "--batch"],
