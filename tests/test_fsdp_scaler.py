@@ -205,3 +205,16 @@ def test_no_fix_below_torch_2_3() -> None:
     [finding] = _lint(text, Settings(target_torch=(2, 2)))
     assert finding.fix is None
     assert "torch 2.3" in finding.message
+
+
+def test_a_function_that_returns_the_sharded_scaler_first_chooses() -> None:
+    # Accelerate's get_grad_scaler: an early return for FSDP, plain ones after.
+    text = (
+        FSDP_HEADER + "model = FSDP(net)\n\n\n"
+        "def get_grad_scaler(distributed_type, **kwargs):\n"
+        "    if distributed_type == 'FSDP':\n"
+        "        from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler\n\n"
+        "        return ShardedGradScaler(**kwargs)\n"
+        "    return torch.amp.GradScaler('cuda', **kwargs)\n"
+    )
+    assert not _lint(text)

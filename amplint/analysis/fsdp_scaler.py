@@ -91,10 +91,19 @@ class _PlainScalers(GuardedVisitor):
 
 
 def find_plain_grad_scalers(module: cst.Module, imports: ImportMap) -> list[PlainScaler]:
-    """Every call making a plain GradScaler, but for one chosen against a
+    """Every call making a plain GradScaler, but for those chosen against a
     ShardedGradScaler."""
     finder = _PlainScalers(module, imports)
     finder.walk(module)
+    # A function that makes a ShardedGradScaler too chooses between the two,
+    # by an early return (`if distributed_type == FSDP: return
+    # ShardedGradScaler(**kwargs)`, Accelerate's get_grad_scaler) as well as by an if.
+    chooses = {
+        id(scope)
+        for scope in finder.scope_of.values()
+        if isinstance(scope, cst.FunctionDef)
+        and finder.sharded_spelled.search(module.code_for_node(scope))
+    }
     return [
         PlainScaler(
             call,
@@ -104,4 +113,5 @@ def find_plain_grad_scalers(module: cst.Module, imports: ImportMap) -> list[Plai
             finder.before_process_group(call),
         )
         for call in finder.found
+        if id(finder.scope_of[id(call)]) not in chooses
     ]
