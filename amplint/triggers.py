@@ -230,6 +230,10 @@ def _half_model_with_scaler(clues: SourceClues) -> bool:
     )
 
 
+def _amp_against_fsdp_policy(clues: SourceClues) -> bool:
+    return "MixedPrecision" in clues.text and ("autocast" in clues.text or "Scaler" in clues.text)
+
+
 def _apex_amp(clues: SourceClues) -> bool:
     return "apex" in clues.text and clues.may_use("amp")
 
@@ -270,6 +274,7 @@ TRIGGERS: dict[str, Callable[[SourceClues], bool]] = {
     "AMP117": _plain_scaler_under_fsdp,
     "AMP118": _manual_amp_under_framework,
     "AMP119": _half_model_with_scaler,
+    "AMP120": _amp_against_fsdp_policy,
     "AMP201": _deprecated_amp("cuda"),
     "AMP202": _deprecated_amp("cpu"),
     "AMP203": _apex_amp,

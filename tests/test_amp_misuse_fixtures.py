@@ -59,6 +59,9 @@ FIXTURES_AND_CODES = {
     "autocast_device_ok.py": set(),
     "half_model_scaler.py": {"AMP119"},
     "fsdp_plain_scaler.py": {"AMP117"},
+    "fsdp_policy_conflict.py": {"AMP120"},
+    # a bfloat16 policy with bfloat16 autocast: redundant, not wrong
+    "fsdp_policy_ok.py": set(),
 }
 # What the original fixture dies of, for those that crash before the fix.
 CRASHES_BEFORE_THE_FIX = {
@@ -72,8 +75,9 @@ CRASHES_BEFORE_THE_FIX = {
     "zero_grad_before_step.py": "No inf checks were recorded for this optimizer",
     "lbfgs_closure_scaler.py": "Closure use is not currently supported",
     "half_model_scaler.py": "Attempting to unscale FP16 gradients",
+    "fsdp_policy_conflict.py": "loss is not finite at step 1",
 }
-MISUSE_CODES = {f"AMP1{n:02}" for n in range(1, 20)}
+MISUSE_CODES = {f"AMP1{n:02}" for n in range(1, 21)}
 REPORT_ONLY = {code for code, doc in load_catalog().items() if doc.fix == "none"}
 UNSAFE = {code for code, doc in load_catalog().items() if doc.fix == "unsafe"}
 FIXED = sorted(name for name, codes in FIXTURES_AND_CODES.items() if codes - REPORT_ONLY)

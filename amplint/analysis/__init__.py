@@ -46,7 +46,8 @@ from amplint.analysis.deprecated_state import (
     DeprecatedStateCall,
     find_deprecated_state_calls,
 )
-from amplint.analysis.fsdp_scaler import find_plain_grad_scalers
+from amplint.analysis.fsdp_policy import PolicyConflict, find_policy_conflicts
+from amplint.analysis.fsdp_scaler import PlainScaler, find_plain_grad_scalers
 from amplint.analysis.frameworks import FrameworkSetup, Precision, find_framework_setups
 from amplint.analysis.framework_amp import ManualAmp, find_manual_amp
 from amplint.analysis.device import ProvenDevice, proven_device
@@ -82,7 +83,7 @@ class ModuleFacts:
         return find_deprecated_state_calls(self.module, self.imports)
 
     @cached_property
-    def plain_grad_scalers(self) -> list[cst.Call]:
+    def plain_grad_scalers(self) -> list[PlainScaler]:
         if "GradScaler" not in self.text:
             return []
         return find_plain_grad_scalers(self.module, self.imports)
@@ -227,6 +228,12 @@ class ModuleFacts:
             return []
         reported = {id(half.call) for half in self.manual_halves}  # AMP111's
         return find_half_models(self.module, self.imports, reported)
+
+    @cached_property
+    def fsdp_policy_conflicts(self) -> list[PolicyConflict]:
+        if "MixedPrecision" not in self.text:
+            return []
+        return find_policy_conflicts(self.module, self.imports)
 
     @cached_property
     def scaler_closures(self) -> list[ScalerClosure]:

@@ -11,6 +11,7 @@ from amplint.rules.bf16_scaler import ScalerWithBfloat16
 from amplint.rules.checkpoint import ScalerNotCheckpointed
 from amplint.rules.fp16_scaler import Float16WithoutScaler
 from amplint.rules.framework_amp import ManualAmpUnderFramework
+from amplint.rules.fsdp_policy import AmpAgainstFsdpPolicy
 from amplint.rules.fsdp_scaler import PlainScalerUnderFsdp
 from amplint.rules.half_model import HalfModelWithScaler
 from amplint.rules.loss_outside import LossOutsideAutocastRule
@@ -59,6 +60,7 @@ RULES: tuple[Rule, ...] = (
     PlainScalerUnderFsdp(),
     ManualAmpUnderFramework(),
     HalfModelWithScaler(),
+    AmpAgainstFsdpPolicy(),
     DeprecatedTorchAmp("AMP201", "cuda"),
     DeprecatedTorchAmp("AMP202", "cpu"),
     DeprecatedAutocastState(),
