@@ -365,3 +365,52 @@ def test_a_launch_config_of_a_sibling_example_does_not_count(tmp_path: Path) -> 
     assert "AMP002" in run_cli("check", "--no-cache", root / "glue" / "train.py").output
     (root / "fsdp" / "accelerate.yaml").rename(root / "glue" / "accelerate.yaml")
     assert run_cli("check", "--no-cache", root / "glue" / "train.py").exit_code == 0
+
+
+# A notebook (or script) of two sections: a plain loop, then the same training
+# through Accelerate; its module holds both.
+TWO_SECTIONS = dedent("""
+    import torch
+    from accelerate import Accelerator
+
+    scaler = torch.amp.GradScaler("cuda")
+    for batch in loader:
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = model(**batch).loss
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad()
+
+    accelerator = Accelerator()
+    model, optimizer = accelerator.prepare(model, optimizer)
+    for batch in loader:
+        loss = model(**batch).loss
+        accelerator.backward(loss)
+        optimizer.step()
+        optimizer.zero_grad()
+""")
+
+
+def test_manual_amp_in_another_section_of_a_module_is_not_the_accelerators() -> None:
+    # The plain loop's autocast neither silences AMP002 nor, once the
+    # Accelerator is mixed, counts as a second scaler beside it (AMP118).
+    assert codes_of(TWO_SECTIONS) == ["AMP002"]
+    result = fixed(TWO_SECTIONS)
+    assert 'accelerator = Accelerator(mixed_precision="fp16")\n' in result
+    assert codes_of(result) == []
+
+
+def test_manual_amp_in_the_accelerators_own_section_still_counts() -> None:
+    own = TWO_SECTIONS.replace(
+        "    accelerator.backward(loss)\n", "    accelerator.backward(scaler.scale(loss))\n"
+    )
+    assert "AMP002" not in codes_of(own)  # it scales by hand: not a plain FP32 Accelerator
+    mixed = own.replace("Accelerator()", 'Accelerator(mixed_precision="fp16")')
+    assert "AMP118" in codes_of(mixed)
+    # A scaler made at the top and read in the Accelerator's loop is beside it.
+    read = TWO_SECTIONS.replace(
+        "    optimizer.step()\n    optimizer.zero_grad()\n",
+        "    scaler.step(optimizer)\n    optimizer.zero_grad()\n",
+    ).replace("Accelerator()", 'Accelerator(mixed_precision="fp16")')
+    assert "AMP118" in codes_of(read)

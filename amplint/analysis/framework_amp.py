@@ -16,6 +16,7 @@ is not followed).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import libcst as cst
@@ -32,6 +33,7 @@ from amplint.analysis.imports import ImportMap, dotted_name
 from amplint.analysis.scopes import ScopedVisitor
 from amplint.analysis.statements import method_name
 from amplint.analysis.steps import FRAMEWORK_BACKWARD
+from amplint.analysis.visitor import holds
 
 SCALERS = frozenset({*GRAD_SCALERS, "torch.distributed.fsdp.sharded_grad_scaler.ShardedGradScaler"})
 # The methods each framework runs under its own autocast and scaler.
@@ -66,6 +68,7 @@ class _ManualAmpFinder(ScopedVisitor):
         self.found: list[_Found] = []
         self._backward_args: set[int] = set()  # ids of calls given to a framework backward
         self._calls_framework_backward: set[int] = set()  # ids of scopes
+        self.module_backwards: list[cst.Call] = []  # framework backwards at module level
 
     def _function(self) -> cst.FunctionDef | None:
         return next((s for s in reversed(self.scopes) if isinstance(s, cst.FunctionDef)), None)
@@ -89,6 +92,8 @@ class _ManualAmpFinder(ScopedVisitor):
             receiver = dotted_name(node.func.value) or ""
             if receiver.rsplit(".", 1)[-1] in FRAMEWORK_BACKWARD:
                 self._calls_framework_backward.add(id(self.scope))
+                if self._function() is None:
+                    self.module_backwards.append(node)
                 self._backward_args.update(id(arg.value) for arg in node.args)
             return
         if method == "scale" and id(node) in self._backward_args:
@@ -139,6 +144,7 @@ def find_manual_amp(
         return []
     finder = _ManualAmpFinder(imports)
     finder.walk(module)
+    _narrow_module_level(finder, module)
     matched: list[ManualAmp] = []
     # `accelerator.backward(scaler.scale(loss))` is the mistake to show; the
     # scaler's construction is then the same finding again.
@@ -151,6 +157,41 @@ def find_manual_amp(
             continue
         matched.append(ManualAmp(found.call, found.kind, setup))
     return matched
+
+
+def _narrow_module_level(finder: _ManualAmpFinder, module: cst.Module) -> None:
+    """A script's or notebook's module holds all its sections: manual AMP at
+    module level is beside a framework's backward only in the top-level
+    statement that calls it (a loop), or as a scaler made at the top and read
+    there.  A plain loop of its own in another cell is not."""
+    backward_statements = [
+        statement
+        for statement in module.body
+        if any(holds(statement, call) for call in finder.module_backwards)
+    ]
+    backward_code = [module.code_for_node(statement) for statement in backward_statements]
+    for found in finder.found:
+        if found.function is not None or not found.beside_framework_backward:
+            continue
+        statement = next(s for s in module.body if holds(s, found.call))
+        bound = _assigned_name(statement, found.call)
+        found.beside_framework_backward = statement in backward_statements or (
+            bound is not None
+            and any(re.search(rf"\b{re.escape(bound)}\b", code) for code in backward_code)
+        )
+
+
+def _assigned_name(statement: cst.BaseStatement, call: cst.Call) -> str | None:
+    """`name` for a top-level `name = call`, else None."""
+    if isinstance(statement, cst.SimpleStatementLine):
+        for small in statement.body:
+            if (
+                isinstance(small, cst.Assign)
+                and small.value is call
+                and isinstance(small.targets[0].target, cst.Name)
+            ):
+                return small.targets[0].target.value
+    return None
 
 
 def _framework_of(found: _Found, running: dict[str, FrameworkSetup]) -> FrameworkSetup | None:

@@ -34,8 +34,43 @@ from amplint.transforms.arguments import (
 NUMERICS_NOTE = "changes the numerics of training"
 
 
-# An autocast region or a GradScaler written by hand.
-_MANUAL_AMP = re.compile(r"\bautocast\s*\(|\bGradScaler\s*\(")
+# An autocast region or a GradScaler written by hand, or a loss it scales.
+_MANUAL_AMP = re.compile(r"\bautocast\s*\(|\bGradScaler\s*\(|\.scale\s*\(")
+
+
+def _does_amp_by_hand(setup: FrameworkSetup, module: cst.Module) -> bool:
+    """Whether the code around `setup` runs autocast or a scaler itself: its
+    function; in a script or notebook, whose module holds every section, the
+    top-level statements that name what the set-up is bound to, and every
+    function or class (any of them may be called with it)."""
+    scope = setup.scope
+    if not isinstance(scope, cst.Module):
+        return _MANUAL_AMP.search(module.code_for_node(scope)) is not None
+    bound = _bound_name(setup, module)
+    for statement in module.body:
+        text = module.code_for_node(statement)
+        if not _MANUAL_AMP.search(text):
+            continue
+        if bound is None or isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+            return True
+        if re.search(rf"\b{re.escape(bound)}\b", text):
+            return True
+    return False
+
+
+def _bound_name(setup: FrameworkSetup, module: cst.Module) -> str | None:
+    """The name a module-level `name = Framework(...)` binds, or None."""
+    for statement in module.body:
+        if isinstance(statement, cst.SimpleStatementLine):
+            for small in statement.body:
+                if (
+                    isinstance(small, cst.Assign)
+                    and small.value is setup.call
+                    and len(small.targets) == 1
+                    and isinstance(small.targets[0].target, cst.Name)
+                ):
+                    return small.targets[0].target.value
+    return None
 
 
 def _trains(text: str, method: str) -> bool:
@@ -58,7 +93,7 @@ class _FrameworkInFp32(Rule):
             # one left at the default is left so on purpose.
             return
         for setup in unset:
-            if _MANUAL_AMP.search(facts.module.code_for_node(setup.scope)):
+            if _does_amp_by_hand(setup, facts.module):
                 continue  # the scope does AMP by hand (AMP118's question, not this)
             found = self.diagnostic(setup, facts, settings)
             if found is not None:
