@@ -587,17 +587,30 @@ def test_ctrl_c_exits_130(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> No
     assert result.exit_code == 130 and result.stderr == "Aborted!\n"
 
 
+# `python -m amplint` as a terminal starts it.  A shell's background job (`make
+# test &`, `nohup`) starts with SIGINT ignored, its children inherit that, and
+# Python then installs no handler: Ctrl-C could not reach the run at all.
+_AS_FROM_A_TERMINAL = (
+    "import runpy, signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    "runpy.run_module('amplint', run_name='__main__', alter_sys=True)"
+)
+
+
 def test_sigint_during_analysis_exits_130_and_leaves_no_process(tmp_path: Path) -> None:
     for index in range(150):
         (tmp_path / f"m{index:03}.py").write_text(GOOD + STEP * 20)
     process = subprocess.Popen(
-        [sys.executable, "-m", "amplint", "check", "--no-cache", "--jobs", "1", str(tmp_path)],
+        [sys.executable, "-c", _AS_FROM_A_TERMINAL, "check", "--no-cache", "--jobs", "1"]
+        + [str(tmp_path)],
         cwd=REPO,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
     )
+    started = time.monotonic()
     time.sleep(1.5)
+    # A run that ended before the signal proves nothing about Ctrl-C.
+    assert process.poll() is None, f"finished in {time.monotonic() - started:.1f} s, before SIGINT"
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == 130, stderr
