@@ -22,20 +22,19 @@ from dataclasses import dataclass
 import libcst as cst
 
 from amplint.analysis.autocast import ANY_AUTOCAST, disabled
-from amplint.analysis.bf16_scaler import GRAD_SCALERS
 from amplint.analysis.frameworks import (
     HF_TRAINERS,
     LIGHTNING_MODULES,
     FrameworkSetup,
     Precision,
 )
+from amplint.analysis.fsdp_scaler import ANY_GRAD_SCALER
 from amplint.analysis.imports import ImportMap, dotted_name
 from amplint.analysis.scopes import ScopedVisitor
 from amplint.analysis.statements import method_name
 from amplint.analysis.steps import FRAMEWORK_BACKWARD
 from amplint.analysis.visitor import holds
 
-SCALERS = frozenset({*GRAD_SCALERS, "torch.distributed.fsdp.sharded_grad_scaler.ShardedGradScaler"})
 # The methods each framework runs under its own autocast and scaler.
 _HOOKS = {"transformers": ("compute_loss", "training_step"), "lightning": ("training_step",)}
 
@@ -102,7 +101,7 @@ class _ManualAmpFinder(ScopedVisitor):
         called = self.imports.resolve(node.func, self.scope)
         if called in ANY_AUTOCAST and not disabled(node):
             self._add(node, "autocast")
-        elif called in SCALERS:
+        elif called in ANY_GRAD_SCALER:
             self._add(node, "scaler")
 
     def _add(self, call: cst.Call, kind: str, inside: bool = False) -> None:

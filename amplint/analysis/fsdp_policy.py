@@ -25,8 +25,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from amplint.analysis.autocast import ANY_AUTOCAST, disabled, keyword_value, spelled_device_type
-from amplint.analysis.bf16_scaler import GRAD_SCALERS
-from amplint.analysis.fsdp_scaler import SHARDED_SCALER_MODULE
+from amplint.analysis.fsdp_scaler import ANY_GRAD_SCALER
 from amplint.analysis.imports import ImportMap
 from amplint.analysis.regions import FLOAT16
 from amplint.analysis.scopes import ScopedVisitor
@@ -38,7 +37,6 @@ POLICIES = {
     "torch.distributed.fsdp.MixedPrecisionPolicy",
     "torch.distributed._composable.fsdp.MixedPrecisionPolicy",
 }
-SCALERS = GRAD_SCALERS | {f"{SHARDED_SCALER_MODULE}.ShardedGradScaler"}
 BFLOAT16 = {"torch.bfloat16"}
 
 
@@ -68,7 +66,7 @@ class _Finder(ScopedVisitor):
             dtype = self._region_dtype(node, called)
             if dtype is not None:
                 self.regions.append((node, dtype))
-        elif called in SCALERS and keyword_value(node, "enabled") is None:
+        elif called in ANY_GRAD_SCALER and keyword_value(node, "enabled") is None:
             self.scalers.append(node)
 
     def _dtype(self, value: cst.BaseExpression | None) -> str | None:

@@ -23,6 +23,9 @@ from amplint.analysis.scopes import Scope
 
 INIT_PROCESS_GROUP = "torch.distributed.init_process_group"
 SHARDED_SCALER_MODULE = "torch.distributed.fsdp.sharded_grad_scaler"
+SHARDED_GRAD_SCALER = f"{SHARDED_SCALER_MODULE}.ShardedGradScaler"
+# Every class that makes a loss scaler, FSDP's included.
+ANY_GRAD_SCALER = frozenset({*GRAD_SCALERS, SHARDED_GRAD_SCALER})
 
 
 @dataclass(frozen=True)
@@ -53,7 +56,7 @@ class _PlainScalers(GuardedVisitor):
         self.process_groups: list[tuple[Scope, int]] = []  # (scope, order)
         self.bare_values: set[int] = set()
         # ShardedGradScaler under any name the module imports it as.
-        alias = imports.name_for(f"{SHARDED_SCALER_MODULE}.ShardedGradScaler", module)
+        alias = imports.name_for(SHARDED_GRAD_SCALER, module)
         names = {"ShardedGradScaler", alias} - {None}
         self.sharded_spelled = re.compile(rf"\b(?:{'|'.join(sorted(names))})\b")
 
