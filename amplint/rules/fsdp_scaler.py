@@ -14,12 +14,11 @@ from typing import Iterator
 import libcst as cst
 
 from amplint.analysis import ModuleFacts
-from amplint.analysis.fsdp_scaler import SHARDED_SCALER_MODULE, PlainScaler
+from amplint.analysis.fsdp_scaler import PlainScaler
 from amplint.config import Settings
 from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix
 from amplint.rules.base import Rule
-from amplint.transforms.imports import ensure_torch_imported
-from amplint.transforms.insert_amp import SCALER_SINCE, import_sharded_scaler
+from amplint.transforms.insert_amp import SCALER_SINCE, sharded_or_plain_scaler
 
 # Each plain scaler's parameters in order; ShardedGradScaler swaps
 # growth_factor and backoff_factor, so the fix passes them by keyword.
@@ -97,14 +96,11 @@ def _sharded_arguments(found: PlainScaler, facts: ModuleFacts) -> tuple[list[str
 
 
 def _fix(found: PlainScaler, arguments: list[str], facts: ModuleFacts) -> Fix:
-    names = facts.imports
-    sharded = names.name_for(f"{SHARDED_SCALER_MODULE}.ShardedGradScaler", found.scope)
-    torch = names.name_for("torch", found.scope) or "torch"
-    distributed = names.name_for("torch.distributed", found.scope) or f"{torch}.distributed"
-    chosen = cst.parse_expression(
-        f"{sharded or 'ShardedGradScaler'}({', '.join(arguments)}) "
-        f"if {distributed}.is_initialized() else None"
+    torch = facts.imports.name_for("torch", found.scope) or "torch"
+    code, passes = sharded_or_plain_scaler(
+        facts.imports, found.scope, torch, ", ".join(arguments), "None"
     )
+    chosen = cst.parse_expression(code)
     assert isinstance(chosen, cst.IfExp)
     if not found.bare:
         chosen = chosen.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
@@ -114,12 +110,9 @@ def _fix(found: PlainScaler, arguments: list[str], facts: ModuleFacts) -> Fix:
         # own parentheses) as the branch for a run without a process group.
         return chosen.with_changes(orelse=plain)
 
-    passes = [ensure_torch_imported] if distributed.startswith("torch.") else []
-    if sharded is None:
-        passes.append(import_sharded_scaler)
     return Fix(
         Applicability.SAFE,
         "ShardedGradScaler where a process group runs",
         (Edit(found.call, rewrite),),
-        tuple(passes),
+        passes,
     )

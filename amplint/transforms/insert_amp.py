@@ -15,15 +15,17 @@ from typing import Callable, Sequence
 import libcst as cst
 
 from amplint.analysis import ModuleFacts
-from amplint.analysis.imports import dotted_name
+from amplint.analysis.imports import ImportMap, dotted_name
 from amplint.analysis.autocast import device_argument, keyword_value
 from amplint.analysis.bf16_scaler import GRAD_SCALERS
 from amplint.analysis.device import ScriptDevice, script_device
-from amplint.analysis.fsdp_scaler import SHARDED_SCALER_MODULE
+from amplint.analysis.fsdp_scaler import SHARDED_GRAD_SCALER, SHARDED_SCALER_MODULE
 from amplint.analysis.forward import ForwardRegion
+from amplint.analysis.scopes import Scope
 from amplint.analysis.steps import TrainingStep
 from amplint.analysis.visitor import holds
 from amplint.config import Settings
+from amplint.diagnostics import ModulePass
 from amplint.names import DTYPE_NAMES, SCALER_NAMES, free_name
 from amplint.analysis.statements import name_use, parameter_names, string_value
 from amplint.transforms.arguments import insert_argument, keyword_argument
@@ -96,6 +98,26 @@ def runs_on_cpu_only(step: TrainingStep, facts: ModuleFacts) -> bool:
 
 def import_sharded_scaler(module: cst.Module) -> cst.Module:
     return ensure_from_import(module, SHARDED_SCALER_MODULE, "ShardedGradScaler")
+
+
+def sharded_or_plain_scaler(
+    imports: ImportMap, scope: Scope, torch: str, arguments: str, plain: str
+) -> tuple[str, tuple[ModulePass, ...]]:
+    """`ShardedGradScaler(arguments) if dist.is_initialized() else plain` in the
+    names `scope` sees, and the import passes that code needs.
+
+    ShardedGradScaler all-reduces its inf check, which needs the process group
+    FSDP runs in; a run without one (a single-GPU debug run where the wrap is
+    skipped) keeps the plain scaler."""
+    sharded = imports.name_for(SHARDED_GRAD_SCALER, scope)
+    distributed = imports.name_for("torch.distributed", scope) or f"{torch}.distributed"
+    passes: tuple[ModulePass, ...] = ()
+    if distributed.startswith("torch."):
+        passes += (ensure_torch_imported,)
+    if sharded is None:
+        passes += (import_sharded_scaler,)
+    chosen = f"{sharded or 'ShardedGradScaler'}({arguments}) if {distributed}.is_initialized()"
+    return f"{chosen} else {plain}", passes
 
 
 def fsdp_mixed_precision(facts: ModuleFacts) -> str | None:
@@ -238,17 +260,6 @@ class InsertAmp:
             return (ensure_torch_imported, import_sharded_scaler)
         return (ensure_torch_imported,)
 
-    @property
-    def scaler_class(self) -> str | None:
-        """The name of FSDP's ShardedGradScaler where the program needs it (see
-        needs_sharded_scaler), else None for torch.amp.GradScaler."""
-        if not needs_sharded_scaler(self.facts):
-            return None
-        sharded = f"{SHARDED_SCALER_MODULE}.ShardedGradScaler"
-        return (
-            self.facts.imports.name_for(sharded, self.step.enclosing_scope) or "ShardedGradScaler"
-        )
-
     # -- where the scaler lives -------------------------------------------------
     def _creation(self, owner_prefix: str, dtype_name: str, scaler_name: str) -> list[str]:
         torch, device = self.torch, self.device_code
@@ -262,16 +273,11 @@ class InsertAmp:
             enabled = f", enabled={owner_prefix}{dtype_name} == {torch}.float16"
         if self.choice.uses_scaler:
             made = f"{torch}.amp.GradScaler({device}{enabled})"
-            sharded = self.scaler_class
-            if sharded is not None:
-                # ShardedGradScaler all-reduces its inf check, which needs the
-                # process group FSDP runs in; a run without one (a single-GPU
-                # debug run where the wrap is skipped) keeps the plain scaler.
-                distributed = (
-                    self.facts.imports.name_for("torch.distributed", self.step.enclosing_scope)
-                    or f"{torch}.distributed"
+            if needs_sharded_scaler(self.facts):
+                # The imports are module_passes' business, for every rewrite.
+                made, _ = sharded_or_plain_scaler(
+                    self.facts.imports, self.step.enclosing_scope, torch, f"{device}{enabled}", made
                 )
-                made = f"{sharded}({device}{enabled}) if {distributed}.is_initialized() else {made}"
                 self.makes_sharded_scaler = True
             lines.append(f"{owner_prefix}{scaler_name} = {made}")
         return lines
