@@ -28,6 +28,7 @@ def _source(region: str, scaler: str = 'torch.amp.GradScaler("cuda")') -> str:
     [
         'torch.autocast("cuda", dtype=torch.bfloat16)',
         'torch.autocast(device_type="cpu")',  # CPU autocast defaults to bfloat16
+        'torch.autocast("cpu:0")',  # torch takes the index and ignores it
         "torch.cpu.amp.autocast()",
         'torch.amp.autocast("xpu", dtype=torch.bfloat16)',
     ],

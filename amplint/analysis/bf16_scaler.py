@@ -13,12 +13,11 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from amplint.analysis.autocast import device_argument, disabled, keyword_value
+from amplint.analysis.autocast import disabled, keyword_value
 from amplint.analysis.imports import ImportMap, dotted_name
-from amplint.analysis.regions import step_regions
+from amplint.analysis.regions import autocast_dtype, step_regions
 from amplint.analysis.scaler import ScalerUse
 from amplint.analysis.scopes import ScopedVisitor
-from amplint.analysis.statements import string_value
 
 GRAD_SCALERS = {
     "torch.amp.GradScaler",
@@ -56,16 +55,7 @@ class _ScalerConstructions(ScopedVisitor):
 
 
 def _selects_bf16(call: cst.Call, called: str, imports: ImportMap, scope) -> bool:
-    if disabled(call):
-        return False
-    dtype = keyword_value(call, "dtype")
-    if dtype is not None:
-        return imports.resolve(dtype, scope) == "torch.bfloat16"
-    if called.startswith("torch.cpu."):
-        return True
-    if called.startswith("torch.cuda."):
-        return False
-    return string_value(device_argument(call)) == "cpu"
+    return not disabled(call) and autocast_dtype(call, called, imports, scope) == "bfloat16"
 
 
 def find_bf16_scalers(

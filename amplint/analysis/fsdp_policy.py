@@ -24,10 +24,10 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from amplint.analysis.autocast import ANY_AUTOCAST, disabled, keyword_value, spelled_device_type
+from amplint.analysis.autocast import ANY_AUTOCAST, disabled, keyword_value
 from amplint.analysis.fsdp_scaler import ANY_GRAD_SCALER
 from amplint.analysis.imports import ImportMap
-from amplint.analysis.regions import FLOAT16
+from amplint.analysis.regions import autocast_dtype, literal_dtype
 from amplint.analysis.scopes import ScopedVisitor
 
 POLICIES = {
@@ -37,7 +37,6 @@ POLICIES = {
     "torch.distributed.fsdp.MixedPrecisionPolicy",
     "torch.distributed._composable.fsdp.MixedPrecisionPolicy",
 }
-BFLOAT16 = {"torch.bfloat16"}
 
 
 @dataclass(frozen=True, eq=False)
@@ -59,32 +58,20 @@ class _Finder(ScopedVisitor):
     def visit_Call(self, node: cst.Call) -> None:
         called = self.imports.resolve(node.func, self.scope)
         if called in POLICIES:
-            dtype = self._dtype(keyword_value(node, "param_dtype"))
+            param_dtype = keyword_value(node, "param_dtype")
+            dtype = (
+                literal_dtype(param_dtype, self.imports, self.scope)
+                if param_dtype is not None
+                else None
+            )
             if dtype is not None:
                 self.policies.append((node, dtype))
         elif called in ANY_AUTOCAST and not disabled(node):
-            dtype = self._region_dtype(node, called)
+            dtype = autocast_dtype(node, called, self.imports, self.scope)
             if dtype is not None:
                 self.regions.append((node, dtype))
         elif called in ANY_GRAD_SCALER and keyword_value(node, "enabled") is None:
             self.scalers.append(node)
-
-    def _dtype(self, value: cst.BaseExpression | None) -> str | None:
-        resolved = self.imports.resolve(value, self.scope) if value is not None else None
-        if resolved in FLOAT16:
-            return "float16"
-        return "bfloat16" if resolved in BFLOAT16 else None
-
-    def _region_dtype(self, call: cst.Call, called: str) -> str | None:
-        dtype = keyword_value(call, "dtype")
-        if dtype is not None:
-            return self._dtype(dtype)
-        # The device's default: float16 on CUDA, bfloat16 on the CPU.
-        if called.startswith("torch.cuda.") or spelled_device_type(call) == "cuda":
-            return "float16"
-        if called.startswith("torch.cpu.") or spelled_device_type(call) == "cpu":
-            return "bfloat16"
-        return None
 
 
 def find_policy_conflicts(module: cst.Module, imports: ImportMap) -> list[PolicyConflict]:

@@ -24,6 +24,29 @@ from amplint.analysis.visitor import Visitor
 FLOAT16 = {"torch.float16", "torch.half"}
 
 
+def literal_dtype(value: cst.BaseExpression, imports: ImportMap, scope) -> str | None:
+    """ "float16" or "bfloat16" for a dtype spelled as torch's, else None."""
+    resolved = imports.resolve(value, scope)
+    if resolved in FLOAT16:
+        return "float16"
+    return "bfloat16" if resolved == "torch.bfloat16" else None
+
+
+def autocast_dtype(call: cst.Call, called: str, imports: ImportMap, scope) -> str | None:
+    """The 16-bit dtype the autocast `call` (resolved to `called`) selects: the
+    one it spells, else its device's default, float16 on CUDA and bfloat16 on
+    the CPU.  None for a dtype or device held in a variable.  Whether the call
+    is enabled at all is each caller's question."""
+    dtype = keyword_value(call, "dtype")
+    if dtype is not None:
+        return literal_dtype(dtype, imports, scope)
+    if called.startswith("torch.cuda."):
+        return "float16"
+    if called.startswith("torch.cpu."):
+        return "bfloat16"
+    return {"cuda": "float16", "cpu": "bfloat16"}.get(spelled_device_type(call) or "")
+
+
 @dataclass(frozen=True, eq=False)
 class StepRegion:
     """``with autocast(...)`` inside a training step."""
@@ -60,8 +83,7 @@ def selects_cuda_float16(region: StepRegion, imports: ImportMap, scope) -> bool:
         return False
     if not called.startswith("torch.cuda.") and spelled_device_type(call) != "cuda":
         return False
-    dtype = keyword_value(call, "dtype")
-    return dtype is None or imports.resolve(dtype, scope) in FLOAT16
+    return autocast_dtype(call, called, imports, scope) == "float16"
 
 
 # A loss scaler by any name: GradScaler, apex's scale_loss, a hand-rolled one.
