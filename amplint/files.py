@@ -50,6 +50,13 @@ DEFAULT_EXCLUDES = (
 # read, not after (a 3 GB log named .py would otherwise be read whole).
 MAX_READ_BYTES = 256 * 1024 * 1024
 
+
+def readable_file(status: os.stat_result) -> bool:
+    """A regular file within the read limit: never a FIFO, whose read would
+    block forever, nor a device."""
+    return stat.S_ISREG(status.st_mode) and status.st_size <= MAX_READ_BYTES
+
+
 # What atomic writes name their temporary files: `.NAME.PID.RANDOM.amplint-tmp`
 # beside the file, so that one left by a killed run can be told from a live one.
 TEMPORARY_SUFFIX = ".amplint-tmp"

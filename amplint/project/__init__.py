@@ -20,10 +20,9 @@ import warnings
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
-from stat import S_ISREG
 from typing import Callable, Sequence, TypeVar
 
-from amplint.files import DEFAULT_EXCLUDES, MAX_READ_BYTES, real_path
+from amplint.files import DEFAULT_EXCLUDES, readable_file, real_path
 from amplint.project.configs import (
     LAUNCH_SUFFIXES,
     LaunchPrecision,
@@ -282,7 +281,7 @@ class ProjectIndex:
     def _read(self, path: Path, stat: os.stat_result | None) -> _Module | None:
         # A FIFO named like a module would block the read forever (as
         # discovery knows); a huge file is not a module anyone wrote.
-        if stat is None or not S_ISREG(stat.st_mode) or stat.st_size > MAX_READ_BYTES:
+        if stat is None or not readable_file(stat):
             return None
         try:
             data = path.read_bytes()

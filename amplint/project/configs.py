@@ -16,9 +16,8 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from stat import S_ISREG
 
-from amplint.files import MAX_READ_BYTES
+from amplint.files import readable_file
 
 # The files a launch setting may live in: accelerate's YAML configs and the
 # shell scripts that call `accelerate launch`.
@@ -75,8 +74,7 @@ class ConfigFile:
 def read_config_file(path: Path) -> ConfigFile | None:
     """A regular file within the read limit (never a FIFO), or None."""
     try:
-        stat = path.stat()
-        if not S_ISREG(stat.st_mode) or stat.st_size > MAX_READ_BYTES:
+        if not readable_file(path.stat()):
             return None
         return ConfigFile(path.resolve(), path.read_bytes())
     except (OSError, RuntimeError):
