@@ -39,6 +39,8 @@ from amplint.config import Settings
 from amplint.diagnostics import FileReport
 from amplint.engine import lint_text
 from amplint.files import read_source, write_source_atomic
+from amplint.project import ROOT_MARKERS
+from amplint.project.configs import LAUNCH_SUFFIXES
 from amplint.rules import ALL_CODES
 from amplint.runner import default_jobs, run
 from amplint.selfcheck import new_findings, name_problems
@@ -120,8 +122,10 @@ def _clone(clones: Path, name: str) -> Path | None:
     return None
 
 
-# Launch configs and scripts, DeepSpeed JSON, nested projects' root markers.
-_CONFIG_SUFFIXES = (b".yaml", b".yml", b".sh", b".bash", b".json", b"pyproject.toml", b"setup.cfg")
+# What the project model reads besides modules: launch configs and scripts,
+# the DeepSpeed JSON a call names, and the root markers of nested projects.
+_CONFIG_SUFFIXES = tuple(suffix.encode() for suffix in (*LAUNCH_SUFFIXES, ".json"))
+_ROOT_MARKERS = {marker.encode() for marker in ROOT_MARKERS}
 _CONFIG_MAX_BYTES = 1 << 20  # larger JSON is data, not a config
 
 
@@ -144,9 +148,8 @@ def _export(git_dir: Path, commit: str, into: Path) -> str | None:
         mode, kind, blob, size = meta.split()
         if kind != b"blob" or mode == b"120000":
             continue
-        if path.endswith((b".py", b".ipynb")) or (
-            path.endswith(_CONFIG_SUFFIXES) and int(size) <= _CONFIG_MAX_BYTES
-        ):
+        config = path.endswith(_CONFIG_SUFFIXES) or path.rsplit(b"/", 1)[-1] in _ROOT_MARKERS
+        if path.endswith((b".py", b".ipynb")) or (config and int(size) <= _CONFIG_MAX_BYTES):
             wanted.append((path.decode(errors="surrogateescape"), blob.decode()))
     batch = subprocess.run(
         ["git", f"--git-dir={git_dir}", "cat-file", "--batch"],
