@@ -31,7 +31,7 @@ from amplint.analysis.frameworks import (
 from amplint.analysis.fsdp_scaler import ANY_GRAD_SCALER
 from amplint.analysis.imports import ImportMap, dotted_name
 from amplint.analysis.scopes import ScopedVisitor
-from amplint.analysis.statements import method_name
+from amplint.analysis.statements import assigned_name, method_name
 from amplint.analysis.steps import FRAMEWORK_BACKWARD
 from amplint.analysis.visitor import holds
 
@@ -173,24 +173,11 @@ def _narrow_module_level(finder: _ManualAmpFinder, module: cst.Module) -> None:
         if found.function is not None or not found.beside_framework_backward:
             continue
         statement = next(s for s in module.body if holds(s, found.call))
-        bound = _assigned_name(statement, found.call)
+        bound = assigned_name(statement, found.call)
         found.beside_framework_backward = statement in backward_statements or (
             bound is not None
             and any(re.search(rf"\b{re.escape(bound)}\b", code) for code in backward_code)
         )
-
-
-def _assigned_name(statement: cst.BaseStatement, call: cst.Call) -> str | None:
-    """`name` for a top-level `name = call`, else None."""
-    if isinstance(statement, cst.SimpleStatementLine):
-        for small in statement.body:
-            if (
-                isinstance(small, cst.Assign)
-                and small.value is call
-                and isinstance(small.targets[0].target, cst.Name)
-            ):
-                return small.targets[0].target.value
-    return None
 
 
 def _framework_of(found: _Found, running: dict[str, FrameworkSetup]) -> FrameworkSetup | None:

@@ -143,6 +143,20 @@ def parameter_names(function: cst.FunctionDef) -> list[str]:
     return [p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params)]
 
 
+def assigned_name(statement: cst.BaseStatement, value: cst.BaseExpression) -> str | None:
+    """The plain name `statement` binds to `value` (`name = value`, the first
+    target of a chain), else None."""
+    if isinstance(statement, cst.SimpleStatementLine):
+        for small in statement.body:
+            if (
+                isinstance(small, cst.Assign)
+                and small.value is value
+                and isinstance(small.targets[0].target, cst.Name)
+            ):
+                return small.targets[0].target.value
+    return None
+
+
 def string_value(node: cst.BaseExpression | None) -> str | None:
     """The text of a plain string literal; None for anything else."""
     if isinstance(node, cst.SimpleString):

@@ -22,6 +22,7 @@ import libcst as cst
 from amplint.analysis import ModuleFacts
 from amplint.analysis.autocast import keyword_value
 from amplint.analysis.frameworks import FrameworkSetup, Precision
+from amplint.analysis.statements import assigned_name
 from amplint.config import Settings
 from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix
 from amplint.rules.base import Rule
@@ -46,7 +47,7 @@ def _does_amp_by_hand(setup: FrameworkSetup, module: cst.Module) -> bool:
     scope = setup.scope
     if not isinstance(scope, cst.Module):
         return _MANUAL_AMP.search(module.code_for_node(scope)) is not None
-    bound = _bound_name(setup, module)
+    bound = next((name for s in module.body if (name := assigned_name(s, setup.call))), None)
     for statement in module.body:
         text = module.code_for_node(statement)
         if not _MANUAL_AMP.search(text):
@@ -56,21 +57,6 @@ def _does_amp_by_hand(setup: FrameworkSetup, module: cst.Module) -> bool:
         if re.search(rf"\b{re.escape(bound)}\b", text):
             return True
     return False
-
-
-def _bound_name(setup: FrameworkSetup, module: cst.Module) -> str | None:
-    """The name a module-level `name = Framework(...)` binds, or None."""
-    for statement in module.body:
-        if isinstance(statement, cst.SimpleStatementLine):
-            for small in statement.body:
-                if (
-                    isinstance(small, cst.Assign)
-                    and small.value is setup.call
-                    and len(small.targets) == 1
-                    and isinstance(small.targets[0].target, cst.Name)
-                ):
-                    return small.targets[0].target.value
-    return None
 
 
 def _trains(text: str, method: str) -> bool:
