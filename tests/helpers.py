@@ -14,6 +14,7 @@ from click.testing import CliRunner, Result
 
 from amplint.cli import main
 from amplint.config import Settings
+from amplint.diagnostics import Diagnostic
 from amplint.engine import fix_text, lint_text
 from amplint.rules import ALL_CODES
 
@@ -26,8 +27,14 @@ def dedent(text: str) -> str:
     return textwrap.dedent(text).lstrip("\n")
 
 
+def findings_of(
+    text: str, settings: Settings | None = None, codes: frozenset[str] = ALL
+) -> list[Diagnostic]:
+    return lint_text(text, codes, settings or Settings())
+
+
 def codes_of(text: str, settings: Settings | None = None, codes: frozenset[str] = ALL) -> list[str]:
-    return [d.code for d in lint_text(text, codes, settings or Settings())]
+    return [d.code for d in findings_of(text, settings, codes)]
 
 
 def fixed(text: str, settings: Settings | None = None, unsafe: bool = False) -> str:

@@ -9,12 +9,11 @@ import pytest
 
 from amplint.analysis.deprecated_state import DEPRECATED_STATE_FUNCTIONS
 from amplint.config import Settings
-from amplint.engine import lint_text
-from tests.helpers import ALL, codes_of, dedent, fixed
+from tests.helpers import codes_of, dedent, findings_of, fixed
 
 
 def _amp205(text: str, settings: Settings | None = None) -> list[str]:
-    return [d.message for d in lint_text(text, ALL, settings or Settings()) if d.code == "AMP205"]
+    return [d.message for d in findings_of(text, settings) if d.code == "AMP205"]
 
 
 @pytest.mark.parametrize(

@@ -17,11 +17,11 @@ import pytest
 
 from amplint.config import Settings
 from tests.helpers import (
-    ALL,
     FIXTURES,
     assert_matches_golden,
     codes_of,
     dedent,
+    findings_of,
     fixed,
     run_cli,
 )
@@ -253,10 +253,8 @@ MANUAL_AMP = {
 
 @pytest.mark.parametrize("name", sorted(MANUAL_AMP))
 def test_manual_amp_under_a_mixed_precision_framework_is_reported(name: str) -> None:
-    from amplint.engine import lint_text
-
     text = _text(name)
-    (finding,) = [d for d in lint_text(text, ALL, Settings()) if d.code == "AMP118"]
+    (finding,) = [d for d in findings_of(text) if d.code == "AMP118"]
     assert MANUAL_AMP[name] in finding.message
     assert fixed(text) == text or "AMP118" in codes_of(fixed(text))
 

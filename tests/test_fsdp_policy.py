@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from amplint.config import Settings
-from amplint.engine import lint_text
+from tests.helpers import findings_of
 
 HEADER = (
     "import torch\n"
@@ -26,7 +25,7 @@ def _script(policy: str, step: str) -> str:
 
 
 def _findings(text: str):
-    return lint_text(text, frozenset({"AMP120"}), Settings())
+    return findings_of(text, codes=frozenset({"AMP120"}))
 
 
 BF16 = "MixedPrecision(param_dtype=torch.bfloat16)"

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from amplint.config import Settings
-from amplint.engine import fix_text, lint_text
-from tests.helpers import codes_of, dedent, run_cli
+from amplint.engine import fix_text
+from tests.helpers import codes_of, dedent, findings_of, run_cli
 
 STEP = """
     scaler = {scaler}
@@ -90,7 +90,7 @@ def test_the_program_is_read_without_opening_a_fifo(tmp_path: Path) -> None:
 
 # -- the fix ------------------------------------------------------------------
 def _lint(text: str, settings: Settings | None = None):
-    return [d for d in lint_text(text, frozenset({"AMP117"}), settings or Settings())]
+    return findings_of(text, settings, frozenset({"AMP117"}))
 
 
 def _fixed(text: str, settings: Settings | None = None) -> str:
