@@ -15,11 +15,15 @@ import pytest
 from amplint.config import Settings
 from amplint.verify import runs
 from amplint.verify.compare import (
+    MAX_BAND,
+    MIN_BAND,
     Comparison,
     Thresholds,
     default_warmup,
     inactive_amp,
     median_step_s,
+    update_band,
+    update_ratios,
 )
 from amplint.verify.report import text_report
 from tests.helpers import FIXTURES, dedent, run_cli
@@ -79,6 +83,8 @@ def test_a_script_that_diverges_under_amp_fails_with_exit_1() -> None:
     assert report["parity_ok"] is False and report["passed"] is False
     assert report["loss_gap"] > 1.0
     assert "loss parity" in report["problems"][0]
+    assert report["update_parity_ok"] is False  # its gradients drift apart with the loss
+    assert report["problems"][1].startswith("update parity: at step ")
 
 
 def test_a_crash_names_the_run_and_shows_its_error() -> None:
@@ -173,7 +179,7 @@ def test_a_rank_that_crashes_is_named_with_its_own_traceback(tmp_path: Path) -> 
 
 def _measured(name: str, *, tf32_on: bool = False) -> dict:
     """What the harness reports of one run on a CUDA machine (made up: no GPU here)."""
-    step_ms = {"baseline": 40.0, "AMP": 10.0, "TF32": 20.0}[name]
+    step_ms = {"baseline": 40.0, "AMP": 10.0, "TF32": 20.0, "calibration": 40.0}[name]
     return {
         "finished": "steps",
         "steps": 10,
@@ -182,7 +188,7 @@ def _measured(name: str, *, tf32_on: bool = False) -> dict:
         "step_times_s": [step_ms / 1000] * 9,
         "skipped_steps": 0,
         "skipped_at": [],
-        "peak_mem_bytes": {"baseline": 4 << 30, "AMP": 2 << 30, "TF32": 4 << 30}[name],
+        "peak_mem_bytes": 2 << 30 if name == "AMP" else 4 << 30,
         "device": "NVIDIA H200",
         "cuda_available": True,
         "torch": "2.13.0",
@@ -235,8 +241,8 @@ def test_on_cuda_a_third_run_shows_what_tf32_alone_buys(
     outcome = runs.verify(_request(tf32_run=tf32_run))
     table = "\n".join(text_report(Path("gpt_style.py"), outcome))
     assert "TF32 matmul off (precision none), cuDNN TF32 on" in table  # on CUDA: shown
-    if not tf32_run:  # --no-tf32-run
-        assert started == [("baseline", []), ("AMP", [])]
+    if not tf32_run:  # --no-tf32-run: update parity's band from another seed
+        assert started == [("baseline", []), ("AMP", []), ("calibration", ["--seed", "1"])]
         assert "FP32+TF32" not in table and "TF32 alone" not in table
         return
     assert started == [("baseline", []), ("AMP", []), ("TF32", ["--tf32"])]
@@ -249,7 +255,7 @@ def test_on_cuda_a_third_run_shows_what_tf32_alone_buys(
 def test_no_tf32_run_where_the_script_turns_tf32_on_itself(monkeypatch) -> None:
     started = _on_fake_cuda(monkeypatch, lambda name: _measured(name, tf32_on=True))
     outcome = runs.verify(_request())
-    assert [name for name, _ in started] == ["baseline", "AMP"]
+    assert [name for name, _ in started] == ["baseline", "AMP", "calibration"]
     assert outcome.notes == ["no TF32 run: the script turns TF32 matmuls on itself"]
 
 
@@ -663,5 +669,87 @@ def test_progress_names_the_run_and_its_step() -> None:
     )
     outcome = runs.verify(request, progress=lambda *report: seen.append(report))
     assert outcome.comparison.passed
-    assert {name for name, _, _ in seen} == {"baseline", "AMP"}
+    assert {name for name, _, _ in seen} == {"baseline", "AMP", "calibration"}
     assert all(total == 10 and 0 <= done <= 10 for _, done, total in seen)
+
+
+def _updates(*grad_norms) -> list:
+    """What the harness records of one optimizer per step: None for a step the
+    scaler skipped; the update norm and largest gradient follow the norm."""
+    return [
+        None
+        if norm is None
+        else [
+            {
+                "optimizer": "Adam",
+                "grad_norm": [norm],
+                "grad_max": [norm / 4],
+                "update_norm": [1e-3],
+            }
+        ]
+        for norm in grad_norms
+    ]
+
+
+def test_update_parity_aligns_out_skipped_steps_and_names_the_first_step_outside() -> None:
+    thresholds = Thresholds(steps=4, warmup=1, last=2, rtol=0.05, min_speedup=None)
+    baseline, amp = _run([4, 3, 2, 1.0], [1.0] * 3), _run([4, 3, 2, 1.0], [1.0] * 3)
+    baseline["updates"] = _updates(2.0, 1.5, 1.0, 0.8)
+    amp["updates"] = _updates(None, 1.5, 1.0 / 65536, 0.81)
+    comparison = Comparison([baseline], [amp], thresholds, speed_meaningful=False)
+    assert [ratio.step for ratio in update_ratios(baseline, amp)] == [1] * 3 + [2] * 3 + [3] * 3
+    assert comparison.parity_ok and not comparison.update_parity_ok and not comparison.passed
+    assert comparison.reasons() == [
+        "update parity: at step 2 Adam received a gradient norm 1.53e-05x the baseline's "
+        "(allowed: 0.25x to 4x); 1 of 3 steps outside"
+    ]
+    amp["updates"][2] = None  # had the scaler skipped it
+    assert comparison.update_parity_ok and comparison.passed
+
+
+def test_update_parity_band_is_calibrated_on_a_run_amp_has_nothing_to_do_with() -> None:
+    baseline, calibration = {"updates": _updates(1.0, 1.0)}, {"updates": _updates(1.0, 1.0)}
+    assert update_band(baseline, None) == update_band(baseline, calibration) == MIN_BAND
+    calibration["updates"] = _updates(1.0, 5.0)  # another seed, another trajectory
+    assert update_band(baseline, calibration) == 10.0
+    calibration["updates"] = _updates(1e-3, 1.0)
+    assert update_band(baseline, calibration) == MAX_BAND  # never as wide as a loss scale
+
+
+def test_update_parity_sees_a_clamp_of_scaled_gradients_that_loss_parity_misses(
+    tmp_path: Path,
+) -> None:
+    """The project's own helper clamps gradients still multiplied by the loss
+    scale: after GradScaler.step unscales them, Adam receives them 65536
+    times too small, and normalises its steps so that the loss follows the
+    FP32 run's for 40 steps.  Unscaled first, the same code passes both."""
+    original = (VERIFY / "scaled_clip" / "train.py").read_text()
+    wrong = (VERIFY / "scaled_clip" / "wrong_amp.py").read_text()
+    right = wrong.replace(
+        "        clip_gradient(optimizer, 5.0)",
+        "        scaler.unscale_(optimizer)\n        clip_gradient(optimizer, 5.0)",
+    )
+    assert right != wrong
+    request = _request("scaled_clip/train.py")
+    request = runs.Request(**{**request.__dict__, "thresholds": Thresholds(40, 1, 10, 0.05, None)})
+
+    def run(name: str, text: str, *options: str) -> dict:
+        return runs.run_child(name, text, request, None, tmp_path, harness_options=options)
+
+    baseline = run("baseline", original)
+    calibration = run("calibration", original, "--seed", "1")
+    verdicts = {}
+    for name, text in (("wrong", wrong), ("right", right)):
+        amp = run(name, text)
+        assert amp[0]["skipped_steps"] == 0 and amp[0]["steps"] == 40
+        verdicts[name] = Comparison(
+            baseline, amp, request.thresholds, False, calibration=calibration,
+            calibrated_by="an FP32 run with another seed",
+        )
+    wrong_verdict, right_verdict = verdicts["wrong"], verdicts["right"]
+    assert wrong_verdict.parity_ok, wrong_verdict.loss_gap  # the loss cannot tell
+    assert not wrong_verdict.update_parity_ok and not wrong_verdict.passed
+    (reason,) = wrong_verdict.reasons()
+    assert reason.startswith("update parity: at step 0 Adam received a gradient norm ")
+    assert "calibrated on an FP32 run with another seed); 40 of 40 steps outside" in reason
+    assert right_verdict.parity_ok and right_verdict.update_parity_ok and right_verdict.passed

@@ -64,6 +64,83 @@ def inactive_amp(run: dict) -> str | None:
     return f"{' and '.join(disabled)} {'was' if len(disabled) == 1 else 'were'} disabled{why}"
 
 
+# Update parity: the AMP run's optimizer must receive what the baseline's did.
+# A factor both ways around 1 within which the gradient norm, the largest
+# gradient and the update norm of each group must stay, step by step: twice
+# the widest disagreement between the baseline and a calibration run that
+# differs from it in nothing AMP touches (another seed, or TF32), at least
+# MIN_BAND (float16 rounding moves early steps by a few percent), at most
+# MAX_BAND: a gradient left multiplied or divided by a loss scale is off by a
+# power of two far above it (65536 at first; the scale of a short run rarely
+# falls below 2**10).
+MIN_BAND, MAX_BAND = 4.0, 64.0
+UPDATE_FIGURES = {
+    "grad_norm": "gradient norm",
+    "grad_max": "largest |gradient|",
+    "update_norm": "update norm",
+}
+
+
+def _figure(value) -> float | None:
+    return None if value is None else float(value)
+
+
+def _ratio_of(value: float | None, base: float | None) -> float | None:
+    """value / base; None where the two cannot be compared (a figure missing,
+    or the baseline's not finite); 0 / 0 is 1 (an unused group, a zero
+    learning rate), and anything else over 0 or not finite is inf."""
+    if value is None or base is None or not math.isfinite(base):
+        return None
+    if not math.isfinite(value):
+        return math.inf
+    if base == 0:
+        return 1.0 if value == 0 else math.inf
+    return value / base
+
+
+@dataclass(frozen=True)
+class UpdateRatio:
+    step: int  # from 0, as the runs counted optimizer steps
+    optimizer: str
+    group: int
+    figure: str  # a key of UPDATE_FIGURES
+    ratio: float  # the other run's figure over the baseline's
+
+    @property
+    def distance(self) -> float:
+        """How far the ratio is from 1 as a factor (2.0 for both 0.5 and 2)."""
+        if self.ratio <= 0:
+            return math.inf
+        return max(self.ratio, 1 / self.ratio)
+
+
+def update_ratios(baseline: dict, other: dict) -> list[UpdateRatio]:
+    """The other run's figures over the baseline's, for each step both runs
+    took (a step either run's scaler skipped is left out) and each parameter
+    group both optimizers have."""
+    found = []
+    steps = zip(baseline.get("updates") or (), other.get("updates") or ())
+    for step, (base_records, other_records) in enumerate(steps):
+        if base_records is None or other_records is None:
+            continue  # skipped: no update to compare
+        for base, mine in zip(base_records, other_records):
+            for figure in UPDATE_FIGURES:
+                pairs = zip(base[figure], mine[figure])
+                for group, (base_value, value) in enumerate(pairs):
+                    ratio = _ratio_of(_figure(value), _figure(base_value))
+                    if ratio is not None:
+                        found.append(UpdateRatio(step, mine["optimizer"], group, figure, ratio))
+    return found
+
+
+def update_band(baseline: dict, calibration: dict | None) -> float:
+    """The factor within which the AMP run's figures must stay (see MIN_BAND)."""
+    if calibration is None:
+        return MIN_BAND
+    spread = max((r.distance for r in update_ratios(baseline, calibration)), default=1.0)
+    return min(MAX_BAND, max(MIN_BAND, 2 * spread))
+
+
 def median_step_s(run: dict, warmup: int) -> float | None:
     # step_times_s[i] is the time from step i to step i+1 (the first step's
     # start is the script's start, import and set-up included: never timed).
@@ -93,6 +170,11 @@ class Comparison:
     speed_meaningful: bool
     problems: list[str] = field(default_factory=list)
     tf32: list[dict] = field(default_factory=list)  # empty: no TF32 run
+    # Runs of the original that differ from the baseline in nothing AMP touches
+    # (another seed; the TF32 run where there is one): what sets the band of
+    # update parity.  Empty: MIN_BAND.
+    calibration: list[dict] = field(default_factory=list)
+    calibrated_by: str = ""  # "another seed", "TF32"
 
     def median(self, runs: list[dict]) -> float | None:
         """The slowest rank's median step time."""
@@ -165,6 +247,47 @@ class Comparison:
         gaps = [self._gap(base, tf32) for base, tf32 in zip(self.baseline, self.tf32)]
         return None if not gaps or None in gaps else max(gaps)
 
+    @property
+    def update_bands(self) -> list[float]:
+        """Per rank, the factor within which the AMP run's updates must stay."""
+        calibration = self.calibration or [None] * len(self.baseline)
+        return [update_band(base, other) for base, other in zip(self.baseline, calibration)]
+
+    def update_outliers(self, rank: int = 0) -> list[UpdateRatio]:
+        """The rank's figures of the AMP run outside its band, in step order."""
+        band = self.update_bands[rank]
+        ratios = update_ratios(self.baseline[rank], self.amp[rank])
+        return [ratio for ratio in ratios if ratio.distance > band]
+
+    @property
+    def updates_compared(self) -> int:
+        """How many steps of rank 0 update parity compared."""
+        return len({ratio.step for ratio in update_ratios(self.baseline[0], self.amp[0])})
+
+    @property
+    def update_parity_ok(self) -> bool:
+        return not any(self.update_outliers(rank) for rank in range(len(self.baseline)))
+
+    def _update_reasons(self) -> list[str]:
+        reasons = []
+        for rank, band in enumerate(self.update_bands):
+            outliers = self.update_outliers(rank)
+            if not outliers:
+                continue
+            first = outliers[0]
+            where = f" on rank {rank}" if len(self.baseline) > 1 else ""
+            group = f" (group {first.group})" if first.group else ""
+            steps = len({ratio.step for ratio in outliers})
+            compared = len({ratio.step for ratio in update_ratios(self.baseline[rank], self.amp[rank])})
+            calibrated = f", calibrated on {self.calibrated_by}" if self.calibrated_by else ""
+            reasons.append(
+                f"update parity{where}: at step {first.step} {first.optimizer}{group} received "
+                f"a {UPDATE_FIGURES[first.figure]} {first.ratio:.3g}x the baseline's (allowed: "
+                f"{1 / band:.3g}x to {band:.3g}x{calibrated}); {steps} of {compared} steps "
+                "outside"
+            )
+        return reasons
+
     def _not_finite(self) -> list[str]:
         """ "the AMP loss is not finite (NaN or inf)", one per run and rank it holds for."""
         found = []
@@ -195,7 +318,7 @@ class Comparison:
 
     @property
     def passed(self) -> bool:
-        return self.parity_ok and self.speed_ok and not self.problems
+        return self.parity_ok and self.update_parity_ok and self.speed_ok and not self.problems
 
     def reasons(self) -> list[str]:
         """Why it did not pass, one line each."""
@@ -208,6 +331,7 @@ class Comparison:
                     f"{self.thresholds.last} updates differs from the baseline's by {gap:.1%} "
                     f"(allowed: {self.thresholds.rtol:.1%}, --rtol)"
                 )
+        reasons += self._update_reasons()
         if not self.speed_ok:
             shown = "unknown" if self.speedup is None else f"{self.speedup:.2f}x"
             reasons.append(f"speedup {shown} is below --min-speedup {self.thresholds.min_speedup}")
@@ -249,6 +373,10 @@ class Comparison:
             "rank_loss_gaps": self.rank_gaps,
             "tf32_loss_gap": self.tf32_gap,
             "parity_ok": self.parity_ok,
+            "update_parity_ok": self.update_parity_ok,
+            "update_band": self.update_bands[0] if self.baseline else None,
+            "updates_compared": self.updates_compared,
+            "update_calibration": self.calibrated_by or None,
             "passed": self.passed,
             "problems": self.reasons(),
             "per_rank": [

@@ -14,8 +14,13 @@ What is measured goes through torch's own hooks rather than through the code:
 a global optimizer step hook counts steps; `GradScaler.step` is wrapped to count
 the steps the scaler skipped (inf/NaN gradients, no optimizer step);
 `Tensor.backward` and `GradScaler.scale` record each step's loss (unscaled);
-entering `torch.autocast` records its device, dtype and whether it is enabled,
-so the parent can tell a rewrite whose AMP never switched on.  After `--steps`
+global optimizer step pre- and post-hooks record what each optimizer step
+received, per parameter group (the gradients' norm and largest magnitude, as
+the optimizer reads them: after a GradScaler's unscaling) and the norm of the
+update it applied, so the parent can compare what two runs trained on, not
+only their losses; entering `torch.autocast` records its device, dtype and
+whether it is enabled, so the parent can tell a rewrite whose AMP never
+switched on.  After `--steps`
 steps the harness stops the script by raising an exception the script's own
 ``except Exception`` cannot catch, and writes the JSON.
 """
@@ -66,6 +71,11 @@ class Recorder:
         self.scalers_made: list[dict] = []  # each one's device and whether it is enabled
         # (device, dtype, enabled) -> autocast regions entered so
         self.autocast: dict[tuple[str, str, bool], int] = {}
+        # Per step: what the optimizer received (see UpdateRecord), None for a
+        # step the scaler skipped; tensors until the end.
+        self.updates: list[list[UpdateRecord] | None] = []
+        self._received: list[UpdateRecord] = []  # optimizer steps since the last step event
+        self._before: dict[int, tuple[UpdateRecord, list]] = {}  # id(optimizer) -> parameters
 
     # -- events ------------------------------------------------------------------
     def backward(self, tensor) -> None:
@@ -83,8 +93,41 @@ class Recorder:
         key = (str(getattr(region, "device", "?")), dtype, bool(getattr(region, "_enabled", False)))
         self.autocast[key] = self.autocast.get(key, 0) + 1
 
+    def optimizer_stepping(self, optimizer) -> None:
+        """Before `optimizer` updates its parameters: the gradients it sees,
+        and a copy of the parameters to measure the update against."""
+        torch = self.torch
+        record = UpdateRecord(type(optimizer).__name__)
+        copies = []
+        for group in optimizer.param_groups:
+            with_grad = [p for p in group["params"] if p.grad is not None]
+            grads = [_dense(p.grad).detach().float() for p in with_grad]
+            if grads:
+                norms = torch.stack([torch.linalg.vector_norm(g) for g in grads])
+                record.grad_norms.append(torch.linalg.vector_norm(norms))
+                record.grad_maxes.append(torch.stack([g.abs().max() for g in grads]).max())
+            else:
+                record.grad_norms.append(None)
+                record.grad_maxes.append(None)
+            copies.append([(p, p.detach().clone()) for p in with_grad])
+        self._before[id(optimizer)] = (record, copies)
+
+    def optimizer_stepped(self, optimizer) -> None:
+        torch = self.torch
+        record, copies = self._before.pop(id(optimizer), (None, None))
+        if record is None:
+            return
+        for group in copies:
+            deltas = [torch.linalg.vector_norm((p.detach() - old).float()) for p, old in group]
+            record.update_norms.append(
+                torch.linalg.vector_norm(torch.stack(deltas)) if deltas else None
+            )
+        self._received.append(record)
+
     def step(self, skipped: bool) -> None:
         self.steps += 1
+        self.updates.append(None if skipped else self._received)
+        self._received = []
         if skipped:
             self.skipped += 1
             self.skipped_at.append(self.steps - 1)
@@ -138,7 +181,44 @@ class Recorder:
                 for (device, dtype, enabled), count in sorted(self.autocast.items())
             ],
             "scalers": self.scalers_made,
+            "updates": [
+                None if records is None else [record.as_json() for record in records]
+                for records in self.updates
+            ],
         }
+
+
+class UpdateRecord:
+    """What one optimizer step received, per parameter group: the norm and the
+    largest magnitude of the gradients it read, and the norm of the change it
+    made to the parameters.  None for a group with no gradient."""
+
+    def __init__(self, optimizer: str) -> None:
+        self.optimizer = optimizer
+        self.grad_norms: list = []
+        self.grad_maxes: list = []
+        self.update_norms: list = []
+
+    def as_json(self) -> dict:
+        return {
+            "optimizer": self.optimizer,
+            "grad_norm": [_number(value) for value in self.grad_norms],
+            "grad_max": [_number(value) for value in self.grad_maxes],
+            "update_norm": [_number(value) for value in self.update_norms],
+        }
+
+
+def _number(value) -> float | str | None:
+    """A recorded tensor as JSON: a float, "nan" / "inf" as losses are, or None."""
+    if value is None:
+        return None
+    number = float(value)
+    return number if math.isfinite(number) else str(number)
+
+
+def _dense(grad):
+    """A sparse gradient's values (an embedding's `sparse=True`), or the gradient."""
+    return grad.coalesce().values() if grad.is_sparse else grad
 
 
 def allow_tf32(torch) -> None:
@@ -181,14 +261,22 @@ def precision_settings(torch) -> dict:
 
 
 def _instrument(torch, recorder: Recorder) -> None:
-    from torch.optim.optimizer import register_optimizer_step_post_hook
+    from torch.optim.optimizer import (
+        register_optimizer_step_post_hook,
+        register_optimizer_step_pre_hook,
+    )
 
     in_scaler_step = [0]
 
+    def before_optimizer_step(optimizer, args, kwargs) -> None:
+        recorder.optimizer_stepping(optimizer)
+
     def after_optimizer_step(optimizer, args, kwargs) -> None:
+        recorder.optimizer_stepped(optimizer)
         if not in_scaler_step[0]:
             recorder.step(skipped=False)
 
+    register_optimizer_step_pre_hook(before_optimizer_step)
     register_optimizer_step_post_hook(after_optimizer_step)
 
     original_backward = torch.Tensor.backward

@@ -86,10 +86,22 @@ def text_report(script: Path, outcome: Outcome) -> list[str]:
         )
     )
     lines.append(row("skipped steps", [str(runs[0]["skipped_steps"]) for _, runs in columns]))
+    band = comparison.update_bands[0]
+    compared = comparison.updates_compared
+    inside = compared - len({ratio.step for ratio in comparison.update_outliers()})
+    lines.append(
+        row(
+            "updates within band",
+            ["", f"{inside} of {compared}"],
+            f"   band {1 / band:.3g}x-{band:.3g}x of the baseline's gradients and updates",
+        )
+    )
     lines.append("")
     if comparison.passed:
         verdict = click.style("passed", fg="green", bold=True)
-        lines.append(f"verdict: {verdict} (loss within {thresholds.rtol:.1%})")
+        lines.append(
+            f"verdict: {verdict} (loss within {thresholds.rtol:.1%}; every update within the band)"
+        )
     else:
         lines.append(f"verdict: {click.style('failed', fg='red', bold=True)}")
         lines += [f"  - {reason}" for reason in comparison.reasons()]

@@ -23,6 +23,8 @@ from amplint.verify.harness import HARNESS_ERROR, NEEDS_TORCH
 from amplint.verify.rewrite import Rewrite, listed, rewritten, unrewritten_imports
 
 STDERR_TAIL_LINES = 20
+# The seed of the run that calibrates update parity (the others run with 0).
+CALIBRATION_SEED = 1
 
 
 @dataclass(frozen=True)
@@ -251,6 +253,19 @@ def verify(request: Request, progress: Progress | None = None) -> Outcome:
                 tf32 = run_child(
                     "TF32", rewrite.original, request, progress, workdir, harness_options=["--tf32"]
                 )
+        # Update parity's band is set by how far a run of the original that
+        # AMP has nothing to do with strays from the baseline: the TF32 run,
+        # or else one seeded differently.
+        calibration, calibrated_by = tf32, "the TF32 run"
+        if not calibration:
+            calibration, calibrated_by = run_child(
+                "calibration",
+                rewrite.original,
+                request,
+                progress,
+                workdir,
+                harness_options=["--seed", str(CALIBRATION_SEED)],
+            ), "an FP32 run with another seed"
     fixable, _ = unrewritten_imports(
         request.script, request.settings, request.unsafe, rewrite.covered
     )
@@ -272,7 +287,9 @@ def verify(request: Request, progress: Progress | None = None) -> Outcome:
                     f"{_run_name(name, rank, len(runs))} ended after {run['steps']} of "
                     f"{request.thresholds.steps} steps"
                 )
-    comparison = Comparison(baseline, amp, request.thresholds, on_cuda, problems, tf32)
+    comparison = Comparison(
+        baseline, amp, request.thresholds, on_cuda, problems, tf32, calibration, calibrated_by
+    )
     device = baseline[0]["device"] if device_type == "cuda" else device_type
     # What the AMP run trained under, which need not be what was asked for.
     dtypes = sorted({autocast.split()[1] for autocast in active_autocast(amp[0])})
