@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from amplint.analysis.checkpoints import scaler_key
-from tests.helpers import codes_of, dedent, fixed
+from tests.helpers import codes_of, dedent, findings_of, fixed
 
 STEP = """
 import torch
@@ -169,6 +169,42 @@ def test_a_resume_before_the_scaler_exists_is_not_rewritten() -> None:
         """)
     assert "AMP109" in codes_of(source)
     assert fixed(source) == source
+    (finding,) = [d for d in findings_of(source) if d.code == "AMP109"]
+    assert finding.message.endswith(
+        "not rewritten: `scaler` is made after this line; make it before, beside the optimizer"
+    )
+
+
+@pytest.mark.parametrize(
+    "made",
+    [
+        'torch.amp.GradScaler("cuda") if use_amp else None',
+        'None if not use_amp else torch.amp.GradScaler("cuda")',
+    ],
+)
+def test_a_scaler_that_may_be_none_is_saved_behind_a_test(made: str) -> None:
+    """`GradScaler() if args.amp else None`: `scaler.state_dict()` would raise
+    in the run with AMP off, the default of most such scripts."""
+    source = dedent(f"""
+        import torch
+        def main(model, loader, use_amp=False):
+            optimizer = torch.optim.AdamW(model.parameters())
+            scaler = {made}
+            for x, y in loader:
+                with torch.autocast("cuda", enabled=use_amp):
+                    loss = model(x, y)
+                if scaler is not None:
+                    scaler.scale(loss).backward()
+                    scaler.step(optimizer)
+                    scaler.update()
+                else:
+                    loss.backward()
+                    optimizer.step()
+            torch.save({{"model": model.state_dict(), "optimizer": optimizer.state_dict()}}, "c.pt")
+        """)
+    assert (
+        '"scaler": scaler.state_dict() if scaler is not None else None}' in fixed(source)
+    )
 
 
 def test_an_init_that_resumes_before_making_its_scaler_is_not_rewritten() -> None:

@@ -986,3 +986,38 @@ def test_a_step_whose_callers_cannot_all_take_autocast_is_not_rewritten(callers,
     (finding,) = [d.message for d in lint_text(source, ALL, Settings()) if d.code == "AMP001"]
     assert "not rewritten" in finding and reason in finding
     assert fixed(source) == source
+
+
+def test_words_in_comments_and_strings_decide_nothing() -> None:
+    """A step is skipped or declined for what its code does, never for what a
+    comment, a docstring or a log message says."""
+    words = dedent('''
+        """Features from n-grams; the Gram matrix is plotted elsewhere."""
+        import torch
+
+
+        def train(model, loader, optimizer):
+            print("amp: off (autocast and GradScaler come later)")
+            for x, y in loader:
+                x, y = x.cuda(), y.cuda()
+                # scores.masked_fill(mask, -1e10) overflows float16
+                loss = torch.nn.functional.mse_loss(model(x), y)
+                # scaler.scale(loss).backward()
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+        ''')
+    result = fixed(words)
+    assert "torch.autocast(" in result and ".scale(loss).backward()" in result
+    code = words.replace("# scaler.scale(loss).backward()", "scores = x.masked_fill(x > 0, -1e10)")
+    assert "masked_fill" in _messages(code, Settings())[0]  # the same words as code decline
+
+
+def test_code_only_keeps_positions_and_blanks_comments_and_strings() -> None:
+    from amplint.analysis.code_text import code_only
+
+    text = 'x = "#autocast"  # scaler.scale(loss)\ny = f"{a}" + b"\\"" + """\nscaler\n"""\n'
+    blanked = code_only(text)
+    assert len(blanked) == len(text) and blanked.count("\n") == text.count("\n")
+    assert "autocast" not in blanked and "scaler" not in blanked
+    assert blanked.split() == ["x", "=", "y", "=", "+", "+"]

@@ -9,6 +9,7 @@ import libcst as cst
 from amplint.analysis.accumulation import PerMicroStep, find_scalers_per_microstep
 from amplint.analysis.apex import ApexScan, find_apex_uses
 from amplint.analysis.autocast import AutocastScan, scan_autocast
+from amplint.analysis.code_text import code_only
 from amplint.analysis.checkpoints import CheckpointScan, find_checkpoints_without_scaler
 from amplint.analysis.bf16_scaler import Bf16Scaler, find_bf16_scalers
 from amplint.analysis.deprecated_amp import DeprecatedAmpUse, find_deprecated_amp_uses
@@ -65,6 +66,11 @@ class ModuleFacts:
         # The rest of the project, for questions that cross module borders;
         # None for text with no file behind it (a rule's example, a test).
         self.project = project
+
+    @cached_property
+    def code_text(self) -> str:
+        """`text` with comments and strings blanked: what patterns may decide from."""
+        return code_only(self.text)
 
     @cached_property
     def imports(self) -> ImportMap:
@@ -208,11 +214,11 @@ class ModuleFacts:
 
     @cached_property
     def unscaled_float16(self) -> list[UnscaledFloat16]:
-        return find_unscaled_float16(self.training_steps.steps, self.imports, self.text)
+        return find_unscaled_float16(self.training_steps.steps, self.imports, self.code_text)
 
     @cached_property
     def losses_outside_autocast(self) -> list[LossOutsideAutocast]:
-        return find_losses_outside_autocast(self.training_steps.steps, self.imports, self.text)
+        return find_losses_outside_autocast(self.training_steps.steps, self.imports, self.code_text)
 
     @cached_property
     def checkpoints_without_scaler(self) -> CheckpointScan:

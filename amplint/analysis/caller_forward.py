@@ -22,6 +22,7 @@ from typing import Callable, Iterator, Sequence
 
 import libcst as cst
 
+from amplint.analysis.code_text import code_only
 from amplint.analysis.forward import ForwardRegion, forward_region
 from amplint.analysis.statements import child_suites, parameter_names
 from amplint.analysis.visitor import Visitor, holds
@@ -57,7 +58,7 @@ def caller_regions(
         if finder.other_uses:
             return f"`{me}.{name}` is used other than called (passed on, stored)"
         where = f"`{me}.{name}(...)` in `{method.name.value}`"
-        if finder.calls and _AUTOCAST.search(code_for(method)):
+        if finder.calls and _AUTOCAST.search(code_only(code_for(method))):
             return f"{where} runs under autocast already"
         for call in finder.calls:
             argument = _argument(call, position, loss.value)

@@ -53,6 +53,7 @@ class CheckpointWithoutScaler:
     # defaulting to None: guard its use.
     optional: bool
     carrier: Carrier | None  # when not reachable: the function to pass it through
+    made_after: bool = False  # not reachable: the scope makes the scaler later
 
 
 @dataclass(frozen=True, eq=False)
@@ -68,6 +69,7 @@ class ResumeWithoutScaler:
     quote: str  # the quote the optimizer's key is written with
     optional: bool
     carrier: Carrier | None
+    made_after: bool = False
 
 
 @dataclass(frozen=True)
@@ -104,6 +106,9 @@ class _CheckpointFinder(ScopedVisitor):
         # would be a NameError.
         self.bound: dict[Scope, dict[str, int]] = {}
         self.optional: dict[Scope, set[str]] = {}  # parameters defaulting to None
+        # Names and `self.x` bound somewhere to what may be None (`scaler = None`,
+        # `GradScaler() if args.amp else None`): a method called on them needs a test.
+        self.maybe_none: set[str] = set()
         self.top_level: set[cst.FunctionDef] = set()  # functions defined at module level
         # calls of a plain name: name -> (call, scope, class, position)
         self.calls: dict[str, list[tuple[cst.Call, Scope, cst.ClassDef | None, int]]] = {}
@@ -136,6 +141,8 @@ class _CheckpointFinder(ScopedVisitor):
             name = dotted_name(target.target)
             if name is not None:
                 self.bound[self.scope].setdefault(name, self._position)
+                if _may_be_none(node.value):
+                    self.maybe_none.add(name)
 
     def visit_Call(self, node: cst.Call) -> None:
         if isinstance(node.func, cst.Name):
@@ -164,6 +171,15 @@ class _CheckpointFinder(ScopedVisitor):
                 and looks_like_optimizer(dotted_name(call.func.value) or "")
             ):
                 self.resumes.append((node, call, self.scope, self._class(), self._position))
+
+
+def _may_be_none(value: cst.BaseExpression) -> bool:
+    """`None`, or a conditional expression with `None` in an arm."""
+    if isinstance(value, cst.Name):
+        return value.value == "None"
+    if isinstance(value, cst.IfExp):
+        return _may_be_none(value.body) or _may_be_none(value.orelse)
+    return False
 
 
 def find_checkpoints_without_scaler(module: cst.Module) -> CheckpointScan:
@@ -212,10 +228,16 @@ def find_checkpoints_without_scaler(module: cst.Module) -> CheckpointScan:
 
     def placed(scope: Scope, class_def, position: int, optimizer: str | None) -> dict:
         if reachable(scope, class_def, position):
-            optional = scaler in finder.optional.get(scope, ())
+            optional = scaler in finder.optional.get(scope, ()) or scaler in finder.maybe_none
             return {"reachable": True, "optional": optional, "carrier": None}
         passed = carrier(scope, optimizer)  # the scaler arrives as `scaler=None`
-        return {"reachable": False, "optional": passed is not None, "carrier": passed}
+        made_after = finder.bound.get(scope, {}).get(scaler, -1) >= position
+        return {
+            "reachable": False,
+            "optional": passed is not None,
+            "carrier": passed,
+            "made_after": made_after,
+        }
 
     saves = []
     if not finder.saved:

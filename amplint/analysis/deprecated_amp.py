@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from amplint.analysis.code_text import code_only
 from amplint.analysis.imports import ImportMap
 from amplint.analysis.guards import GuardedVisitor
 from amplint.analysis.scopes import Scope
@@ -106,8 +107,8 @@ class _UseFinder(GuardedVisitor):
     # -- version fallbacks (GuardedVisitor) -------------------------------------
     def opens_guard(self, node) -> bool:
         if isinstance(node, cst.Try):
-            return self._spells_modern_amp(self.module.code_for_node(node))
-        return bool(_VERSION_TEST.search(self.module.code_for_node(node.test)))
+            return self._spells_modern_amp(code_only(self.module.code_for_node(node)))
+        return bool(_VERSION_TEST.search(code_only(self.module.code_for_node(node.test))))
 
     def _spells_modern_amp(self, code: str) -> bool:
         if _MODERN_IMPORT.search(code):

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from amplint.analysis.code_text import code_only
 from amplint.analysis.imports import ImportMap
 from amplint.analysis.guards import GuardedVisitor
 from amplint.analysis.scopes import Scope
@@ -68,7 +69,7 @@ class _CallFinder(GuardedVisitor):
         # `try: torch.get_autocast_dtype("cuda") except: torch.get_autocast_gpu_dtype()`
         # is a fallback; a try that does not spell the new API is just a try.
         if isinstance(node, cst.Try):
-            return bool(_NEW_API.search(self.module.code_for_node(node)))
+            return bool(_NEW_API.search(code_only(self.module.code_for_node(node))))
         return bool(_VERSION_TEST.search(self.module.code_for_node(node.test)))
 
     def visit_Call(self, node: cst.Call) -> None:

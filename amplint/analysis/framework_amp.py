@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from amplint.analysis.code_text import code_only
 from amplint.analysis.autocast import ANY_AUTOCAST, disabled
 from amplint.analysis.frameworks import (
     HF_TRAINERS,
@@ -168,7 +169,7 @@ def _narrow_module_level(finder: _ManualAmpFinder, module: cst.Module) -> None:
         for statement in module.body
         if any(holds(statement, call) for call in finder.module_backwards)
     ]
-    backward_code = [module.code_for_node(statement) for statement in backward_statements]
+    backward_code = [code_only(module.code_for_node(s)) for s in backward_statements]
     for found in finder.found:
         if found.function is not None or not found.beside_framework_backward:
             continue

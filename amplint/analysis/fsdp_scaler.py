@@ -16,6 +16,7 @@ from typing import Union
 
 import libcst as cst
 
+from amplint.analysis.code_text import code_only
 from amplint.analysis.bf16_scaler import GRAD_SCALERS
 from amplint.analysis.guards import GuardedVisitor
 from amplint.analysis.imports import ImportMap
@@ -63,7 +64,7 @@ class _PlainScalers(GuardedVisitor):
     def opens_guard(self, node) -> bool:
         # An if that also makes a ShardedGradScaler chooses between the two.
         return not isinstance(node, cst.Try) and (
-            self.sharded_spelled.search(self.module.code_for_node(node)) is not None
+            self.sharded_spelled.search(code_only(self.module.code_for_node(node))) is not None
         )
 
     def _slot(self, node: _ValueSlot) -> None:
@@ -105,7 +106,7 @@ def find_plain_grad_scalers(module: cst.Module, imports: ImportMap) -> list[Plai
         id(scope)
         for scope in finder.scope_of.values()
         if isinstance(scope, cst.FunctionDef)
-        and finder.sharded_spelled.search(module.code_for_node(scope))
+        and finder.sharded_spelled.search(code_only(module.code_for_node(scope)))
     }
     return [
         PlainScaler(

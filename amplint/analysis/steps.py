@@ -18,6 +18,7 @@ from typing import Iterator, Sequence, Union
 import libcst as cst
 
 from amplint.analysis.caller_forward import caller_regions
+from amplint.analysis.code_text import code_only
 from amplint.analysis.forward import (
     AUTOCAST_UNSAFE_LOSSES,
     ForwardRegion,
@@ -87,7 +88,12 @@ NO_FORWARD = "no forward pass"
 AMP_RELATIVE = "a subclass or sibling class is the mixed-precision version"
 # The step's Accelerator is made here: its switch is AMP002's to report.
 FRAMEWORK_SWITCH = "the Accelerator made here decides the precision"
-SILENT_SKIPS = (ALREADY_AMP, NO_FORWARD, AMP_RELATIVE, FRAMEWORK_SWITCH)
+# `if args.amp: train_amp(...) else: train_fp32(...)`: a function whose step
+# is mixed precision already and a sibling whose step is FP32, called in the
+# two arms of one test.  The FP32 one is the run the author chose for when AMP
+# is off (a tutorial's "default precision" baseline).
+AMP_TWIN = "the function called when AMP is off, beside its mixed-precision twin"
+SILENT_SKIPS = (ALREADY_AMP, NO_FORWARD, AMP_RELATIVE, FRAMEWORK_SWITCH, AMP_TWIN)
 # Bases too common to make two classes siblings.
 _ROOT_BASES = {"object", "Module", "nn.Module", "torch.nn.Module", "ABC"}
 
@@ -307,7 +313,7 @@ class _StepFinder(ScopedVisitor):
                 self._add_step(block, owner, [], closures, [], flat)
             return
         if not steps:
-            if _MANUAL_UPDATE.search(self.module.code_for_node(block)):
+            if _MANUAL_UPDATE.search(code_only(self.module.code_for_node(block))):
                 self.manual_updates.append(backwards[0])
             return
         self._add_step(block, owner, backwards, steps, grad_edits, flat)
@@ -345,7 +351,7 @@ class _StepFinder(ScopedVisitor):
             scope = next(f for f in self._functions if f is not None)
         else:
             scope = step.outermost_loop
-        scope_code = self.module.code_for_node(scope)
+        scope_code = code_only(self.module.code_for_node(scope))
         if any(s.scaler for s in step.steps) or _ALREADY_AMP.search(scope_code):
             return ALREADY_AMP
         aliases = self.optimizers.autocast_aliases
@@ -363,7 +369,7 @@ class _StepFinder(ScopedVisitor):
                 "the model goes through Accelerate (`accelerator.prepare`), which owns its "
                 'precision: set `Accelerator(mixed_precision="bf16")` (or "fp16") instead'
             )
-        manual = _MANUAL_UPDATE.search(self.module.code_for_node(step.block))
+        manual = _MANUAL_UPDATE.search(code_only(self.module.code_for_node(step.block)))
         if manual is not None:
             return (
                 f"parameters are also updated by hand (`{manual.group(0)}...`) on some path; "
@@ -462,8 +468,8 @@ class _StepFinder(ScopedVisitor):
         where its model and optimizer are made and prepared.  A notebook's plain
         loop above its Accelerate version is set up without Accelerate."""
         if step.outermost_loop is None:
-            return self.module.code_for_node(step.function or self.module)
-        return "".join(self.module.code_for_node(statement) for statement in step.setup)
+            return code_only(self.module.code_for_node(step.function or self.module))
+        return code_only("".join(self.module.code_for_node(s) for s in step.setup))
 
     def _has_amp_relative(self, class_def: cst.ClassDef) -> bool:
         """Whether a class of the module that subclasses `class_def`, or shares
@@ -475,7 +481,7 @@ class _StepFinder(ScopedVisitor):
                 continue
             other_bases = _base_names(other)
             if (name in other_bases or bases & other_bases) and _ALREADY_AMP.search(
-                self.module.code_for_node(other)
+                code_only(self.module.code_for_node(other))
             ):
                 return True
         return False
@@ -722,4 +728,72 @@ def find_training_steps(
     of other project modules it imports (see ProjectView.loss_helpers)."""
     finder = _StepFinder(module, imports, project_losses or {})
     finder.walk(module)
+    _mark_amp_twins(module, finder.steps)
     return StepScan(finder.steps, finder.manual_updates, finder.optimizers.created)
+
+
+def _mark_amp_twins(module: cst.Module, steps: list[TrainingStep]) -> None:
+    """Skip, as AMP_TWIN, each FP32 step of a function that the module calls in
+    one arm of an `if` whose other arm calls a function with a step of the
+    same optimizer that is mixed precision already.  Decided from calls the
+    user wrote: a fix never adds such a test, so the fix rounds, which see a
+    loop amplint rewrote beside one it has yet to rewrite, decide the same."""
+    amp = [s for s in steps if s.skip == ALREADY_AMP and s.function is not None]
+    if not amp:
+        return
+    arms = _called_in_arms(module)
+    for step in steps:
+        if step.skip is not None or step.function is None:
+            continue
+        name = step.function.name.value
+        optimizers = _optimizer_names_of(step)
+        for other in amp:
+            other_name = other.function.name.value
+            if (
+                other.function is not step.function
+                and other.class_def is step.class_def
+                and optimizers & _optimizer_names_of(other)
+                and any(
+                    (name in body and other_name in orelse) or (name in orelse and other_name in body)
+                    for body, orelse in arms
+                )
+            ):
+                step.skip = AMP_TWIN
+                break
+
+
+def _called_in_arms(module: cst.Module) -> list[tuple[set[str], set[str]]]:
+    """For each `if` with an `else`, the names of the functions (and methods)
+    each arm calls."""
+    finder = _IfArms()
+    finder.walk(module)
+    return finder.arms
+
+
+class _IfArms(Visitor):
+    def __init__(self) -> None:
+        self.arms: list[tuple[set[str], set[str]]] = []
+
+    def visit_If(self, node: cst.If) -> None:
+        if node.orelse is not None:
+            self.arms.append((_called_names(node.body), _called_names(node.orelse)))
+
+
+def _called_names(node: cst.CSTNode) -> set[str]:
+    finder = _CalledNames()
+    finder.walk(node)
+    return finder.names
+
+
+class _CalledNames(Visitor):
+    def __init__(self) -> None:
+        self.names: set[str] = set()
+
+    def visit_Call(self, node: cst.Call) -> None:
+        name = dotted_name(node.func)
+        if name is not None:
+            self.names.add(name.rsplit(".", 1)[-1])
+
+
+def _optimizer_names_of(step: TrainingStep) -> set[str]:
+    return {name for s in step.steps if (name := dotted_name(s.optimizer)) is not None}

@@ -35,6 +35,11 @@ from amplint.transforms.scaler_scope import with_keyword_only
 from amplint.transforms.statements import followed_by
 
 UNREACHABLE = "; not rewritten: `{scaler}` is not in scope here, pass it in"
+MADE_AFTER = "; not rewritten: `{scaler}` is made after this line; make it before, beside the optimizer"
+
+
+def _unplaced(found: CheckpointWithoutScaler | ResumeWithoutScaler) -> str:
+    return (MADE_AFTER if found.made_after else UNREACHABLE).format(scaler=found.scaler)
 
 
 class ScalerNotCheckpointed(Rule):
@@ -57,7 +62,7 @@ class ScalerNotCheckpointed(Rule):
         if not save.reachable and save.carrier is None:
             return Diagnostic(
                 self.code,
-                message + UNREACHABLE.format(scaler=save.scaler),
+                message + _unplaced(save),
                 facts.span(save.optimizer_entry),
             )
         index = next(i for i, e in enumerate(save.checkpoint.elements) if e is save.optimizer_entry)
@@ -89,7 +94,7 @@ class ScalerNotCheckpointed(Rule):
         if not resume.reachable and resume.carrier is None:
             return Diagnostic(
                 self.code,
-                message + UNREACHABLE.format(scaler=resume.scaler),
+                message + _unplaced(resume),
                 facts.span(resume.call),
             )
         key, holder, scaler = resume.key, resume.checkpoint, resume.scaler

@@ -11,6 +11,7 @@ import re
 from typing import Iterator
 
 from amplint.analysis import ModuleFacts
+from amplint.analysis.code_text import code_only
 from amplint.analysis.steps import SILENT_SKIPS, TrainingStep
 from amplint.config import Settings
 from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix
@@ -46,7 +47,8 @@ _CLEARS_GRADIENTS = re.compile(r"zero_grad|\.grad\s*=\s*None|\.grad(?:\.data)?\.
 
 
 def float16_obstacle(text: str) -> str | None:
-    """What in the module's own code float16 autocast would break, or None."""
+    """What in the module's own code float16 autocast would break, or None;
+    `text` is code only (comments and strings blanked: analysis/code_text.py)."""
     for match in _FILL_VALUE.finditer(text):
         try:
             value = float(match.group(1).replace(" ", ""))
@@ -99,19 +101,19 @@ def _obstacle(
     if (
         choice.device == "cpu"
         and choice.dtype == "float16"
-        and (recurrent := _RECURRENT.search(facts.text)) is not None
+        and (recurrent := _RECURRENT.search(facts.code_text)) is not None
     ):
         return (
             f"`{recurrent.group(1)}` has no float16 kernel on most CPUs (oneDNN raises "
             '"could not create a primitive descriptor"); `--dtype bfloat16` runs it'
         )
-    weights = _LOW_PRECISION_WEIGHTS.search(facts.text)
+    weights = _LOW_PRECISION_WEIGHTS.search(facts.code_text)
     if weights is not None:
         return (
             f"the model is loaded in {weights.group(1)} (`{weights.group(0)}`) and "
             "trains in it already; autocast over it adds no speed"
         )
-    if choice.dtype in ("float16", "auto") and (found := float16_obstacle(facts.text)):
+    if choice.dtype in ("float16", "auto") and (found := float16_obstacle(facts.code_text)):
         return found
     problem = next((r.unsafe_problem for r in step.regions if r.unsafe_problem), None)
     if choice.device == "cuda" and step.unsafe_loss is not None and problem is not None:
@@ -127,15 +129,17 @@ def _obstacle(
         )
     if choice.uses_scaler:
         reader = None
-        if "update_and_allocate" in facts.text:  # before generating the block's code
-            reader = _READS_GRADIENTS_AFTER_STEP.search(facts.module.code_for_node(step.block))
+        if "update_and_allocate" in facts.code_text:  # before generating the block's code
+            reader = _READS_GRADIENTS_AFTER_STEP.search(
+                code_only(facts.module.code_for_node(step.block))
+            )
         if reader is not None:
             return (
                 f"`{reader.group(0)}...)` (AdaLoRA) reads the gradients after the step; on "
                 "a step the GradScaler skips they hold inf, which its importance scores "
                 "keep: use `--dtype bfloat16`"
             )
-        if step.outermost_loop is not None and not _CLEARS_GRADIENTS.search(facts.text):
+        if step.outermost_loop is not None and not _CLEARS_GRADIENTS.search(facts.code_text):
             return (
                 "the loop never clears its gradients (no `zero_grad()`), so they add up "
                 "across steps; with a GradScaler the first skipped step's inf stays in them "

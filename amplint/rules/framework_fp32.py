@@ -19,6 +19,7 @@ from typing import ClassVar, Iterator
 
 import libcst as cst
 
+from amplint.analysis.code_text import code_only
 from amplint.analysis import ModuleFacts
 from amplint.analysis.autocast import keyword_value
 from amplint.analysis.frameworks import FrameworkSetup, Precision
@@ -46,10 +47,10 @@ def _does_amp_by_hand(setup: FrameworkSetup, module: cst.Module) -> bool:
     function or class (any of them may be called with it)."""
     scope = setup.scope
     if not isinstance(scope, cst.Module):
-        return _MANUAL_AMP.search(module.code_for_node(scope)) is not None
+        return _MANUAL_AMP.search(code_only(module.code_for_node(scope))) is not None
     bound = next((name for s in module.body if (name := assigned_name(s, setup.call))), None)
     for statement in module.body:
-        text = module.code_for_node(statement)
+        text = code_only(module.code_for_node(statement))
         if not _MANUAL_AMP.search(text):
             continue
         if bound is None or isinstance(statement, (cst.FunctionDef, cst.ClassDef)):

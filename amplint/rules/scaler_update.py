@@ -16,6 +16,7 @@ from typing import Iterator
 
 import libcst as cst
 
+from amplint.analysis.code_text import code_only
 from amplint.analysis import ModuleFacts
 from amplint.analysis.scaler import EarlyUpdate, MissingUpdate
 from amplint.config import Settings
@@ -40,7 +41,7 @@ def _owned_by(function: cst.FunctionDef | None, scaler: str, facts: ModuleFacts)
         return False
     if scaler in parameter_names(function):
         return False
-    code = facts.module.code_for_node(function)
+    code = code_only(facts.module.code_for_node(function))
     name = re.escape(scaler)
     if re.search(rf"\b{name}\s*\.\s*update\s*\(", code):
         return False
@@ -64,7 +65,7 @@ class MissingScalerUpdate(Rule):
     def _missing(self, missing: MissingUpdate, facts: ModuleFacts) -> Diagnostic | None:
         scaler = missing.scaler
         updated = rf"\b{re.escape(scaler)}\s*\.\s*update\s*\("
-        if re.search(updated, facts.text) and not _owned_by(missing.function, scaler, facts):
+        if re.search(updated, facts.code_text) and not _owned_by(missing.function, scaler, facts):
             return None  # updated elsewhere (a caller, another method): not for a guess
         step = facts.module.code_for_node(missing.last_step.call)
         message = (

@@ -86,7 +86,7 @@ def runs_on_cpu_only(step: TrainingStep, facts: ModuleFacts) -> bool:
     (tutorials on toy data): CUDA autocast and a CUDA scaler would be no-ops
     there.  A step whose optimizer comes from the caller is set up elsewhere,
     where the model may well be moved to a GPU."""
-    if not facts.training_steps.creates_optimizer or _LEAVES_THE_CPU.search(facts.text):
+    if not facts.training_steps.creates_optimizer or _LEAVES_THE_CPU.search(facts.code_text):
         return False
     given = set(parameter_names(step.function)) if step.function is not None else set()
     for optimizer_step in step.steps:
