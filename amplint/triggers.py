@@ -18,7 +18,6 @@ from amplint.prefilter import SourceClues
 
 SYNTAX_ERROR = "AMP900"  # reported by the engine itself, on a file that does not parse
 SCALER_NAME = re.compile(r"scaler", re.I)
-CLIP_FUNCTIONS = ("clip_grad_norm_", "clip_grad_value_", "clip_grad_norm")
 # An autocast call whose first argument is anything but a plain type literal
 # ("cuda"): an expression, a keyword, an indexed literal.  Torch's own code
 # names autocast everywhere, but passes it a device expression rarely.
@@ -41,12 +40,9 @@ def _backward_in_autocast(clues: SourceClues) -> bool:
 
 
 def _clip_before_unscale(clues: SourceClues) -> bool:
-    return (
-        "clip_grad" in clues.text
-        and clues.may_call("scale")
-        and clues.may_call("backward")
-        and any(clues.may_use(name) for name in CLIP_FUNCTIONS)
-    )
+    # The clip may be the project's own (`clip_gradient(optimizer, c)`,
+    # `clipper.step(params)`), spelled any way: a scaled step is the clue.
+    return clues.may_call("scale") and clues.may_call("backward") and clues.may_call("step")
 
 
 def _step_bypasses_scaler(clues: SourceClues) -> bool:

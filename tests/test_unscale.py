@@ -225,3 +225,34 @@ def test_a_clip_shared_by_both_paths_unscales_only_where_the_scaler_is(
     assert codes_of(source) == ["AMP102"]
     unscale = f"if {guard}:\n            scaler.unscale_(optimizer)\n        "
     assert fixed(source) == dedent(template.format(unscale=unscale, **fields))
+
+
+@pytest.mark.parametrize(
+    "clip",
+    [
+        "clip_gradient(optimizer, 0.5)",  # image-captioning tutorials' helper
+        "clipper.step(model.parameters())",  # a clipping object of the project's
+    ],
+)
+def test_the_projects_own_clipper_sees_unscaled_gradients(clip: str) -> None:
+    """A helper handed the optimizer or the parameters may clamp or clip: like
+    torch's clip it must see unscaled gradients, in the FP32 rewrite as in
+    code that is AMP already."""
+    amp = _step(f"""
+        {clip}
+        scaler.step(optimizer)
+        scaler.update()
+        """)
+    assert "AMP102" in codes_of(amp)
+    assert f"scaler.unscale_(optimizer)\n    {clip}" in fixed(amp)
+    fp32 = dedent(f"""
+        import torch
+        for x, y in loader:
+            x, y = x.cuda(), y.cuda()
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            {clip}
+            optimizer.step()
+            optimizer.zero_grad()
+        """)
+    assert f"scaler.unscale_(optimizer)\n    {clip}" in fixed(fp32)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Iterator, Sequence, Union
 
 import libcst as cst
@@ -258,6 +259,34 @@ class _StepFinder(ScopedVisitor):
             return False
         return name in self.optimizers.names or bool(_OPTIMIZER_NAME.search(last))
 
+    def _hands_over_gradients(self, call: cst.Call) -> bool:
+        """Whether `call` is given what holds gradients (an optimizer, an
+        optimizer's `param_groups`, a `.parameters()` iterator) or is a
+        function of this module that edits `.grad`: code of the project's own
+        that may read or change the gradients.  A call also given the scaler
+        is left to unscale itself."""
+        if any(is_scaler(arg.value) for arg in call.args):
+            return False  # `clip_gradients(model, scaler, optimizer)` may unscale itself
+        name = dotted_name(call.func)
+        if name is not None and name in self._gradient_editors:
+            return True
+        for arg in call.args:
+            value = arg.value
+            if self._is_optimizer(value) or _HoldsGradients.within(value):
+                return True
+        return False
+
+    @cached_property
+    def _gradient_editors(self) -> set[str]:
+        """The module-level functions whose body edits `.grad` in place."""
+        editors = set()
+        for name, function in self.optimizers.module_functions.items():
+            finder = GradEditFinder()
+            finder.walk(function.body)
+            if finder.found:
+                editors.add(name)
+        return editors
+
     def _examine(self, block: cst.IndentedBlock, owner: BlockOwner) -> None:
         backwards: list[BackwardCall] = []
         steps: list[OptimizerStep] = []
@@ -294,6 +323,15 @@ class _StepFinder(ScopedVisitor):
                 elif self.resolve(call.func) in CLIP_FUNCTIONS or (
                     method in CLIP_METHODS and not _framework_owned(call)
                 ):
+                    grad_edits.append(GradEdit(statement, order, clip=call))
+                elif (
+                    not (method and is_scaler(receiver))
+                    and not _framework_owned(call)
+                    and self._hands_over_gradients(call)
+                ):
+                    # The project's own clipper (`clip_gradient(optimizer, c)`,
+                    # `clipper.step(model.parameters())`): it may clamp or clip,
+                    # which must see unscaled gradients, like torch's own clip.
                     grad_edits.append(GradEdit(statement, order, clip=call))
             if not isinstance(statement, (cst.If, cst.With, cst.Try)) and not any(
                 edit.statement is statement for edit in grad_edits
@@ -555,6 +593,27 @@ def is_scaler(receiver: cst.BaseExpression) -> bool:
     """`scaler`, `self.grad_scaler`: a GradScaler, by the name every example uses."""
     name = dotted_name(receiver)
     return name is not None and SCALER_NAME.search(name.rsplit(".", 1)[-1]) is not None
+
+
+class _HoldsGradients(Visitor):
+    """`model.parameters()`, `named_parameters()`, `optimizer.param_groups`."""
+
+    def __init__(self) -> None:
+        self.found = False
+
+    @classmethod
+    def within(cls, node: cst.CSTNode) -> bool:
+        finder = cls()
+        finder.walk(node)
+        return finder.found
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if method_name(node) in ("parameters", "named_parameters"):
+            self.found = True
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        if node.attr.value == "param_groups":
+            self.found = True
 
 
 class _BackwardFinder(Visitor):
