@@ -695,7 +695,9 @@ def test_update_parity_aligns_out_skipped_steps_and_names_the_first_step_outside
     thresholds = Thresholds(steps=4, warmup=1, last=2, rtol=0.05, min_speedup=None)
     baseline, amp = _run([4, 3, 2, 1.0], [1.0] * 3), _run([4, 3, 2, 1.0], [1.0] * 3)
     baseline["updates"] = _updates(2.0, 1.5, 1.0, 0.8)
-    amp["updates"] = _updates(None, 1.5, 1.0 / 65536, 0.81)
+    # The scaler skips the first step: the AMP run is an update behind, its
+    # k-th update compared with the baseline's k-th.
+    amp["updates"] = _updates(None, 2.0, 1.5 / 65536, 1.01)
     comparison = Comparison([baseline], [amp], thresholds, speed_meaningful=False)
     assert [ratio.step for ratio in update_ratios(baseline, amp)] == [1] * 3 + [2] * 3 + [3] * 3
     assert comparison.parity_ok and not comparison.update_parity_ok and not comparison.passed

@@ -114,15 +114,21 @@ class UpdateRatio:
         return max(self.ratio, 1 / self.ratio)
 
 
+def _updates_made(run: dict) -> list[tuple[int, list[dict]]]:
+    """(step, what the optimizers received) for each step that updated."""
+    return [(step, records) for step, records in enumerate(run.get("updates") or ()) if records]
+
+
 def update_ratios(baseline: dict, other: dict) -> list[UpdateRatio]:
-    """The other run's figures over the baseline's, for each step both runs
-    took (a step either run's scaler skipped is left out) and each parameter
-    group both optimizers have."""
+    """The other run's figures over the baseline's, update by update: the
+    k-th step that updated in one run against the k-th in the other, as loss
+    parity compares losses.  A step the scaler skipped updated nothing; the
+    run after it is one update behind, not wrong.  Steps are named as the
+    other run counted them."""
     found = []
-    steps = zip(baseline.get("updates") or (), other.get("updates") or ())
-    for step, (base_records, other_records) in enumerate(steps):
-        if base_records is None or other_records is None:
-            continue  # skipped: no update to compare
+    for (_, base_records), (step, other_records) in zip(
+        _updates_made(baseline), _updates_made(other)
+    ):
         for base, mine in zip(base_records, other_records):
             for figure in UPDATE_FIGURES:
                 pairs = zip(base[figure], mine[figure])
