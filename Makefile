@@ -8,6 +8,8 @@
 #                   (tests/ecosystem/corpus.toml; clones read from ECOSYSTEM_CLONES)
 #   make fuzz   a long run of the fuzz tests: generated programs, mutated fixtures, notebooks
 #               of wrong types, codec cookies (CI runs a few hundred of each)
+#   make shapes generate training scripts from real code's idioms (tests/shapes/), hold every
+#               check and fix to every oracle, update parity included (N=300; CI runs 300)
 #   make verify-gpu  amplint verify on the bundled GPU examples: the README's table (needs CUDA)
 PYTHON ?= python3
 VENV ?= .venv
@@ -16,7 +18,7 @@ BIN := $(VENV)/bin
 DEMO_SCRIPTS := fixtures/fp32_steps/nested_loops.py fixtures/deprecated_amp/legacy_train.py
 DEMO_DIR := build/demo
 
-.PHONY: demo test test-fast bench realcode ecosystem fuzz verify-gpu clean
+.PHONY: demo test test-fast bench realcode ecosystem fuzz shapes verify-gpu clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -67,6 +69,11 @@ ecosystem: $(VENV)/.installed-test
 FUZZ_EXAMPLES ?= 20000
 fuzz: $(VENV)/.installed-test
 	AMPLINT_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest -p no:cacheprovider tests/test_fuzz.py
+
+N ?= 300
+SEED ?= 0
+shapes: $(VENV)/.installed-test
+	$(BIN)/python -m tests.shapes -n $(N) --seed $(SEED)
 
 verify-gpu: $(VENV)/.installed-test
 	$(BIN)/python tests/verify_table.py

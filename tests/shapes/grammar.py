@@ -1,0 +1,678 @@
+"""The grammar: idioms of public training code, and complete scripts made of them.
+
+A `Shape` picks one idiom from each family below; `render` turns it into a
+runnable training script (synthetic data, a small model, the CPU, a few
+steps) and says what amplint owes it: which backward calls belong to FP32
+training steps that must get a finding, and which steps are a deliberate FP32
+twin of an AMP step that must be left alone.  Each idiom names where it was
+seen; none is copied from there.
+
+The families, combined freely (`Shape.problems` names the few pairs that
+cannot go together):
+
+- placement: where the step lives: a loop in `main()`, a per-epoch function,
+  a trainer method, a backward in a helper method (`optimize_parameters` ->
+  `backward_G`, pix2pix/CycleGAN), an inner accumulation loop whose step
+  follows it, the module's top level (a notebook's cells), a GAN's two steps.
+- guard: the step under `if (i + 1) % k == 0:` (accumulation) or not.
+- touch: what edits gradients between backward and step: torch's clipping
+  functions, the project's own helper (`clip_gradient(optimizer, c)`, image
+  captioning tutorials) or object (`clipper.step(params)`), a loop clamping
+  `.grad`, or a weight clamp after the step (WGAN), which is no gradient edit.
+- optimizer: how it is made: directly, by a builder, by a conditional
+  expression, as a module global; Adam, AdamW or SGD.
+- checkpoint: none, saved after training, resumed when a file exists,
+  saved and resumed by closures nested in `main()`.
+- existing_amp: none, or AMP already there behind a flag that is off
+  (`GradScaler() if use_amp else None`).
+- text: comments, docstrings and strings that mention AMP words, commented-out
+  AMP lines, "n-gram" and "Gram".
+- after: what the step's tensors meet next: `.item()`, NumPy inside the loop,
+  NumPy after training.
+- phases: one training phase, or a second one that makes a new optimizer
+  under the same name (fine-tuning at a lower rate).
+- twin: none, or a deliberate FP32 function beside its AMP twin.
+- notebook: a script, or the same code as notebook cells (top level only).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import textwrap
+from dataclasses import asdict, dataclass, fields
+
+FAMILIES: dict[str, tuple[str, ...]] = {
+    "placement": (
+        "loop",
+        "epoch_function",
+        "method",
+        "helper_backward",
+        "inner_accumulation",
+        "top_level",
+        "gan",
+    ),
+    "guard": ("none", "accumulate"),
+    "touch": (
+        "none",
+        "clip_norm",
+        "clip_value",
+        "helper_clamp",
+        "clipper_object",
+        "inline_clamp",
+        "weight_clamp",
+    ),
+    "optimizer": ("direct", "builder", "conditional", "global"),
+    "optimizer_class": ("Adam", "AdamW", "SGD"),
+    "checkpoint": ("none", "save", "resume", "nested_closures"),
+    "existing_amp": ("none", "optional_scaler"),
+    "text": ("none", "amp_comments", "gram_words", "amp_strings"),
+    "after": ("none", "item", "numpy_in_loop", "numpy_after"),
+    "phases": ("one", "two"),
+    "twin": ("none", "fp32_beside_amp"),
+    "notebook": ("no", "yes"),
+}
+
+
+@dataclass(frozen=True)
+class Shape:
+    placement: str = "loop"
+    guard: str = "none"
+    touch: str = "none"
+    optimizer: str = "direct"
+    optimizer_class: str = "Adam"
+    checkpoint: str = "none"
+    existing_amp: str = "none"
+    text: str = "none"
+    after: str = "none"
+    phases: str = "one"
+    twin: str = "none"
+    notebook: str = "no"
+
+    @property
+    def problems(self) -> list[str]:
+        """Why these idioms cannot make one program (empty: they can)."""
+        found = []
+        in_main = self.placement in ("loop", "epoch_function", "inner_accumulation", "gan")
+        if self.guard == "accumulate" and self.placement not in ("loop", "epoch_function", "top_level"):
+            found.append("an accumulation guard needs a loop over batches with its step in it")
+        if self.notebook == "yes" and self.placement != "top_level":
+            found.append("notebook cells hold top-level code")
+        if self.optimizer == "global" and not (in_main or self.placement == "top_level"):
+            found.append("a trainer class keeps its optimizer as an attribute")
+        if self.existing_amp != "none" and self.placement not in ("loop", "top_level"):
+            found.append("the flagged AMP idiom is written in a plain loop")
+        if self.existing_amp != "none" and (self.guard != "none" or self.twin != "none"):
+            found.append("one AMP idiom at a time")
+        if self.phases == "two" and self.placement not in ("loop", "top_level"):
+            found.append("a second phase re-runs a plain loop")
+        if self.twin != "none" and self.placement not in ("loop", "epoch_function"):
+            found.append("twins are functions of a script")
+        if self.placement == "gan" and self.touch in ("clipper_object",):
+            found.append("the GAN idiom clips its critic in place")
+        return found
+
+    def as_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> Shape:
+        return cls(**json.loads(text))
+
+
+def random_shape(rng: random.Random) -> Shape:
+    """A shape drawn uniformly among those whose idioms go together."""
+    while True:
+        shape = Shape(**{name: rng.choice(options) for name, options in FAMILIES.items()})
+        if not shape.problems:
+            return shape
+
+
+def simpler(shape: Shape) -> list[Shape]:
+    """Shapes one idiom closer to the default (`Shape()`), for shrinking a
+    failure to the few idioms it needs."""
+    default = Shape()
+    found = []
+    for field in fields(Shape):
+        if getattr(shape, field.name) != getattr(default, field.name):
+            candidate = Shape(**{**asdict(shape), field.name: getattr(default, field.name)})
+            if not candidate.problems:
+                found.append(candidate)
+    return found
+
+
+@dataclass
+class Program:
+    shape: Shape
+    text: str  # the script, or a notebook's cells joined (see `cells`)
+    cells: list[str] | None  # a notebook's code cells, in order
+    # The FP32 steps owed a finding, each as its backward statements: a finding
+    # on any of them is the step's (a GAN's two losses are one step).
+    fp32_backwards: list[tuple[str, ...]]
+    twin_backwards: list[str]  # deliberate FP32 steps beside their AMP twin: left alone
+
+    def notebook_json(self) -> str:
+        cells = [
+            {
+                "cell_type": "code",
+                "execution_count": None,
+                "metadata": {},
+                "outputs": [],
+                "source": cell.splitlines(keepends=True),
+            }
+            for cell in self.cells or []
+        ]
+        document = {
+            "cells": cells,
+            "metadata": {"language_info": {"name": "python"}},
+            "nbformat": 4,
+            "nbformat_minor": 5,
+        }
+        return json.dumps(document, indent=1) + "\n"
+
+
+def _indent(code: str, levels: int) -> str:
+    return textwrap.indent(code, "    " * levels)
+
+
+class _Renderer:
+    """One program of one shape.  Text is built as blocks of lines at known
+    indentation; `m` and `opt` are how the step spells its model and
+    optimizer (`model` / `self.model`)."""
+
+    def __init__(self, shape: Shape) -> None:
+        self.shape = shape
+        self.fp32_backwards: list[tuple[str, ...]] = []
+        self.twin_backwards: list[str] = []
+        self.helpers: list[str] = []
+        self.twins: list[str] = []  # the FP32 function and its AMP twin, when the shape has them
+
+    # -- the pieces a step is made of -----------------------------------------
+    def touch(self, m: str, opt: str) -> str:
+        """What the step does to the gradients between backward and step."""
+        touch = self.shape.touch
+        if touch == "clip_norm":
+            return f"torch.nn.utils.clip_grad_norm_({m}.parameters(), 0.5)\n"
+        if touch == "clip_value":
+            return f"torch.nn.utils.clip_grad_value_({m}.parameters(), 0.01)\n"
+        if touch == "helper_clamp":
+            self._helper(CLIP_GRADIENT)
+            return f"clip_gradient({opt}, 0.01)\n"
+        if touch == "clipper_object":
+            self._helper(GRADIENT_CLIPPER)
+            return f"clipper.step({m}.parameters())\n"
+        if touch == "inline_clamp":
+            return f"for param in {m}.parameters():\n    param.grad.data.clamp_(-0.01, 0.01)\n"
+        return ""
+
+    def after_step(self, m: str) -> str:
+        if self.shape.touch == "weight_clamp":
+            return f"for param in {m}.parameters():\n    param.data.clamp_(-1.0, 1.0)\n"
+        return ""
+
+    def _helper(self, code: str) -> None:
+        if code not in self.helpers:
+            self.helpers.append(code)
+
+    def classifier_step(self, m: str, opt: str, loss: str, guard: str | None) -> str:
+        """One classifier step on `x`, `y`: forward, loss, backward, touch,
+        step; under `guard` (an accumulation condition) the step and the
+        clearing of gradients only."""
+        shape = self.shape
+        lines = ""
+        if shape.text == "amp_comments":
+            lines += "# TODO: wrap this in torch.autocast and use a GradScaler\n"
+        lines += f"output = {m}(x)\n"
+        if shape.after == "numpy_in_loop":
+            lines += "seen.append(output.detach().cpu().numpy().mean())\n"
+        lines += f"{loss} = F.cross_entropy(output, y)\n"
+        if shape.text == "amp_comments":
+            lines += f"# scaler.scale({loss}).backward()\n"
+        backward = f"{loss}.backward()"
+        self.fp32_backwards.append((backward,))
+        lines += backward + "\n"
+        update = self.touch(m, opt) + f"{opt}.step()\n" + f"{opt}.zero_grad()\n" + self.after_step(m)
+        if guard is not None:
+            lines += f"if {guard}:\n" + _indent(update, 1)
+        else:
+            lines += update
+        if shape.after == "item":
+            lines += f"running_loss += {loss}.item()\n"
+        if shape.text == "amp_strings":
+            lines += 'log.append("loss (no autocast, no GradScaler)")\n'
+        return lines
+
+    # -- where the step lives -------------------------------------------------
+    def optimizer_expression(self, params: str) -> str:
+        name = self.shape.optimizer_class
+        options = {"Adam": "lr=1e-3", "AdamW": "lr=1e-3, weight_decay=0.01", "SGD": "lr=0.05, momentum=0.9"}
+        made = f"torch.optim.{name}({params}, {options[name]})"
+        if self.shape.optimizer == "conditional":
+            return f"{made} if not use_lbfgs else torch.optim.LBFGS({params})"
+        if self.shape.optimizer == "builder":
+            self._helper(
+                "def build_optimizer(parameters):\n"
+                + f"    return torch.optim.{name}(parameters, {options[name]})\n"
+            )
+            return f"build_optimizer({params})"
+        return made
+
+    def checkpoint_save(self, m: str, opt: str) -> str:
+        return (
+            f'torch.save({{"model": {m}.state_dict(), "optimizer": {opt}.state_dict()}}, '
+            "CHECKPOINT)\n"
+        )
+
+    def checkpoint_load(self, m: str, opt: str) -> str:
+        return (
+            "if os.path.exists(CHECKPOINT):\n"
+            "    state = torch.load(CHECKPOINT)\n"
+            f'    {m}.load_state_dict(state["model"])\n'
+            f'    {opt}.load_state_dict(state["optimizer"])\n'
+        )
+
+    def render(self) -> Program:
+        shape = self.shape
+        placement = shape.placement
+        if placement == "top_level":
+            body, cells = self._top_level()
+        else:
+            body, cells = self._in_main(), None
+        head = self._head()
+        helpers = "\n\n".join(self.helpers)
+        text = head + ("\n\n" + helpers if helpers else "") + "\n\n" + body
+        if cells is not None:
+            cells = [head + ("\n\n" + helpers if helpers else "")] + cells
+            text = "\n\n".join(cells)
+        return Program(shape, text, cells, self.fp32_backwards, self.twin_backwards)
+
+    def _head(self) -> str:
+        shape = self.shape
+        doc = {
+            "none": "A small classifier trained on synthetic data.",
+            "amp_comments": "Trains in FP32 for now; mixed precision (autocast, GradScaler) is a TODO.",
+            "gram_words": "Scores n-gram features; the Gram matrix of the features is plotted later.",
+            "amp_strings": "A small classifier; prints whether AMP is on.",
+        }[shape.text]
+        imports = ["import os"] if shape.checkpoint != "none" else []
+        if shape.after in ("numpy_in_loop", "numpy_after"):
+            imports.append("import numpy as np")
+        imports += ["import torch", "import torch.nn as nn", "import torch.nn.functional as F"]
+        head = f'"""{doc}"""\n\n' + "\n".join(imports) + "\n\n"
+        head += 'CHECKPOINT = "checkpoint.pt"\n' if shape.checkpoint != "none" else ""
+        head += "EPOCHS = 2\n"
+        if shape.optimizer == "conditional":
+            head += "use_lbfgs = False\n"
+        if shape.existing_amp != "none":
+            head += "use_amp = False\n"
+        if shape.twin != "none":
+            head += "use_amp = False\n"
+        if shape.text == "gram_words":
+            head += '# n-gram counts come from the tokenizer; "gram" below means Gram matrix\n'
+        head += "\n\ndef make_data(count=64, width=16):\n"
+        head += "    features = torch.randn(count, width)\n"
+        head += "    labels = (features[:, :3].sum(dim=1) > 0).long()\n"
+        head += "    return [(features[i : i + 16], labels[i : i + 16]) for i in range(0, count, 16)]\n"
+        return head
+
+    # -- placements in main() ---------------------------------------------------
+    def _in_main(self) -> str:
+        shape = self.shape
+        placement = shape.placement
+        if placement == "method":
+            return self._trainer_class()
+        if placement == "helper_backward":
+            return self._pix2pix_class()
+        main = ""
+        main += "def main():\n"
+        setup = "torch.manual_seed(0)\n"
+        setup += 'device = torch.device("cuda" if torch.cuda.is_available() else "cpu")\n'
+        setup += "loader = make_data()\n"
+        if placement == "gan":
+            return self._gan_main()
+        setup += "model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 2)).to(device)\n"
+        module_optimizer = shape.optimizer == "global"
+        if not module_optimizer:
+            setup += f"optimizer = {self.optimizer_expression('model.parameters()')}\n"
+        if shape.touch == "clipper_object":
+            self._helper(GRADIENT_CLIPPER)
+            setup += "clipper = GradientClipper(0.5)\n"
+        if shape.after == "numpy_in_loop":
+            setup += "seen = []\n"
+        if shape.text == "amp_strings":
+            setup += 'log = ["amp: off"]\n'
+        if shape.checkpoint == "resume":
+            setup += self.checkpoint_load("model", "optimizer")
+        if shape.checkpoint == "nested_closures":
+            setup += "\ndef save_checkpoint():\n" + _indent(self.checkpoint_save("model", "optimizer"), 1)
+            setup += "\ndef resume():\n" + _indent(self.checkpoint_load("model", "optimizer"), 1)
+            setup += "\nresume()\n"
+        training = self._training(placement)
+        teardown = ""
+        if shape.phases == "two":
+            teardown += "optimizer = " + self.optimizer_expression("model.parameters()").replace(
+                "lr=1e-3", "lr=1e-4"
+            ).replace("lr=0.05", "lr=0.005") + "\n"
+            teardown += self._training(placement, second=True)
+        if shape.checkpoint == "save" or shape.checkpoint == "resume":
+            teardown += self.checkpoint_save("model", "optimizer")
+        if shape.checkpoint == "nested_closures":
+            teardown += "save_checkpoint()\n"
+        if shape.after == "numpy_after":
+            teardown += "with torch.no_grad():\n"
+            teardown += "    predictions = np.concatenate([model(x.to(device)).argmax(1).cpu().numpy() for x, _ in loader])\n"
+            teardown += '    print("accuracy", (predictions == np.concatenate([y.numpy() for _, y in loader])).mean())\n'
+        if shape.after == "numpy_in_loop":
+            teardown += 'print("mean output", float(np.mean(seen)))\n'
+        main += _indent(setup + training + teardown, 1)
+        prefix = ""
+        if module_optimizer:
+            # The optimizer is a module global the step function reads.
+            prefix = (
+                "torch.manual_seed(0)\n"
+                'model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 2))\n'
+                f"optimizer = {self.optimizer_expression('model.parameters()')}\n\n\n"
+            )
+            main = main.replace(
+                "    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 2)).to(device)\n",
+                "    model.to(device)\n",
+            )
+            if shape.phases == "two":
+                main = main.replace("def main():\n", "def main():\n    global optimizer\n", 1)
+        functions = self._functions()
+        script = prefix + functions + main + '\n\nif __name__ == "__main__":\n    main()\n'
+        return script
+
+    def _training(self, placement: str, second: bool = False) -> str:
+        """The loop (or the calls) that trains in main()."""
+        shape = self.shape
+        loss = "loss" if not second else "finetune_loss"
+        if shape.twin != "none":
+            self._twin_functions()
+            return (
+                "for epoch in range(EPOCHS):\n"
+                "    if use_amp:\n        train_amp(model, loader, optimizer, device)\n"
+                "    else:\n        train_fp32(model, loader, optimizer, device)\n"
+            )
+        if placement == "epoch_function":
+            call = "train_one_epoch(model, loader, optimizer, device"
+            call += ", clipper" if shape.touch == "clipper_object" else ""
+            call += ", seen" if shape.after == "numpy_in_loop" else ""
+            call += ")"
+            return f"for epoch in range(EPOCHS):\n    {call}\n"
+        if placement == "inner_accumulation":
+            body = "x, y = x.to(device), y.to(device)\n"
+            body += "for x, y in zip(x.chunk(2), y.chunk(2)):\n"
+            inner = "output = model(x)\n"
+            if shape.after == "numpy_in_loop":
+                inner += "seen.append(output.detach().cpu().numpy().mean())\n"
+            inner += f"{loss} = F.cross_entropy(output, y) / 2\n"
+            backward = f"{loss}.backward()"
+            self.fp32_backwards.append((backward,))
+            inner += backward + "\n"
+            body += _indent(inner, 1)
+            body += self.touch("model", "optimizer") + "optimizer.step()\noptimizer.zero_grad()\n"
+            body += self.after_step("model")
+            return "for epoch in range(EPOCHS):\n    for x, y in loader:\n" + _indent(body, 2)
+        guard = "(i + 1) % 2 == 0" if shape.guard == "accumulate" else None
+        head = "running_loss = 0.0\n" if shape.after == "item" else ""
+        if shape.existing_amp == "optional_scaler":
+            return head + self._flagged_amp_loop(loss)
+        step = "x, y = x.to(device), y.to(device)\n" + self.classifier_step("model", "optimizer", loss, guard)
+        loop = "for i, (x, y) in enumerate(loader):\n" if guard else "for x, y in loader:\n"
+        return head + "for epoch in range(EPOCHS):\n" + _indent(loop + _indent(step, 1), 1)
+
+    def _flagged_amp_loop(self, loss: str) -> str:
+        scaler = 'scaler = torch.amp.GradScaler("cuda") if use_amp else None\n'
+        if self.shape.checkpoint == "resume":
+            scaler = scaler  # made before the loop, after the optimizer's restore
+        step = "x, y = x.to(device), y.to(device)\n"
+        step += "with torch.autocast(device.type, enabled=use_amp):\n"
+        step += f"    {loss} = F.cross_entropy(model(x), y)\n"
+        step += "optimizer.zero_grad()\n"
+        step += "if scaler is not None:\n"
+        step += f"    scaler.scale({loss}).backward()\n"
+        step += "    scaler.step(optimizer)\n    scaler.update()\n"
+        step += f"else:\n    {loss}.backward()\n    optimizer.step()\n"
+        return scaler + "for epoch in range(EPOCHS):\n    for x, y in loader:\n" + _indent(step, 2)
+
+    def _functions(self) -> str:
+        """The per-epoch function and the twins, where the shape has them."""
+        shape = self.shape
+        code = ""
+        if shape.placement == "epoch_function" and shape.twin == "none":
+            params = "model, loader, optimizer, device"
+            params += ", clipper" if shape.touch == "clipper_object" else ""
+            params += ", seen" if shape.after == "numpy_in_loop" else ""
+            guard = "(i + 1) % 2 == 0" if shape.guard == "accumulate" else None
+            step = "x, y = x.to(device), y.to(device)\n" + self.classifier_step("model", "optimizer", "loss", guard)
+            loop = "for i, (x, y) in enumerate(loader):\n" if guard else "for x, y in loader:\n"
+            body = "model.train()\n"
+            body += "running_loss = 0.0\n" if shape.after == "item" else ""
+            body += "log = []\n" if shape.text == "amp_strings" else ""
+            body += loop + _indent(step, 1)
+            body += "return running_loss\n" if shape.after == "item" else ""
+            code += f"def train_one_epoch({params}):\n" + _indent(body, 1) + "\n\n"
+        code += "".join(self.twins)
+        return code
+
+    def _twin_functions(self) -> None:
+        """A deliberate FP32 function beside its AMP twin (a tutorial's
+        "default precision" run next to the mixed-precision one)."""
+        fp32 = "for x, y in loader:\n"
+        fp32 += "    x, y = x.to(device), y.to(device)\n"
+        fp32 += "    fp32_loss = F.cross_entropy(model(x), y)\n"
+        fp32 += "    fp32_loss.backward()\n"
+        fp32 += "    optimizer.step()\n    optimizer.zero_grad()\n"
+        self.twin_backwards.append("fp32_loss.backward()")
+        amp = 'scaler = torch.amp.GradScaler("cuda")\n'
+        amp += "for x, y in loader:\n"
+        amp += "    x, y = x.to(device), y.to(device)\n"
+        amp += '    with torch.autocast("cuda", dtype=torch.float16):\n'
+        amp += "        amp_loss = F.cross_entropy(model(x), y)\n"
+        amp += "    scaler.scale(amp_loss).backward()\n"
+        amp += "    scaler.step(optimizer)\n    scaler.update()\n    optimizer.zero_grad()\n"
+        self.twins = [
+            'def train_fp32(model, loader, optimizer, device):\n    """The default precision run, for comparison."""\n'
+            + _indent(fp32, 1)
+            + "\n\n",
+            "def train_amp(model, loader, optimizer, device):\n" + _indent(amp, 1) + "\n\n",
+        ]
+
+    def _trainer_class(self) -> str:
+        shape = self.shape
+        init = "self.model = model\n"
+        init += f"self.optimizer = {self.optimizer_expression('model.parameters()')}\n"
+        if shape.touch == "clipper_object":
+            self._helper(GRADIENT_CLIPPER)
+            init += "self.clipper = GradientClipper(0.5)\n"
+        init += "self.seen = []\n" if shape.after == "numpy_in_loop" else ""
+        init += 'self.log = []\n' if shape.text == "amp_strings" else ""
+        step = self.classifier_step("self.model", "self.optimizer", "loss", None)
+        step = step.replace("clipper.step(", "self.clipper.step(").replace("seen.append", "self.seen.append")
+        step = step.replace("running_loss += loss.item()", "self.running_loss += loss.item()")
+        step = step.replace("log.append", "self.log.append")
+        step += "return loss.detach()\n"
+        fit = "for epoch in range(epochs):\n    for x, y in loader:\n        self.train_step(x.to(device), y.to(device))\n"
+        if shape.after == "item":
+            init += "self.running_loss = 0.0\n"
+        cls = "class Trainer:\n"
+        cls += "    def __init__(self, model):\n" + _indent(init, 2) + "\n"
+        cls += "    def train_step(self, x, y):\n" + _indent(step, 2) + "\n"
+        cls += "    def fit(self, loader, epochs, device):\n" + _indent(fit, 2)
+        return cls + "\n\n" + self._class_main("Trainer(model)", "trainer.fit(loader, EPOCHS, device)", "trainer.model", "trainer.optimizer")
+
+    def _pix2pix_class(self) -> str:
+        shape = self.shape
+        init = "self.net = net\n"
+        init += f"self.optimizer = {self.optimizer_expression('net.parameters()')}\n"
+        if shape.touch == "clipper_object":
+            self._helper(GRADIENT_CLIPPER)
+            init += "self.clipper = GradientClipper(0.5)\n"
+        init += "self.seen = []\n" if shape.after == "numpy_in_loop" else ""
+        forward = "self.output = self.net(self.x)\n"
+        if shape.after == "numpy_in_loop":
+            forward += "self.seen.append(self.output.detach().cpu().numpy().mean())\n"
+        backward = "self.loss_G = F.cross_entropy(self.output, self.y)\n"
+        if shape.text == "amp_comments":
+            backward += "# scaler.scale(self.loss_G).backward()\n"
+        backward += "self.loss_G.backward()\n"
+        self.fp32_backwards.append(("self.loss_G.backward()",))
+        optimize = "self.forward()\nself.optimizer.zero_grad()\nself.backward_G()\n"
+        optimize += self.touch("self.net", "self.optimizer").replace("clipper.step(", "self.clipper.step(")
+        optimize += "self.optimizer.step()\n" + self.after_step("self.net")
+        if shape.after == "item":
+            optimize += "self.running_loss += self.loss_G.item()\n"
+            init += "self.running_loss = 0.0\n"
+        cls = "class Pix2PixModel:\n"
+        cls += "    def __init__(self, net):\n" + _indent(init, 2) + "\n"
+        cls += "    def set_input(self, x, y):\n        self.x, self.y = x, y\n\n"
+        cls += "    def forward(self):\n" + _indent(forward, 2) + "\n"
+        cls += "    def backward_G(self):\n" + _indent(backward, 2) + "\n"
+        cls += "    def optimize_parameters(self):\n" + _indent(optimize, 2)
+        fit = (
+            "for epoch in range(EPOCHS):\n    for x, y in loader:\n"
+            "        trainer.set_input(x.to(device), y.to(device))\n        trainer.optimize_parameters()"
+        )
+        return cls + "\n\n" + self._class_main("Pix2PixModel(model)", fit, "trainer.net", "trainer.optimizer")
+
+    def _class_main(self, made: str, fit: str, m: str, opt: str) -> str:
+        shape = self.shape
+        body = "torch.manual_seed(0)\n"
+        body += 'device = torch.device("cuda" if torch.cuda.is_available() else "cpu")\n'
+        body += "loader = make_data()\n"
+        body += "model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 2)).to(device)\n"
+        body += f"trainer = {made}\n"
+        if shape.checkpoint == "resume":
+            body += self.checkpoint_load(m, opt)
+        if shape.checkpoint == "nested_closures":
+            body += "\ndef save_checkpoint():\n" + _indent(self.checkpoint_save(m, opt), 1)
+            body += "\ndef resume():\n" + _indent(self.checkpoint_load(m, opt), 1)
+            body += "\nresume()\n"
+        body += fit + "\n"
+        if shape.checkpoint in ("save", "resume"):
+            body += self.checkpoint_save(m, opt)
+        if shape.checkpoint == "nested_closures":
+            body += "save_checkpoint()\n"
+        if shape.after == "numpy_after":
+            body += "with torch.no_grad():\n"
+            body += f"    predictions = np.concatenate([{m}(x.to(device)).argmax(1).cpu().numpy() for x, _ in loader])\n"
+            body += '    print("predicted", predictions.mean())\n'
+        return "def main():\n" + _indent(body, 1) + '\n\nif __name__ == "__main__":\n    main()\n'
+
+    def _gan_main(self) -> str:
+        shape = self.shape
+        opt_class = shape.optimizer_class
+        options = {"Adam": "lr=2e-4, betas=(0.5, 0.999)", "AdamW": "lr=2e-4", "SGD": "lr=0.01"}[opt_class]
+        body = "torch.manual_seed(0)\n"
+        body += 'device = torch.device("cuda" if torch.cuda.is_available() else "cpu")\n'
+        body += "loader = make_data()\n"
+        body += "generator = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 16)).to(device)\n"
+        body += "critic = nn.Sequential(nn.Linear(16, 32), nn.LeakyReLU(0.2), nn.Linear(32, 1)).to(device)\n"
+        body += f"optimizer_G = torch.optim.{opt_class}(generator.parameters(), {options})\n"
+        body += f"optimizer_D = torch.optim.{opt_class}(critic.parameters(), {options})\n"
+        if shape.after == "numpy_in_loop":
+            body += "seen = []\n"
+        if shape.checkpoint == "resume":
+            body += self.checkpoint_load("critic", "optimizer_D")
+        step = "real = x.to(device)\n"
+        step += "z = torch.randn(real.size(0), 8, device=device)\n"
+        step += "fake = generator(z)\n"
+        if shape.after == "numpy_in_loop":
+            step += "seen.append(fake.detach().cpu().numpy().mean())\n"
+        step += "ones = torch.ones(real.size(0), 1, device=device)\n"
+        step += "zeros = torch.zeros(real.size(0), 1, device=device)\n"
+        if shape.text == "amp_comments":
+            step += "# with torch.autocast('cuda'): (not yet)\n"
+        step += "loss_D = F.binary_cross_entropy_with_logits(critic(real), ones) + F.binary_cross_entropy_with_logits(critic(fake.detach()), zeros)\n"
+        step += "optimizer_D.zero_grad()\n"
+        step += "loss_D.backward()\n"
+        step += self.touch("critic", "optimizer_D")
+        step += "optimizer_D.step()\n" + self.after_step("critic")
+        step += "loss_G = F.binary_cross_entropy_with_logits(critic(fake), ones)\n"
+        step += "optimizer_G.zero_grad()\n"
+        step += "loss_G.backward()\n"
+        step += "optimizer_G.step()\n"
+        if shape.after == "item":
+            step += "print(loss_D.item(), loss_G.item())\n"
+        self.fp32_backwards.append(("loss_D.backward()", "loss_G.backward()"))
+        body += "for epoch in range(EPOCHS):\n    for x, _ in loader:\n" + _indent(step, 2)
+        if shape.checkpoint in ("save", "resume"):
+            body += self.checkpoint_save("critic", "optimizer_D")
+        if shape.checkpoint == "nested_closures":
+            body = body.replace("for epoch in range(EPOCHS):", "\ndef save_checkpoint():\n" + _indent(self.checkpoint_save("critic", "optimizer_D"), 1) + "\nfor epoch in range(EPOCHS):", 1)
+            body += "save_checkpoint()\n"
+        if shape.after == "numpy_after":
+            body += "with torch.no_grad():\n    samples = generator(torch.randn(4, 8, device=device)).cpu().numpy()\n"
+            body += '    print("sample mean", np.mean(samples))\n'
+        if shape.after == "numpy_in_loop":
+            body += 'print("mean fake", float(np.mean(seen)))\n'
+        return "def main():\n" + _indent(body, 1) + '\n\nif __name__ == "__main__":\n    main()\n'
+
+    # -- top level, or a notebook's cells ----------------------------------------
+    def _top_level(self) -> tuple[str, list[str]]:
+        shape = self.shape
+        cells = []
+        setup = "torch.manual_seed(0)\n"
+        setup += 'device = torch.device("cuda" if torch.cuda.is_available() else "cpu")\n'
+        setup += "loader = make_data()\n"
+        setup += "model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 2)).to(device)\n"
+        cells.append(setup)
+        made = f"optimizer = {self.optimizer_expression('model.parameters()')}\n"
+        if shape.touch == "clipper_object":
+            self._helper(GRADIENT_CLIPPER)
+            made += "clipper = GradientClipper(0.5)\n"
+        if shape.checkpoint in ("resume", "nested_closures"):
+            made += self.checkpoint_load("model", "optimizer")
+        cells.append(made)
+        head = "seen = []\n" if shape.after == "numpy_in_loop" else ""
+        head += 'log = []\n' if shape.text == "amp_strings" else ""
+        cells.append(head + self._training("loop"))
+        if shape.phases == "two":
+            second = "optimizer = " + self.optimizer_expression("model.parameters()").replace(
+                "lr=1e-3", "lr=1e-4"
+            ).replace("lr=0.05", "lr=0.005") + "\n"
+            cells.append(second)
+            cells.append(self._training("loop", second=True))
+        tail = ""
+        if shape.checkpoint != "none":
+            tail += self.checkpoint_save("model", "optimizer")
+        if shape.after == "numpy_after":
+            tail += "with torch.no_grad():\n"
+            tail += "    predictions = np.concatenate([model(x.to(device)).argmax(1).cpu().numpy() for x, _ in loader])\n"
+            tail += 'print("predicted", predictions.mean())\n'
+        if shape.after == "numpy_in_loop":
+            tail += 'print("mean output", float(np.mean(seen)))\n'
+        if tail:
+            cells.append(tail)
+        return "\n".join(cells), cells
+
+
+CLIP_GRADIENT = '''def clip_gradient(optimizer, grad_clip):
+    """Clamps every gradient the optimizer holds to [-grad_clip, grad_clip]."""
+    for group in optimizer.param_groups:
+        for param in group["params"]:
+            if param.grad is not None:
+                param.grad.data.clamp_(-grad_clip, grad_clip)
+'''
+
+GRADIENT_CLIPPER = '''class GradientClipper:
+    """Clips the norm of the gradients it is given."""
+
+    def __init__(self, max_norm):
+        self.max_norm = max_norm
+
+    def step(self, parameters):
+        parameters = [p for p in parameters if p.grad is not None]
+        total = torch.norm(torch.stack([p.grad.detach().norm() for p in parameters]))
+        factor = min(1.0, self.max_norm / (float(total) + 1e-6))
+        for p in parameters:
+            p.grad.detach().mul_(factor)
+'''
+
+
+def render(shape: Shape) -> Program:
+    """The program of `shape`; ValueError when its idioms do not go together."""
+    if shape.problems:
+        raise ValueError("; ".join(shape.problems))
+    return _Renderer(shape).render()

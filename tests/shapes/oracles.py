@@ -1,0 +1,299 @@
+"""Holds amplint's `check` and `fix` of generated programs to every oracle.
+
+For each program and each of SETTINGS (fix's defaults; the CPU with float16,
+where torch's GradScaler really scales, unscales and skips; the CPU with
+bfloat16), the static oracles:
+
+- no traceback, no internal error;
+- every FP32 step owes a finding: a rewrite, or a decline that says why;
+- a deliberate FP32 twin of an AMP step is left alone;
+- the rewrite parses, a second fix changes nothing, and it has no finding of
+  ours and no undefined, unused or possibly unbound name that the original
+  did not have;
+
+then every program runs (tests/shapes/execute.py): the original, a
+calibration run of it with another seed, and each rewrite.  The original must
+run (else the grammar is wrong); each rewrite must run; the default rewrite,
+whose CUDA autocast and GradScaler are disabled on this CPU, must train
+exactly as the original did; a CPU rewrite must train under autocast and hold
+loss parity and update parity (amplint.verify.compare) with the original.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from amplint import project as project_model
+from amplint.config import Settings
+from amplint.engine import analyse_source
+from amplint.files import source_from_bytes
+from amplint.rules import ALL_CODES
+from amplint.selfcheck import name_problems, new_findings, new_name_problems
+from amplint.verify.compare import Comparison, Thresholds, active_autocast
+from tests.shapes.grammar import Program
+
+CODES = frozenset(ALL_CODES)
+SETTINGS: dict[str, Settings] = {
+    "default": Settings(),
+    "cpu-float16": Settings(device_type="cpu", dtype="float16"),
+    "cpu-bfloat16": Settings(device_type="cpu", dtype="bfloat16"),
+}
+# A generated program takes at most a few dozen steps: the cap only guards a
+# rewrite that loops.
+STEP_LIMIT = 200
+THRESHOLDS = Thresholds(steps=STEP_LIMIT, warmup=1, last=3, rtol=0.05, min_speedup=None)
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class Failure:
+    oracle: str  # a short name: "traceback", "silent FP32 step", "update parity", ...
+    settings: str  # a key of SETTINGS, or "original"
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.oracle} [{self.settings}]: {self.detail}"
+
+
+@dataclass
+class Judged:
+    """What the oracles said of one program."""
+
+    program: Program
+    failures: list[Failure] = field(default_factory=list)
+    findings: int = 0  # findings of `check`, over the settings
+    rewrites: int = 0  # settings under which fix changed the program
+    declines: int = 0  # AMP001 findings without a fix
+
+
+@dataclass
+class _Rewrite:
+    settings: str
+    code: str  # the rewritten code that runs (a notebook's cells joined)
+    adds_amp: bool  # AMP001 was fixed: the rewrite trains under autocast
+
+
+def _name(program: Program) -> str:
+    return "train.ipynb" if program.cells is not None else "train.py"
+
+
+def _file_text(program: Program) -> str:
+    return program.notebook_json() if program.cells is not None else program.text
+
+
+def _runnable(program: Program, fixed_text: str) -> str:
+    """The code a rewrite runs: a notebook's code cells in order."""
+    if program.cells is None:
+        return fixed_text
+    cells = json.loads(fixed_text)["cells"]
+    return "\n".join("".join(cell["source"]) for cell in cells if cell["cell_type"] == "code")
+
+
+def _positions(program: Program, statement: str) -> set[tuple[int | None, int]]:
+    """(cell, line) of each line holding `statement` (cell None in a script)."""
+    if program.cells is None:
+        texts = [(None, program.text)]
+    else:
+        texts = [(number, cell) for number, cell in enumerate(program.cells, 1)]
+    found = set()
+    for cell, text in texts:
+        for number, line in enumerate(text.splitlines(), 1):
+            if line.strip() == statement:
+                found.add((cell, number))
+    return found
+
+
+def judge_statically(program: Program, directory: Path) -> tuple[Judged, list[_Rewrite]]:
+    judged = Judged(program)
+    path = directory / _name(program)
+    path.write_text(_file_text(program), encoding="utf-8")
+    source = source_from_bytes(path, path.read_bytes())
+    rewrites = []
+    for key, settings in SETTINGS.items():
+        try:
+            rewrite = _judge_settings(judged, program, source, key, settings)
+        except Exception as error:  # noqa: BLE001 - a traceback is the finding
+            import traceback
+
+            judged.failures.append(Failure("traceback", key, traceback.format_exc(limit=-6)))
+            continue
+        if rewrite is not None:
+            rewrites.append(rewrite)
+    project_model._INDEXES.clear()  # one project per program: never reused
+    return judged, rewrites
+
+
+def _judge_settings(judged, program, source, key, settings) -> _Rewrite | None:
+    settings = Settings(**{**settings.__dict__, "root": source.path.parent})
+    report = analyse_source(source, CODES, settings, fixing=True)
+    if report.error is not None:
+        judged.failures.append(Failure("internal error", key, report.error))
+        return None
+    found = report.found or []
+    judged.findings += len(found)
+    judged.declines += sum(1 for d in found if d.code == "AMP001" and d.fix is None)
+    at = {(d.span.cell, d.span.line) for d in found}
+    for backwards in program.fp32_backwards:
+        places = set().union(*(_positions(program, statement) for statement in backwards))
+        if not places & at:
+            judged.failures.append(
+                Failure("silent FP32 step", key, f"no finding on `{backwards[0]}`")
+            )
+    for backward in program.twin_backwards:
+        if _positions(program, backward) & {
+            (d.span.cell, d.span.line) for d in found if d.code == "AMP001"
+        }:
+            judged.failures.append(
+                Failure("FP32 twin reported", key, f"AMP001 on the deliberate `{backward}`")
+            )
+    if report.fixed_text is None:
+        return None
+    judged.rewrites += 1
+    code = _runnable(program, report.fixed_text)
+    original_code = _runnable(program, source.text)
+    try:
+        ast.parse(code)
+    except SyntaxError as error:
+        judged.failures.append(Failure("does not parse", key, str(error)))
+        return None
+    for backward in program.twin_backwards:
+        twin = _function_text(original_code, "train_fp32")
+        if twin is not None and twin != _function_text(code, "train_fp32"):
+            judged.failures.append(
+                Failure("FP32 twin rewritten", key, f"the function of `{backward}` changed")
+            )
+    again_source = source_from_bytes(source.path, report.fixed_text.encode("utf-8"))
+    again = analyse_source(again_source, CODES, settings, fixing=True)
+    if again.fixed_text is not None or again.error is not None:
+        judged.failures.append(
+            Failure("second fix", key, again.error or "a second fix changed the text")
+        )
+    extra = new_findings(found, again.found or [])
+    if extra:
+        shown = "; ".join(f"{d.code} {d.message}" for d in extra)
+        judged.failures.append(Failure("new finding", key, shown))
+    names = new_name_problems(name_problems(original_code), code)
+    if names:
+        judged.failures.append(Failure("names", key, "; ".join(names)))
+    return _Rewrite(key, code, any(d.code == "AMP001" for d in report.applied))
+
+
+def _function_text(code: str, name: str) -> str | None:
+    tree = ast.parse(code)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef) and node.name == name:
+            return ast.get_source_segment(code, node)
+    return None
+
+
+def run_batch(jobs: list[dict], timeout_s: float = 600) -> list[dict]:
+    """Each job's run (see tests/shapes/execute.py), in one child process."""
+    with tempfile.TemporaryDirectory(prefix="amplint-shapes-jobs-") as scratch:
+        jobs_path, results_path = Path(scratch) / "jobs.json", Path(scratch) / "results.json"
+        jobs_path.write_text(json.dumps(jobs), encoding="utf-8")
+        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1"}
+        done = subprocess.run(
+            [sys.executable, "-m", "tests.shapes.execute", str(jobs_path), str(results_path)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            timeout=timeout_s,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"the runner of generated programs failed:\n{done.stderr[-3000:]}")
+        return json.loads(results_path.read_text(encoding="utf-8"))
+
+
+def judge_runs(
+    judged: Judged, original: dict, calibration: dict, rewrites: dict[str, tuple[dict, bool]]
+) -> None:
+    """The execution oracles, from the runs' measurements; `rewrites` holds
+    each rewrite's run and whether it adds AMP (else it must train the same)."""
+    if original["error"] is not None:
+        judged.failures.append(Failure("original crashed", "original", _last_line(original)))
+        return
+    if original["steps"] == 0:
+        judged.failures.append(Failure("original trained nothing", "original", ""))
+        return
+    for key, (run, adds_amp) in rewrites.items():
+        if run["error"] is not None:
+            judged.failures.append(Failure("rewrite crashed", key, _last_line(run)))
+            continue
+        if key == "default" or not adds_amp:
+            # CUDA autocast and GradScaler are disabled on this CPU, or the
+            # rewrite only saves a scaler's state: the same training.
+            if run["losses"] != original["losses"] or run["updates"] != original["updates"]:
+                judged.failures.append(
+                    Failure("training changed", key, _first_difference(original, run))
+                )
+            continue
+        if not active_autocast(run):
+            judged.failures.append(Failure("AMP inactive", key, "no autocast region was entered"))
+        if run["steps"] != original["steps"]:
+            judged.failures.append(
+                Failure("steps", key, f"{run['steps']} optimizer steps, the original {original['steps']}")
+            )
+        if run["steps"] - run["skipped_steps"] <= 0:
+            judged.failures.append(Failure("no update", key, "every step was skipped"))
+            continue
+        comparison = Comparison(
+            [original], [run], THRESHOLDS, False, calibration=[calibration],
+            calibrated_by="the original with another seed",
+        )
+        for reason in comparison.reasons():
+            oracle = "update parity" if reason.startswith("update parity") else "loss parity"
+            judged.failures.append(Failure(oracle, key, reason))
+
+
+def _last_line(run: dict) -> str:
+    return run["error"].strip().splitlines()[-1]
+
+
+def _first_difference(original: dict, run: dict) -> str:
+    for step, (a, b) in enumerate(zip(original["losses"], run["losses"])):
+        if a != b:
+            return f"step {step}: loss {b} where the original had {a}"
+    return f"{run['steps']} steps where the original took {original['steps']}, or other updates"
+
+
+def judge(programs: list[Program], workdir: Path) -> list[Judged]:
+    """Every oracle on every program; the runs in one child process."""
+    verdicts = []
+    jobs: list[dict] = []
+    plans: list[tuple[Judged, int, int, dict[str, int]]] = []
+    for number, program in enumerate(programs):
+        directory = workdir / f"program{number}"
+        directory.mkdir(parents=True)
+        judged, rewrites = judge_statically(program, directory)
+        verdicts.append(judged)
+
+        def job(run: str, code: str, seed: int = 0) -> int:
+            run_dir = directory / run
+            run_dir.mkdir()
+            jobs.append(
+                {"source": code, "script": str(run_dir / "train.py"), "seed": seed, "steps": STEP_LIMIT}
+            )
+            return len(jobs) - 1
+
+        original_code = _runnable(program, _file_text(program))
+        original = job("original", original_code)
+        calibration = job("calibration", original_code, seed=1)
+        runs = {r.settings: (job(r.settings, r.code), r.adds_amp) for r in rewrites}
+        plans.append((judged, original, calibration, runs))
+    results = run_batch(jobs) if jobs else []
+    for judged, original, calibration, rewrites in plans:
+        judge_runs(
+            judged,
+            results[original],
+            results[calibration],
+            {key: (results[index], adds_amp) for key, (index, adds_amp) in rewrites.items()},
+        )
+    return verdicts
