@@ -479,14 +479,20 @@ class _Renderer:
             "def train_amp(model, loader, optimizer, device):\n" + _indent(amp, 1) + "\n\n",
         ]
 
-    def _trainer_class(self) -> str:
+    def _trainer_init(self, model: str) -> str:
+        """The `__init__` body of a trainer class that holds `model`."""
         shape = self.shape
-        init = "self.model = model\n"
-        init += f"self.optimizer = {self.optimizer_expression('model.parameters()')}\n"
+        init = f"self.{model} = {model}\n"
+        init += f"self.optimizer = {self.optimizer_expression(model + '.parameters()')}\n"
         if shape.touch == "clipper_object":
             self._helper(GRADIENT_CLIPPER)
             init += "self.clipper = GradientClipper(0.5)\n"
         init += "self.seen = []\n" if shape.after == "numpy_in_loop" else ""
+        return init
+
+    def _trainer_class(self) -> str:
+        shape = self.shape
+        init = self._trainer_init("model")
         init += 'self.log = []\n' if shape.text == "amp_strings" else ""
         step = self.classifier_step("self.model", "self.optimizer", "loss", None)
         step = step.replace("clipper.step(", "self.clipper.step(").replace("seen.append", "self.seen.append")
@@ -504,12 +510,7 @@ class _Renderer:
 
     def _pix2pix_class(self) -> str:
         shape = self.shape
-        init = "self.net = net\n"
-        init += f"self.optimizer = {self.optimizer_expression('net.parameters()')}\n"
-        if shape.touch == "clipper_object":
-            self._helper(GRADIENT_CLIPPER)
-            init += "self.clipper = GradientClipper(0.5)\n"
-        init += "self.seen = []\n" if shape.after == "numpy_in_loop" else ""
+        init = self._trainer_init("net")
         forward = "self.output = self.net(self.x)\n"
         if shape.after == "numpy_in_loop":
             forward += "self.seen.append(self.output.detach().cpu().numpy().mean())\n"
