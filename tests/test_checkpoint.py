@@ -202,9 +202,7 @@ def test_a_scaler_that_may_be_none_is_saved_behind_a_test(made: str) -> None:
                     optimizer.step()
             torch.save({{"model": model.state_dict(), "optimizer": optimizer.state_dict()}}, "c.pt")
         """)
-    assert (
-        '"scaler": scaler.state_dict() if scaler is not None else None}' in fixed(source)
-    )
+    assert '"scaler": scaler.state_dict() if scaler is not None else None}' in fixed(source)
 
 
 def test_an_init_that_resumes_before_making_its_scaler_is_not_rewritten() -> None:

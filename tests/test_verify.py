@@ -677,16 +677,18 @@ def _updates(*grad_norms) -> list:
     """What the harness records of one optimizer per step: None for a step the
     scaler skipped; the update norm and largest gradient follow the norm."""
     return [
-        None
-        if norm is None
-        else [
-            {
-                "optimizer": "Adam",
-                "grad_norm": [norm],
-                "grad_max": [norm / 4],
-                "update_norm": [1e-3],
-            }
-        ]
+        (
+            None
+            if norm is None
+            else [
+                {
+                    "optimizer": "Adam",
+                    "grad_norm": [norm],
+                    "grad_max": [norm / 4],
+                    "update_norm": [1e-3],
+                }
+            ]
+        )
         for norm in grad_norms
     ]
 
@@ -745,7 +747,11 @@ def test_update_parity_sees_a_clamp_of_scaled_gradients_that_loss_parity_misses(
         amp = run(name, text)
         assert amp[0]["skipped_steps"] == 0 and amp[0]["steps"] == 40
         verdicts[name] = Comparison(
-            baseline, amp, request.thresholds, False, calibration=calibration,
+            baseline,
+            amp,
+            request.thresholds,
+            False,
+            calibration=calibration,
             calibrated_by="an FP32 run with another seed",
         )
     wrong_verdict, right_verdict = verdicts["wrong"], verdicts["right"]

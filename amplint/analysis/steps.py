@@ -813,7 +813,8 @@ def _mark_amp_twins(module: cst.Module, steps: list[TrainingStep]) -> None:
                 and other.class_def is step.class_def
                 and optimizers & _optimizer_names_of(other)
                 and any(
-                    (name in body and other_name in orelse) or (name in orelse and other_name in body)
+                    (name in body and other_name in orelse)
+                    or (name in orelse and other_name in body)
                     for body, orelse in arms
                 )
             ):

@@ -35,7 +35,9 @@ from amplint.transforms.scaler_scope import with_keyword_only
 from amplint.transforms.statements import followed_by
 
 UNREACHABLE = "; not rewritten: `{scaler}` is not in scope here, pass it in"
-MADE_AFTER = "; not rewritten: `{scaler}` is made after this line; make it before, beside the optimizer"
+MADE_AFTER = (
+    "; not rewritten: `{scaler}` is made after this line; make it before, beside the optimizer"
+)
 
 
 def _unplaced(found: CheckpointWithoutScaler | ResumeWithoutScaler) -> str:

@@ -284,7 +284,9 @@ class Comparison:
             where = f" on rank {rank}" if len(self.baseline) > 1 else ""
             group = f" (group {first.group})" if first.group else ""
             steps = len({ratio.step for ratio in outliers})
-            compared = len({ratio.step for ratio in update_ratios(self.baseline[rank], self.amp[rank])})
+            compared = len(
+                {ratio.step for ratio in update_ratios(self.baseline[rank], self.amp[rank])}
+            )
             calibrated = f", calibrated on {self.calibrated_by}" if self.calibrated_by else ""
             reasons.append(
                 f"update parity{where}: at step {first.step} {first.optimizer}{group} received "

@@ -258,14 +258,17 @@ def verify(request: Request, progress: Progress | None = None) -> Outcome:
         # or else one seeded differently.
         calibration, calibrated_by = tf32, "the TF32 run"
         if not calibration:
-            calibration, calibrated_by = run_child(
-                "calibration",
-                rewrite.original,
-                request,
-                progress,
-                workdir,
-                harness_options=["--seed", str(CALIBRATION_SEED)],
-            ), "an FP32 run with another seed"
+            calibration, calibrated_by = (
+                run_child(
+                    "calibration",
+                    rewrite.original,
+                    request,
+                    progress,
+                    workdir,
+                    harness_options=["--seed", str(CALIBRATION_SEED)],
+                ),
+                "an FP32 run with another seed",
+            )
     fixable, _ = unrewritten_imports(
         request.script, request.settings, request.unsafe, rewrite.covered
     )

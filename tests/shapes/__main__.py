@@ -71,7 +71,9 @@ def main(argv: list[str] | None = None) -> int:
         program = render(small)
         path.write_text(f"# {key}\n# {small.as_json()}\n{program.text}", encoding="utf-8")
         mark = "NEW " if new else "open"
-        print(f"  {mark} {per_class[key]:4d}x {key}\n         shrunk to {small.as_json()} -> {path}")
+        print(
+            f"  {mark} {per_class[key]:4d}x {key}\n         shrunk to {small.as_json()} -> {path}"
+        )
     return 1 if surprises else 0
 
 

@@ -94,7 +94,11 @@ class Shape:
         """Why these idioms cannot make one program (empty: they can)."""
         found = []
         in_main = self.placement in ("loop", "epoch_function", "inner_accumulation", "gan")
-        if self.guard == "accumulate" and self.placement not in ("loop", "epoch_function", "top_level"):
+        if self.guard == "accumulate" and self.placement not in (
+            "loop",
+            "epoch_function",
+            "top_level",
+        ):
             found.append("an accumulation guard needs a loop over batches with its step in it")
         if self.notebook == "yes" and self.placement != "top_level":
             found.append("notebook cells hold top-level code")
@@ -231,7 +235,9 @@ class _Renderer:
         backward = f"{loss}.backward()"
         self.fp32_backwards.append((backward,))
         lines += backward + "\n"
-        update = self.touch(m, opt) + f"{opt}.step()\n" + f"{opt}.zero_grad()\n" + self.after_step(m)
+        update = (
+            self.touch(m, opt) + f"{opt}.step()\n" + f"{opt}.zero_grad()\n" + self.after_step(m)
+        )
         if guard is not None:
             lines += f"if {guard}:\n" + _indent(update, 1)
         else:
@@ -245,7 +251,11 @@ class _Renderer:
     # -- where the step lives -------------------------------------------------
     def optimizer_expression(self, params: str) -> str:
         name = self.shape.optimizer_class
-        options = {"Adam": "lr=1e-3", "AdamW": "lr=1e-3, weight_decay=0.01", "SGD": "lr=0.05, momentum=0.9"}
+        options = {
+            "Adam": "lr=1e-3",
+            "AdamW": "lr=1e-3, weight_decay=0.01",
+            "SGD": "lr=0.05, momentum=0.9",
+        }
         made = f"torch.optim.{name}({params}, {options[name]})"
         if self.shape.optimizer == "conditional":
             return f"{made} if not use_lbfgs else torch.optim.LBFGS({params})"
@@ -312,7 +322,9 @@ class _Renderer:
         head += "\n\ndef make_data(count=64, width=16):\n"
         head += "    features = torch.randn(count, width)\n"
         head += "    labels = (features[:, :3].sum(dim=1) > 0).long()\n"
-        head += "    return [(features[i : i + 16], labels[i : i + 16]) for i in range(0, count, 16)]\n"
+        head += (
+            "    return [(features[i : i + 16], labels[i : i + 16]) for i in range(0, count, 16)]\n"
+        )
         return head
 
     # -- placements in main() ---------------------------------------------------
@@ -330,7 +342,9 @@ class _Renderer:
         setup += "loader = make_data()\n"
         if placement == "gan":
             return self._gan_main()
-        setup += "model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 2)).to(device)\n"
+        setup += (
+            "model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 2)).to(device)\n"
+        )
         module_optimizer = shape.optimizer == "global"
         if not module_optimizer:
             setup += f"optimizer = {self.optimizer_expression('model.parameters()')}\n"
@@ -344,15 +358,21 @@ class _Renderer:
         if shape.checkpoint == "resume":
             setup += self.checkpoint_load("model", "optimizer")
         if shape.checkpoint == "nested_closures":
-            setup += "\ndef save_checkpoint():\n" + _indent(self.checkpoint_save("model", "optimizer"), 1)
+            setup += "\ndef save_checkpoint():\n" + _indent(
+                self.checkpoint_save("model", "optimizer"), 1
+            )
             setup += "\ndef resume():\n" + _indent(self.checkpoint_load("model", "optimizer"), 1)
             setup += "\nresume()\n"
         training = self._training(placement)
         teardown = ""
         if shape.phases == "two":
-            teardown += "optimizer = " + self.optimizer_expression("model.parameters()").replace(
-                "lr=1e-3", "lr=1e-4"
-            ).replace("lr=0.05", "lr=0.005") + "\n"
+            teardown += (
+                "optimizer = "
+                + self.optimizer_expression("model.parameters()")
+                .replace("lr=1e-3", "lr=1e-4")
+                .replace("lr=0.05", "lr=0.005")
+                + "\n"
+            )
             teardown += self._training(placement, second=True)
         if shape.checkpoint == "save" or shape.checkpoint == "resume":
             teardown += self.checkpoint_save("model", "optimizer")
@@ -370,7 +390,7 @@ class _Renderer:
             # The optimizer is a module global the step function reads.
             prefix = (
                 "torch.manual_seed(0)\n"
-                'model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 2))\n'
+                "model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 2))\n"
                 f"optimizer = {self.optimizer_expression('model.parameters()')}\n\n\n"
             )
             main = main.replace(
@@ -418,7 +438,9 @@ class _Renderer:
         head = "running_loss = 0.0\n" if shape.after == "item" else ""
         if shape.existing_amp == "optional_scaler":
             return head + self._flagged_amp_loop(loss)
-        step = "x, y = x.to(device), y.to(device)\n" + self.classifier_step("model", "optimizer", loss, guard)
+        step = "x, y = x.to(device), y.to(device)\n" + self.classifier_step(
+            "model", "optimizer", loss, guard
+        )
         loop = "for i, (x, y) in enumerate(loader):\n" if guard else "for x, y in loader:\n"
         return head + "for epoch in range(EPOCHS):\n" + _indent(loop + _indent(step, 1), 1)
 
@@ -445,7 +467,9 @@ class _Renderer:
             params += ", clipper" if shape.touch == "clipper_object" else ""
             params += ", seen" if shape.after == "numpy_in_loop" else ""
             guard = "(i + 1) % 2 == 0" if shape.guard == "accumulate" else None
-            step = "x, y = x.to(device), y.to(device)\n" + self.classifier_step("model", "optimizer", "loss", guard)
+            step = "x, y = x.to(device), y.to(device)\n" + self.classifier_step(
+                "model", "optimizer", "loss", guard
+            )
             loop = "for i, (x, y) in enumerate(loader):\n" if guard else "for x, y in loader:\n"
             body = "model.train()\n"
             body += "running_loss = 0.0\n" if shape.after == "item" else ""
@@ -493,9 +517,11 @@ class _Renderer:
     def _trainer_class(self) -> str:
         shape = self.shape
         init = self._trainer_init("model")
-        init += 'self.log = []\n' if shape.text == "amp_strings" else ""
+        init += "self.log = []\n" if shape.text == "amp_strings" else ""
         step = self.classifier_step("self.model", "self.optimizer", "loss", None)
-        step = step.replace("clipper.step(", "self.clipper.step(").replace("seen.append", "self.seen.append")
+        step = step.replace("clipper.step(", "self.clipper.step(").replace(
+            "seen.append", "self.seen.append"
+        )
         step = step.replace("running_loss += loss.item()", "self.running_loss += loss.item()")
         step = step.replace("log.append", "self.log.append")
         step += "return loss.detach()\n"
@@ -506,7 +532,16 @@ class _Renderer:
         cls += "    def __init__(self, model):\n" + _indent(init, 2) + "\n"
         cls += "    def train_step(self, x, y):\n" + _indent(step, 2) + "\n"
         cls += "    def fit(self, loader, epochs, device):\n" + _indent(fit, 2)
-        return cls + "\n\n" + self._class_main("Trainer(model)", "trainer.fit(loader, EPOCHS, device)", "trainer.model", "trainer.optimizer")
+        return (
+            cls
+            + "\n\n"
+            + self._class_main(
+                "Trainer(model)",
+                "trainer.fit(loader, EPOCHS, device)",
+                "trainer.model",
+                "trainer.optimizer",
+            )
+        )
 
     def _pix2pix_class(self) -> str:
         shape = self.shape
@@ -520,7 +555,9 @@ class _Renderer:
         backward += "self.loss_G.backward()\n"
         self.fp32_backwards.append(("self.loss_G.backward()",))
         optimize = "self.forward()\nself.optimizer.zero_grad()\nself.backward_G()\n"
-        optimize += self.touch("self.net", "self.optimizer").replace("clipper.step(", "self.clipper.step(")
+        optimize += self.touch("self.net", "self.optimizer").replace(
+            "clipper.step(", "self.clipper.step("
+        )
         optimize += "self.optimizer.step()\n" + self.after_step("self.net")
         if shape.after == "item":
             optimize += "self.running_loss += self.loss_G.item()\n"
@@ -535,7 +572,11 @@ class _Renderer:
             "for epoch in range(EPOCHS):\n    for x, y in loader:\n"
             "        trainer.set_input(x.to(device), y.to(device))\n        trainer.optimize_parameters()"
         )
-        return cls + "\n\n" + self._class_main("Pix2PixModel(model)", fit, "trainer.net", "trainer.optimizer")
+        return (
+            cls
+            + "\n\n"
+            + self._class_main("Pix2PixModel(model)", fit, "trainer.net", "trainer.optimizer")
+        )
 
     def _class_main(self, made: str, fit: str, m: str, opt: str) -> str:
         shape = self.shape
@@ -564,11 +605,15 @@ class _Renderer:
     def _gan_main(self) -> str:
         shape = self.shape
         opt_class = shape.optimizer_class
-        options = {"Adam": "lr=2e-4, betas=(0.5, 0.999)", "AdamW": "lr=2e-4", "SGD": "lr=0.01"}[opt_class]
+        options = {"Adam": "lr=2e-4, betas=(0.5, 0.999)", "AdamW": "lr=2e-4", "SGD": "lr=0.01"}[
+            opt_class
+        ]
         body = "torch.manual_seed(0)\n"
         body += 'device = torch.device("cuda" if torch.cuda.is_available() else "cpu")\n'
         body += "loader = make_data()\n"
-        body += "generator = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 16)).to(device)\n"
+        body += (
+            "generator = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 16)).to(device)\n"
+        )
         body += "critic = nn.Sequential(nn.Linear(16, 32), nn.LeakyReLU(0.2), nn.Linear(32, 1)).to(device)\n"
         body += f"optimizer_G = torch.optim.{opt_class}(generator.parameters(), {options})\n"
         body += f"optimizer_D = torch.optim.{opt_class}(critic.parameters(), {options})\n"
@@ -601,7 +646,13 @@ class _Renderer:
         if shape.checkpoint in ("save", "resume"):
             body += self.checkpoint_save("critic", "optimizer_D")
         if shape.checkpoint == "nested_closures":
-            body = body.replace("for epoch in range(EPOCHS):", "\ndef save_checkpoint():\n" + _indent(self.checkpoint_save("critic", "optimizer_D"), 1) + "\nfor epoch in range(EPOCHS):", 1)
+            body = body.replace(
+                "for epoch in range(EPOCHS):",
+                "\ndef save_checkpoint():\n"
+                + _indent(self.checkpoint_save("critic", "optimizer_D"), 1)
+                + "\nfor epoch in range(EPOCHS):",
+                1,
+            )
             body += "save_checkpoint()\n"
         if shape.after == "numpy_after":
             body += "with torch.no_grad():\n    samples = generator(torch.randn(4, 8, device=device)).cpu().numpy()\n"
@@ -617,7 +668,9 @@ class _Renderer:
         setup = "torch.manual_seed(0)\n"
         setup += 'device = torch.device("cuda" if torch.cuda.is_available() else "cpu")\n'
         setup += "loader = make_data()\n"
-        setup += "model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 2)).to(device)\n"
+        setup += (
+            "model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 2)).to(device)\n"
+        )
         cells.append(setup)
         made = f"optimizer = {self.optimizer_expression('model.parameters()')}\n"
         if shape.touch == "clipper_object":
@@ -627,12 +680,16 @@ class _Renderer:
             made += self.checkpoint_load("model", "optimizer")
         cells.append(made)
         head = "seen = []\n" if shape.after == "numpy_in_loop" else ""
-        head += 'log = []\n' if shape.text == "amp_strings" else ""
+        head += "log = []\n" if shape.text == "amp_strings" else ""
         cells.append(head + self._training("loop"))
         if shape.phases == "two":
-            second = "optimizer = " + self.optimizer_expression("model.parameters()").replace(
-                "lr=1e-3", "lr=1e-4"
-            ).replace("lr=0.05", "lr=0.005") + "\n"
+            second = (
+                "optimizer = "
+                + self.optimizer_expression("model.parameters()")
+                .replace("lr=1e-3", "lr=1e-4")
+                .replace("lr=0.05", "lr=0.005")
+                + "\n"
+            )
             cells.append(second)
             cells.append(self._training("loop", second=True))
         tail = ""

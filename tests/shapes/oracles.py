@@ -239,13 +239,21 @@ def judge_runs(
             judged.failures.append(Failure("AMP inactive", key, "no autocast region was entered"))
         if run["steps"] != original["steps"]:
             judged.failures.append(
-                Failure("steps", key, f"{run['steps']} optimizer steps, the original {original['steps']}")
+                Failure(
+                    "steps",
+                    key,
+                    f"{run['steps']} optimizer steps, the original {original['steps']}",
+                )
             )
         if run["steps"] - run["skipped_steps"] <= 0:
             judged.failures.append(Failure("no update", key, "every step was skipped"))
             continue
         comparison = Comparison(
-            [original], [run], THRESHOLDS, False, calibration=[calibration],
+            [original],
+            [run],
+            THRESHOLDS,
+            False,
+            calibration=[calibration],
             calibrated_by="the original with another seed",
         )
         for reason in comparison.reasons():
@@ -279,7 +287,12 @@ def judge(programs: list[Program], workdir: Path) -> list[Judged]:
             run_dir = directory / run
             run_dir.mkdir()
             jobs.append(
-                {"source": code, "script": str(run_dir / "train.py"), "seed": seed, "steps": STEP_LIMIT}
+                {
+                    "source": code,
+                    "script": str(run_dir / "train.py"),
+                    "seed": seed,
+                    "steps": STEP_LIMIT,
+                }
             )
             return len(jobs) - 1
 
