@@ -147,6 +147,29 @@ def update_band(baseline: dict, calibration: dict | None) -> float:
     return min(MAX_BAND, max(MIN_BAND, 2 * spread))
 
 
+@dataclass(frozen=True)
+class UpdateParity:
+    """One run's updates against the baseline's: the band and what left it."""
+
+    band: float
+    ratios: list[UpdateRatio]
+    outliers: list[UpdateRatio]  # the ratios outside the band, in step order
+
+    @property
+    def steps_compared(self) -> int:
+        return len({ratio.step for ratio in self.ratios})
+
+    @property
+    def steps_outside(self) -> int:
+        return len({ratio.step for ratio in self.outliers})
+
+
+def update_parity(baseline: dict, other: dict, calibration: dict | None) -> UpdateParity:
+    band = update_band(baseline, calibration)
+    ratios = update_ratios(baseline, other)
+    return UpdateParity(band, ratios, [ratio for ratio in ratios if ratio.distance > band])
+
+
 def median_step_s(run: dict, warmup: int) -> float | None:
     # step_times_s[i] is the time from step i to step i+1 (the first step's
     # start is the script's start, import and set-up included: never timed).
@@ -253,46 +276,30 @@ class Comparison:
         gaps = [self._gap(base, tf32) for base, tf32 in zip(self.baseline, self.tf32)]
         return None if not gaps or None in gaps else max(gaps)
 
-    @property
-    def update_bands(self) -> list[float]:
-        """Per rank, the factor within which the AMP run's updates must stay."""
-        calibration = self.calibration or [None] * len(self.baseline)
-        return [update_band(base, other) for base, other in zip(self.baseline, calibration)]
-
-    def update_outliers(self, rank: int = 0) -> list[UpdateRatio]:
-        """The rank's figures of the AMP run outside its band, in step order."""
-        band = self.update_bands[rank]
-        ratios = update_ratios(self.baseline[rank], self.amp[rank])
-        return [ratio for ratio in ratios if ratio.distance > band]
-
-    @property
-    def updates_compared(self) -> int:
-        """How many steps of rank 0 update parity compared."""
-        return len({ratio.step for ratio in update_ratios(self.baseline[0], self.amp[0])})
+    def update_parity(self, rank: int = 0) -> UpdateParity:
+        """The rank's AMP run against its baseline, update by update."""
+        calibration = self.calibration[rank] if self.calibration else None
+        return update_parity(self.baseline[rank], self.amp[rank], calibration)
 
     @property
     def update_parity_ok(self) -> bool:
-        return not any(self.update_outliers(rank) for rank in range(len(self.baseline)))
+        return not any(self.update_parity(rank).outliers for rank in range(len(self.baseline)))
 
     def _update_reasons(self) -> list[str]:
         reasons = []
-        for rank, band in enumerate(self.update_bands):
-            outliers = self.update_outliers(rank)
-            if not outliers:
+        for rank in range(len(self.baseline)):
+            parity = self.update_parity(rank)
+            if not parity.outliers:
                 continue
-            first = outliers[0]
+            first, band = parity.outliers[0], parity.band
             where = f" on rank {rank}" if len(self.baseline) > 1 else ""
             group = f" (group {first.group})" if first.group else ""
-            steps = len({ratio.step for ratio in outliers})
-            compared = len(
-                {ratio.step for ratio in update_ratios(self.baseline[rank], self.amp[rank])}
-            )
             calibrated = f", calibrated on {self.calibrated_by}" if self.calibrated_by else ""
             reasons.append(
                 f"update parity{where}: at step {first.step} {first.optimizer}{group} received "
                 f"a {UPDATE_FIGURES[first.figure]} {first.ratio:.3g}x the baseline's (allowed: "
-                f"{1 / band:.3g}x to {band:.3g}x{calibrated}); {steps} of {compared} steps "
-                "outside"
+                f"{1 / band:.3g}x to {band:.3g}x{calibrated}); {parity.steps_outside} of "
+                f"{parity.steps_compared} steps outside"
             )
         return reasons
 
@@ -362,6 +369,7 @@ class Comparison:
                 "settings": first.get("settings"),
             }
 
+        parity = self.update_parity()  # rank 0's, as the losses shown
         return {
             "device": device,
             "dtype": dtype,
@@ -382,8 +390,8 @@ class Comparison:
             "tf32_loss_gap": self.tf32_gap,
             "parity_ok": self.parity_ok,
             "update_parity_ok": self.update_parity_ok,
-            "update_band": self.update_bands[0] if self.baseline else None,
-            "updates_compared": self.updates_compared,
+            "update_band": parity.band,
+            "updates_compared": parity.steps_compared,
             "update_calibration": self.calibrated_by or None,
             "passed": self.passed,
             "problems": self.reasons(),

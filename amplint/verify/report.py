@@ -86,9 +86,9 @@ def text_report(script: Path, outcome: Outcome) -> list[str]:
         )
     )
     lines.append(row("skipped steps", [str(runs[0]["skipped_steps"]) for _, runs in columns]))
-    band = comparison.update_bands[0]
-    compared = comparison.updates_compared
-    inside = compared - len({ratio.step for ratio in comparison.update_outliers()})
+    parity = comparison.update_parity()
+    band, compared = parity.band, parity.steps_compared
+    inside = compared - parity.steps_outside
     lines.append(
         row(
             "updates within band",
