@@ -39,13 +39,10 @@ def _backward_in_autocast(clues: SourceClues) -> bool:
     return clues.may_call("backward") and clues.may_use("autocast")
 
 
-def _clip_before_unscale(clues: SourceClues) -> bool:
-    # The clip may be the project's own (`clip_gradient(optimizer, c)`,
-    # `clipper.step(params)`), spelled any way: a scaled step is the clue.
-    return clues.may_call("scale") and clues.may_call("backward") and clues.may_call("step")
-
-
-def _step_bypasses_scaler(clues: SourceClues) -> bool:
+def _scaled_step(clues: SourceClues) -> bool:
+    """A scaled backward and a step: where a step can bypass the scaler (AMP103)
+    and where a clip can run before unscale_ (AMP102), the clip being perhaps
+    the project's own (`clip_gradient(optimizer, c)`), spelled any way."""
     return clues.may_call("scale") and clues.may_call("backward") and clues.may_call("step")
 
 
@@ -252,8 +249,8 @@ TRIGGERS: dict[str, Callable[[SourceClues], bool]] = {
     "AMP004": _training_arguments_in_fp32,
     "AMP005": _deepspeed_in_fp32,
     "AMP101": _backward_in_autocast,
-    "AMP102": _clip_before_unscale,
-    "AMP103": _step_bypasses_scaler,
+    "AMP102": _scaled_step,
+    "AMP103": _scaled_step,
     "AMP104": _missing_scaler_update,
     "AMP105": _unscaled_backward,
     "AMP106": _float16_without_scaler,
