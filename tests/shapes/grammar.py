@@ -273,6 +273,36 @@ class _Renderer:
             "CHECKPOINT)\n"
         )
 
+    def checkpoint_before(self, m: str, opt: str) -> str:
+        """What runs before training: a resume, or the closures that save and resume."""
+        if self.shape.checkpoint == "resume":
+            return self.checkpoint_load(m, opt)
+        if self.shape.checkpoint == "nested_closures":
+            return (
+                "\ndef save_checkpoint():\n"
+                + _indent(self.checkpoint_save(m, opt), 1)
+                + "\ndef resume():\n"
+                + _indent(self.checkpoint_load(m, opt), 1)
+                + "\nresume()\n"
+            )
+        return ""
+
+    def checkpoint_after(self, m: str, opt: str) -> str:
+        if self.shape.checkpoint in ("save", "resume"):
+            return self.checkpoint_save(m, opt)
+        if self.shape.checkpoint == "nested_closures":
+            return "save_checkpoint()\n"
+        return ""
+
+    def second_phase_optimizer(self) -> str:
+        """The fine-tuning phase's new optimizer, at a tenth of the rate, under the same name."""
+        made = self.optimizer_expression("model.parameters()")
+        return (
+            "optimizer = "
+            + made.replace("lr=1e-3", "lr=1e-4").replace("lr=0.05", "lr=0.005")
+            + "\n"
+        )
+
     def checkpoint_load(self, m: str, opt: str) -> str:
         return (
             "if os.path.exists(CHECKPOINT):\n"
@@ -337,9 +367,7 @@ class _Renderer:
             return self._pix2pix_class()
         main = ""
         main += "def main():\n"
-        setup = "torch.manual_seed(0)\n"
-        setup += 'device = torch.device("cuda" if torch.cuda.is_available() else "cpu")\n'
-        setup += "loader = make_data()\n"
+        setup = SETUP
         if placement == "gan":
             return self._gan_main()
         setup += (
@@ -355,29 +383,13 @@ class _Renderer:
             setup += "seen = []\n"
         if shape.text == "amp_strings":
             setup += 'log = ["amp: off"]\n'
-        if shape.checkpoint == "resume":
-            setup += self.checkpoint_load("model", "optimizer")
-        if shape.checkpoint == "nested_closures":
-            setup += "\ndef save_checkpoint():\n" + _indent(
-                self.checkpoint_save("model", "optimizer"), 1
-            )
-            setup += "\ndef resume():\n" + _indent(self.checkpoint_load("model", "optimizer"), 1)
-            setup += "\nresume()\n"
+        setup += self.checkpoint_before("model", "optimizer")
         training = self._training(placement)
         teardown = ""
         if shape.phases == "two":
-            teardown += (
-                "optimizer = "
-                + self.optimizer_expression("model.parameters()")
-                .replace("lr=1e-3", "lr=1e-4")
-                .replace("lr=0.05", "lr=0.005")
-                + "\n"
-            )
+            teardown += self.second_phase_optimizer()
             teardown += self._training(placement, second=True)
-        if shape.checkpoint == "save" or shape.checkpoint == "resume":
-            teardown += self.checkpoint_save("model", "optimizer")
-        if shape.checkpoint == "nested_closures":
-            teardown += "save_checkpoint()\n"
+        teardown += self.checkpoint_after("model", "optimizer")
         if shape.after == "numpy_after":
             teardown += "with torch.no_grad():\n"
             teardown += "    predictions = np.concatenate([model(x.to(device)).argmax(1).cpu().numpy() for x, _ in loader])\n"
@@ -446,8 +458,6 @@ class _Renderer:
 
     def _flagged_amp_loop(self, loss: str) -> str:
         scaler = 'scaler = torch.amp.GradScaler("cuda") if use_amp else None\n'
-        if self.shape.checkpoint == "resume":
-            scaler = scaler  # made before the loop, after the optimizer's restore
         step = "x, y = x.to(device), y.to(device)\n"
         step += "with torch.autocast(device.type, enabled=use_amp):\n"
         step += f"    {loss} = F.cross_entropy(model(x), y)\n"
@@ -483,6 +493,8 @@ class _Renderer:
     def _twin_functions(self) -> None:
         """A deliberate FP32 function beside its AMP twin (a tutorial's
         "default precision" run next to the mixed-precision one)."""
+        if self.twins:
+            return  # the second phase calls the same pair
         fp32 = "for x, y in loader:\n"
         fp32 += "    x, y = x.to(device), y.to(device)\n"
         fp32 += "    fp32_loss = F.cross_entropy(model(x), y)\n"
@@ -580,22 +592,12 @@ class _Renderer:
 
     def _class_main(self, made: str, fit: str, m: str, opt: str) -> str:
         shape = self.shape
-        body = "torch.manual_seed(0)\n"
-        body += 'device = torch.device("cuda" if torch.cuda.is_available() else "cpu")\n'
-        body += "loader = make_data()\n"
+        body = SETUP
         body += "model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 2)).to(device)\n"
         body += f"trainer = {made}\n"
-        if shape.checkpoint == "resume":
-            body += self.checkpoint_load(m, opt)
-        if shape.checkpoint == "nested_closures":
-            body += "\ndef save_checkpoint():\n" + _indent(self.checkpoint_save(m, opt), 1)
-            body += "\ndef resume():\n" + _indent(self.checkpoint_load(m, opt), 1)
-            body += "\nresume()\n"
+        body += self.checkpoint_before(m, opt)
         body += fit + "\n"
-        if shape.checkpoint in ("save", "resume"):
-            body += self.checkpoint_save(m, opt)
-        if shape.checkpoint == "nested_closures":
-            body += "save_checkpoint()\n"
+        body += self.checkpoint_after(m, opt)
         if shape.after == "numpy_after":
             body += "with torch.no_grad():\n"
             body += f"    predictions = np.concatenate([{m}(x.to(device)).argmax(1).cpu().numpy() for x, _ in loader])\n"
@@ -608,9 +610,7 @@ class _Renderer:
         options = {"Adam": "lr=2e-4, betas=(0.5, 0.999)", "AdamW": "lr=2e-4", "SGD": "lr=0.01"}[
             opt_class
         ]
-        body = "torch.manual_seed(0)\n"
-        body += 'device = torch.device("cuda" if torch.cuda.is_available() else "cpu")\n'
-        body += "loader = make_data()\n"
+        body = SETUP
         body += (
             "generator = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 16)).to(device)\n"
         )
@@ -642,18 +642,11 @@ class _Renderer:
         if shape.after == "item":
             step += "print(loss_D.item(), loss_G.item())\n"
         self.fp32_backwards.append(("loss_D.backward()", "loss_G.backward()"))
-        body += "for epoch in range(EPOCHS):\n    for x, _ in loader:\n" + _indent(step, 2)
-        if shape.checkpoint in ("save", "resume"):
-            body += self.checkpoint_save("critic", "optimizer_D")
         if shape.checkpoint == "nested_closures":
-            body = body.replace(
-                "for epoch in range(EPOCHS):",
-                "\ndef save_checkpoint():\n"
-                + _indent(self.checkpoint_save("critic", "optimizer_D"), 1)
-                + "\nfor epoch in range(EPOCHS):",
-                1,
-            )
-            body += "save_checkpoint()\n"
+            body += "\ndef save_checkpoint():\n"
+            body += _indent(self.checkpoint_save("critic", "optimizer_D"), 1) + "\n"
+        body += "for epoch in range(EPOCHS):\n    for x, _ in loader:\n" + _indent(step, 2)
+        body += self.checkpoint_after("critic", "optimizer_D")
         if shape.after == "numpy_after":
             body += "with torch.no_grad():\n    samples = generator(torch.randn(4, 8, device=device)).cpu().numpy()\n"
             body += '    print("sample mean", np.mean(samples))\n'
@@ -665,9 +658,7 @@ class _Renderer:
     def _top_level(self) -> tuple[str, list[str]]:
         shape = self.shape
         cells = []
-        setup = "torch.manual_seed(0)\n"
-        setup += 'device = torch.device("cuda" if torch.cuda.is_available() else "cpu")\n'
-        setup += "loader = make_data()\n"
+        setup = SETUP
         setup += (
             "model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 2)).to(device)\n"
         )
@@ -683,14 +674,7 @@ class _Renderer:
         head += "log = []\n" if shape.text == "amp_strings" else ""
         cells.append(head + self._training("loop"))
         if shape.phases == "two":
-            second = (
-                "optimizer = "
-                + self.optimizer_expression("model.parameters()")
-                .replace("lr=1e-3", "lr=1e-4")
-                .replace("lr=0.05", "lr=0.005")
-                + "\n"
-            )
-            cells.append(second)
+            cells.append(self.second_phase_optimizer())
             cells.append(self._training("loop", second=True))
         tail = ""
         if shape.checkpoint != "none":
@@ -705,6 +689,13 @@ class _Renderer:
             cells.append(tail)
         return "\n".join(cells), cells
 
+
+# What every main() (or notebook) does first.
+SETUP = (
+    "torch.manual_seed(0)\n"
+    'device = torch.device("cuda" if torch.cuda.is_available() else "cpu")\n'
+    "loader = make_data()\n"
+)
 
 CLIP_GRADIENT = '''def clip_gradient(optimizer, grad_clip):
     """Clamps every gradient the optimizer holds to [-grad_clip, grad_clip]."""
