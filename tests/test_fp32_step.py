@@ -1021,3 +1021,33 @@ def test_code_only_keeps_positions_and_blanks_comments_and_strings() -> None:
     assert len(blanked) == len(text) and blanked.count("\n") == text.count("\n")
     assert "autocast" not in blanked and "scaler" not in blanked
     assert blanked.split() == ["x", "=", "y", "=", "+", "+"]
+
+
+@pytest.mark.parametrize(
+    "product, declined",
+    [
+        ("torch.mm(f, f.t())", True),  # style transfer, the word "gram" nowhere in the code
+        ("torch.bmm(f, f.transpose(1, 2))", True),
+        ("f @ f.mT", True),
+        ("torch.mm(z, z.t())", False),  # SimCLR's similarities: no reshaped feature map
+    ],
+)
+def test_a_gram_matrix_is_found_in_the_code_that_computes_it(product: str, declined: bool) -> None:
+    source = dedent(f"""
+        import torch
+
+
+        def train(vgg, target, style, optimizer, steps):
+            for step in range(steps):
+                x = vgg(target.cuda())
+                _, c, h, w = x.size()
+                f = x.view(c, h * w)
+                z = torch.nn.functional.normalize(vgg(style.cuda()).flatten(1), dim=1)
+                loss = ({product}).mean()
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+        """)
+    (message,) = _messages(source)
+    assert ("Gram matrix" in message) is declined
+    assert ("`f` times its own transpose" in message) is declined

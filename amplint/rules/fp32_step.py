@@ -33,6 +33,28 @@ FLOAT16_MAX = 65504.0
 # Gram matrices of style transfer sum products over whole feature maps: in
 # float16 they overflow to inf, every step is skipped and nothing trains.
 _GRAM = re.compile(r"\bgram(?:_matrix|\b)", re.I)
+# The same computed without the word: a feature map reshaped to (channels,
+# pixels) by a statement of its own (`f = f.view(c, h * w)`) times its own
+# transpose (`torch.mm(f, f.t())`).  A product of an embedding with itself
+# (SimCLR's similarities of normalised vectors) is no such reshape, and small.
+_SELF_PRODUCT = re.compile(
+    r"(?:\b(?:torch\.)?(?:mm|bmm|matmul)\(\s*(?P<a>\w+)\s*,\s*(?P=a)"
+    r"|\b(?P<b>\w+)\s*@\s*(?P=b)"
+    r"|\b(?P<c>\w+)\.(?:mm|bmm|matmul)\(\s*(?P=c))"
+    r"\s*\.\s*(?:t\(\s*\)|T\b|mT\b|transpose\([^()]*\))"
+)
+
+
+def _gram_product(text: str) -> str | None:
+    """The name of the first reshaped feature map multiplied by its own transpose."""
+    for match in _SELF_PRODUCT.finditer(text):
+        name = match.group("a") or match.group("b") or match.group("c")
+        reshaped = rf"^[ \t]*{name}\s*=\s*[\w.]+\.(?:view|reshape)\((?:[^()\n]|\([^()\n]*\))*\)\s*$"
+        if re.search(reshaped, text, re.M):
+            return name
+    return None
+
+
 # A model loaded in half precision (`from_pretrained(..., torch_dtype=torch.bfloat16)`)
 # trains in it already: autocast and a scaler on top add nothing but risk.
 _LOW_PRECISION_WEIGHTS = re.compile(r"\btorch_dtype\s*=\s*torch\.(bfloat16|float16)\b")
@@ -60,10 +82,12 @@ def float16_obstacle(text: str) -> str | None:
                 "raises under autocast: fill with `torch.finfo(x.dtype).min`, or use "
                 "`--dtype bfloat16`"
             )
-    if _GRAM.search(text):
+    feature_map = _gram_product(text)
+    if feature_map is not None or _GRAM.search(text):
+        spelled = f" (`{feature_map}` times its own transpose)" if feature_map else ""
         return (
-            "a Gram matrix sums products over whole feature maps and overflows float16 "
-            "(every step skipped): compute it in float32, or use `--dtype bfloat16`"
+            f"a Gram matrix{spelled} sums products over whole feature maps and overflows "
+            "float16 (every step skipped): compute it in float32, or use `--dtype bfloat16`"
         )
     return None
 
