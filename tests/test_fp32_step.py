@@ -8,7 +8,7 @@ import pytest
 
 from amplint.config import Settings
 from amplint.engine import lint_text
-from tests.helpers import ALL, codes_of, dedent, fixed
+from tests.helpers import ALL, codes_of, dedent, findings_of, fixed
 
 LOOP = dedent("""
     import torch
@@ -1051,3 +1051,103 @@ def test_a_gram_matrix_is_found_in_the_code_that_computes_it(product: str, decli
     (message,) = _messages(source)
     assert ("Gram matrix" in message) is declined
     assert ("`f` times its own transpose" in message) is declined
+
+
+MICRO_BATCHES = dedent("""
+    import torch
+
+
+    def train(model, loader, optimizer):
+        for x, y in loader:
+            x, y = x.cuda(), y.cuda()
+            for xs, ys in zip(x.chunk(4), y.chunk(4)):
+                loss = torch.nn.functional.mse_loss(model(xs), ys) / 4
+                loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            optimizer.zero_grad()
+    """)
+
+
+def test_micro_batches_in_an_inner_loop_are_one_step() -> None:
+    """The backward in an inner loop over micro-batches, the step after it."""
+    assert fixed(MICRO_BATCHES) == dedent("""
+        import torch
+
+
+        def train(model, loader, optimizer):
+            scaler = torch.amp.GradScaler("cuda")
+            for x, y in loader:
+                x, y = x.cuda(), y.cuda()
+                for xs, ys in zip(x.chunk(4), y.chunk(4)):
+                    with torch.autocast("cuda", dtype=torch.float16):
+                        loss = torch.nn.functional.mse_loss(model(xs), ys) / 4
+                    scaler.scale(loss).backward()
+                scaler.unscale_(optimizer)
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                scaler.step(optimizer)
+                scaler.update()
+                optimizer.zero_grad()
+        """)
+
+
+def test_a_clip_inside_the_micro_batch_loop_is_declined() -> None:
+    source = MICRO_BATCHES.replace(
+        "            loss.backward()\n",
+        "            loss.backward()\n"
+        "            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n",
+    )
+    (message,) = _messages(source)
+    assert message.endswith(
+        "not rewritten: `torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)` edits the "
+        "gradients inside the micro-batch loop, where a GradScaler leaves them scaled and no "
+        "unscale_ can go before it: clip once, after the loop"
+    )
+    assert fixed(source) == source
+
+
+def test_a_backward_in_a_helper_method_is_a_step_declined_with_why() -> None:
+    """pix2pix and CycleGAN: `optimize_parameters` calls `backward_G`."""
+    source = dedent("""
+        import torch
+
+
+        class Pix2Pix:
+            def forward(self):
+                self.fake = self.net(self.real.cuda())
+
+            def backward_G(self):
+                self.loss_G = torch.nn.functional.l1_loss(self.fake, self.target)
+                self.loss_G.backward()
+
+            def optimize_parameters(self):
+                self.forward()
+                self.optimizer_G.zero_grad()
+                self.backward_G()
+                self.optimizer_G.step()
+        """)
+    (finding,) = [d for d in findings_of(source) if d.code == "AMP001"]
+    assert finding.span.line == 15  # on the call of the helper
+    assert "the backward runs in `self.backward_G()`, a helper this step calls" in finding.message
+    assert fixed(source) == source
+
+
+def test_numpy_in_the_forward_pass_declines_bfloat16_only() -> None:
+    source = dedent("""
+        import torch
+
+
+        def train(model, loader, optimizer, seen):
+            for x, y in loader:
+                output = model(x.cuda())
+                seen.append(output.detach().cpu().numpy())
+                loss = torch.nn.functional.cross_entropy(output, y.cuda())
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+        """)
+    (message,) = _messages(source, Settings(dtype="bfloat16"))
+    assert "`output.detach().cpu().numpy()` hands NumPy a tensor the forward pass computes" in (
+        message
+    )
+    assert "torch.autocast(" in fixed(source)  # float16: NumPy holds it

@@ -256,3 +256,76 @@ def test_the_projects_own_clipper_sees_unscaled_gradients(clip: str) -> None:
             optimizer.zero_grad()
         """)
     assert f"scaler.unscale_(optimizer)\n    {clip}" in fixed(fp32)
+
+
+def test_a_clamp_before_the_clip_is_unscaled_first() -> None:
+    """A clamp of `.grad` is no multiplication by a factor: on scaled gradients
+    it clamps 65536 times too early, so the unscale_ goes before it, not
+    between it and the clip.  A division by the world size may stay first."""
+    fp32 = dedent("""
+        import torch
+        for x, y in loader:
+            x, y = x.cuda(), y.cuda()
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            for p in model.parameters():
+                p.grad.div_(world_size)
+            for p in model.parameters():
+                p.grad.data.clamp_(-1.0, 1.0)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            optimizer.zero_grad()
+        """)
+    result = fixed(fp32)
+    assert (
+        "        p.grad.div_(world_size)\n"
+        "    scaler.unscale_(optimizer)\n"
+        "    for p in model.parameters():\n"
+        "        p.grad.data.clamp_(-1.0, 1.0)\n"
+        "    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n"
+    ) in result
+    assert result.count("unscale_") == 1
+
+
+def test_a_conditional_clamp_before_an_unconditional_clip_unscales_on_every_path() -> None:
+    fp32 = dedent("""
+        import torch
+        for x, y in loader:
+            x, y = x.cuda(), y.cuda()
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            if clamp:
+                for p in model.parameters():
+                    p.grad.data.clamp_(-1.0, 1.0)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            optimizer.zero_grad()
+        """)
+    result = fixed(fp32)
+    assert "    scaler.unscale_(optimizer)\n    if clamp:\n" in result
+    assert result.count("unscale_") == 1
+
+
+def test_an_all_reduce_by_hand_stays_before_the_unscale() -> None:
+    """cleanrl's multi-GPU PPO writes the all-reduced gradients back with
+    `copy_`: linear in the scale, and every rank must reduce before it unscales."""
+    fp32 = dedent("""
+        import torch
+        for x, y in loader:
+            x, y = x.cuda(), y.cuda()
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            if world_size > 1:
+                flat = torch.cat([p.grad.view(-1) for p in model.parameters()])
+                dist.all_reduce(flat)
+                offset = 0
+                for p in model.parameters():
+                    p.grad.data.copy_(flat[offset : offset + p.numel()].view_as(p.grad) / world_size)
+                    offset += p.numel()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            optimizer.zero_grad()
+        """)
+    result = fixed(fp32)
+    assert "    scaler.unscale_(optimizer)\n    torch.nn.utils.clip_grad_norm_(" in result
+    assert result.count("unscale_") == 1

@@ -18,14 +18,14 @@ Branches = frozenset[Condition]
 
 
 def statements_in_order(
-    body: Sequence[cst.BaseStatement],
+    body: Sequence[cst.BaseStatement], into_loops: bool = False
 ) -> Iterator[tuple[int, cst.BaseStatement, Branches]]:
     """(top-level index, statement, branch conditions) for every statement of the
-    block in program order, through if/with/try but not into loops, functions or
-    classes."""
+    block in program order, through if/with/try (and the bodies of loops, when
+    `into_loops`) but never into functions or classes."""
     path: Branches = frozenset()
     for index, statement in enumerate(body):
-        yield from _flat_statement(index, statement, path)
+        yield from _flat_statement(index, statement, path, into_loops)
         path |= _exits_unless(statement)
 
 
@@ -34,12 +34,17 @@ def exclusive(first: Branches, second: Branches) -> bool:
     return any((test, not taken) in second for test, taken in first)
 
 
-def _flat_statement(index: int, statement: cst.BaseStatement, path: Branches):
+def _flat_statement(
+    index: int, statement: cst.BaseStatement, path: Branches, into_loops: bool = False
+):
     yield index, statement, path
-    for block, conditions in _child_blocks(statement):
+    blocks = list(_child_blocks(statement))
+    if into_loops and isinstance(statement, (cst.For, cst.While)):
+        blocks.append((statement.body, frozenset()))
+    for block, conditions in blocks:
         inner = path | conditions
         for child in block.body:
-            yield from _flat_statement(index, child, inner)
+            yield from _flat_statement(index, child, inner, into_loops)
             inner |= _exits_unless(child)
 
 
@@ -250,11 +255,22 @@ def _chain_has_attribute(node: cst.BaseExpression, attribute: str) -> bool:
     return False
 
 
+# Edits that multiply every gradient by one factor commute with the loss scale,
+# so they may run on scaled gradients; so does writing back a copy of the
+# gradients all-reduced by hand (`p.grad.data.copy_(flat[o:o + n] / world)`,
+# cleanrl's multi-GPU PPO).  Anything else (a clamp, adding weight decay) must
+# see unscaled ones.
+_HOMOGENEOUS_EDITS = {"mul_", "div_", "copy_"}
+
+
 class GradEditFinder(Visitor):
-    """Does a statement change gradients in place (`p.grad.mul_`, `p.grad = ...`)?"""
+    """Does a statement change gradients in place (`p.grad.mul_`, `p.grad = ...`)?
+    `nonlinear`: some edit is not a multiplication by a factor (`clamp_`), so
+    it gives another result on scaled gradients."""
 
     def __init__(self) -> None:
         self.found = False
+        self.nonlinear = False
 
     def visit_Call(self, node: cst.Call) -> None:
         method = method_name(node)
@@ -265,17 +281,20 @@ class GradEditFinder(Visitor):
             and _chain_has_attribute(node.func.value, "grad")
         ):
             self.found = True
+            self.nonlinear = self.nonlinear or method not in _HOMOGENEOUS_EDITS
 
-    def _target(self, target: cst.BaseExpression) -> None:
-        if isinstance(target, cst.Attribute) and target.attr.value == "grad":
+    def _target(self, target: cst.BaseExpression, homogeneous: bool) -> None:
+        if (isinstance(target, cst.Attribute) and target.attr.value == "grad") or (
+            _chain_has_attribute(target, "grad")
+        ):
             self.found = True
-        elif _chain_has_attribute(target, "grad"):
-            self.found = True
+            self.nonlinear = self.nonlinear or not homogeneous
 
     def visit_Assign(self, node: cst.Assign) -> None:
         if not (isinstance(node.value, cst.Name) and node.value.value == "None"):
             for target in node.targets:
-                self._target(target.target)
+                self._target(target.target, homogeneous=False)
 
     def visit_AugAssign(self, node: cst.AugAssign) -> None:
-        self._target(node.target)
+        scaling = isinstance(node.operator, (cst.MultiplyAssign, cst.DivideAssign))
+        self._target(node.target, homogeneous=scaling)

@@ -11,6 +11,7 @@ live in.
 
 from __future__ import annotations
 
+import builtins
 import re
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -74,8 +75,11 @@ _MAKES_ACCELERATOR = re.compile(r"\bAccelerator\(")
 _ACCELERATE_PRECISION = re.compile(r"mixed_precision\s*=\s*(?![\"']no[\"'])")
 # An update by hand uses the gradient (`p.data.add_(p.grad, alpha=-lr)`); a
 # target network's Polyak average (`t.data.copy_(tau * p.data + ...)`) does not.
+# Writing into a gradient (`p.grad.data.copy_(reduced)`, an all-reduce by hand)
+# is no update of a parameter.
 _MANUAL_UPDATE = re.compile(
-    r"\.data\.(add_|sub_|copy_)\([^\n]*grad|\.(add_|sub_)\([^)]*\.grad|-=\s*\w*lr"
+    r"(?<!\.grad)\.data\.(add_|sub_|copy_)\([^\n]*grad"
+    r"|(?<!\.grad)(?<!\.grad\.data)\.(add_|sub_)\([^)]*\.grad|-=\s*\w*lr"
 )
 
 
@@ -95,6 +99,8 @@ FRAMEWORK_SWITCH = "the Accelerator made here decides the precision"
 # is off (a tutorial's "default precision" baseline).
 AMP_TWIN = "the function called when AMP is off, beside its mixed-precision twin"
 SILENT_SKIPS = (ALREADY_AMP, NO_FORWARD, AMP_RELATIVE, FRAMEWORK_SWITCH, AMP_TWIN)
+# `list(model.parameters())`, `print(optimizer)`: Python's own, not the project's.
+_BUILTINS = frozenset(dir(builtins))
 # Bases too common to make two classes siblings.
 _ROOT_BASES = {"object", "Module", "nn.Module", "torch.nn.Module", "ABC"}
 
@@ -124,6 +130,9 @@ class GradEdit:
     statement: cst.BaseStatement  # a clip call's line, or a loop editing `.grad`
     order: int
     clip: cst.Call | None = None  # the `clip_grad_norm_(...)`-like call, if it is one
+    # An edit other than a multiplication by one factor (`p.grad.clamp_(-c, c)`):
+    # like a clip, it must see unscaled gradients.
+    nonlinear: bool = False
 
 
 @dataclass(eq=False)
@@ -160,7 +169,9 @@ class TrainingStep:
     @property
     def anchor(self) -> cst.Call:
         """The call a finding about this step points at."""
-        return self.backwards[0].call if self.backwards else self.steps[0].call
+        if self.backwards:
+            return self.backwards[0].call
+        return self.backward_helper or self.steps[0].call
 
     # Why amplint does not rewrite this step, in the user's terms; None if it can.
     skip: str | None = None
@@ -172,6 +183,38 @@ class TrainingStep:
     # The call that takes gradients inside the forward pass (a gradient penalty),
     # which a GradScaler would leave scaled.
     gradient_penalty: str | None = None
+    # `self.backward_G()` before the step: the backward runs in a helper of the
+    # module, the step's block holds none (pix2pix's `optimize_parameters`).
+    backward_helper: cst.Call | None = None
+    # A clip or `.grad` edit inside the inner loop of a micro-batch step: it
+    # runs on each micro-batch's scaled gradients.
+    micro_batch_edit: cst.BaseStatement | None = None
+
+
+@dataclass
+class _Scan:
+    """What one pass over a block's statements found (see _StepFinder._scan)."""
+
+    backwards: list[BackwardCall] = field(default_factory=list)
+    steps: list[OptimizerStep] = field(default_factory=list)
+    grad_edits: list[GradEdit] = field(default_factory=list)
+    micro_batch_edits: list[GradEdit] = field(default_factory=list)
+    framework: bool = False
+
+
+def _inner_loop_statements(flat: list) -> frozenset[int]:
+    """The ids of the statements in the bodies of the loops of `flat` (a block
+    flattened into its loops) that call `.backward()`: the micro-batch loops."""
+    inner: set[int] = set()
+    for _, statement, _ in flat:
+        if isinstance(statement, (cst.For, cst.While)) and id(statement) not in inner:
+            finder = _BackwardFinder()
+            finder.walk(statement.body)
+            if finder.found:
+                inner.update(
+                    id(s) for _, s, _ in statements_in_order(statement.body.body, into_loops=True)
+                )
+    return frozenset(inner)
 
 
 @dataclass(eq=False)
@@ -267,6 +310,10 @@ class _StepFinder(ScopedVisitor):
         is left to unscale itself."""
         if any(is_scaler(arg.value) for arg in call.args):
             return False  # `clip_gradients(model, scaler, optimizer)` may unscale itself
+        if (self.resolve(call.func) or "").startswith("torch.") or (
+            isinstance(call.func, cst.Name) and call.func.value in _BUILTINS
+        ):
+            return False  # `torch.cat([p.grad.view(-1) for p in model.parameters()])`
         name = dotted_name(call.func)
         if name is not None and name in self._gradient_editors:
             return True
@@ -287,13 +334,20 @@ class _StepFinder(ScopedVisitor):
                 editors.add(name)
         return editors
 
-    def _examine(self, block: cst.IndentedBlock, owner: BlockOwner) -> None:
-        backwards: list[BackwardCall] = []
-        steps: list[OptimizerStep] = []
-        grad_edits: list[GradEdit] = []
+    def _scan(self, flat: list, micro_batch: frozenset[int] = frozenset()) -> _Scan:
+        """The backward calls, optimizer steps and gradient edits of a block's
+        statements in program order, and whether a framework owns its backward.
+        Edits of statements in `micro_batch` (ids: the bodies of inner loops
+        that backpropagate) are kept apart: they see each micro-batch's
+        gradients, still scaled, and no unscale_ can go before them."""
+        found = _Scan()
+        backwards, steps = found.backwards, found.steps
         framework = False
-        flat = list(statements_in_order(block.body))
         for order, (top, statement, _) in enumerate(flat):
+            if id(statement) in micro_batch:
+                grad_edits = found.micro_batch_edits
+            else:
+                grad_edits = found.grad_edits
             for call in calls_in_line(statement):
                 method = method_name(call)
                 receiver = call.func.value if method else None
@@ -339,7 +393,31 @@ class _StepFinder(ScopedVisitor):
                 finder = GradEditFinder()
                 finder.walk(statement)
                 if finder.found:
-                    grad_edits.append(GradEdit(statement, order))
+                    grad_edits.append(GradEdit(statement, order, nonlinear=finder.nonlinear))
+        found.framework = framework
+        return found
+
+    def _examine(self, block: cst.IndentedBlock, owner: BlockOwner) -> None:
+        flat = list(statements_in_order(block.body))
+        scan = self._scan(flat)
+        micro_batch_edit = None
+        if scan.steps and not scan.backwards and not scan.framework:
+            # Gradient accumulation over micro-batches: the backward runs in an
+            # inner loop, the optimizer steps once after it.  The block with the
+            # step is the training step, its inner loops part of it.
+            deep = list(statements_in_order(block.body, into_loops=True))
+            inner = _inner_loop_statements(deep)
+            found = self._scan(deep, inner)
+            if found.backwards and len(found.steps) == len(scan.steps):
+                flat, scan = deep, found
+                if found.micro_batch_edits:
+                    micro_batch_edit = found.micro_batch_edits[0].statement
+        backwards, steps, grad_edits, framework = (
+            scan.backwards,
+            scan.steps,
+            scan.grad_edits,
+            scan.framework,
+        )
         if framework:
             return
         if not backwards:
@@ -349,14 +427,48 @@ class _StepFinder(ScopedVisitor):
             closures = [s for s in steps if s.has_closure and self._backpropagates(s.call)]
             if closures:
                 self._add_step(block, owner, [], closures, [], flat)
+                return
+            helper = self._backward_helper(flat, steps)
+            if helper is not None:
+                self._add_step(block, owner, [], steps, [], flat, backward_helper=helper)
             return
         if not steps:
             if _MANUAL_UPDATE.search(code_only(self.module.code_for_node(block))):
                 self.manual_updates.append(backwards[0])
             return
-        self._add_step(block, owner, backwards, steps, grad_edits, flat)
+        self._add_step(
+            block, owner, backwards, steps, grad_edits, flat, micro_batch_edit=micro_batch_edit
+        )
 
-    def _add_step(self, block, owner, backwards, steps, grad_edits, flat) -> None:
+    def _backward_helper(self, flat: list, steps: list[OptimizerStep]) -> cst.Call | None:
+        """The first call, before an optimizer step of the block, of a function
+        of this module that calls `.backward()` (`self.backward_G()`)."""
+        if not steps:
+            return None
+        first_step = min(step.order for step in steps)
+        for order, (_, statement, _) in enumerate(flat):
+            if order >= first_step:
+                return None
+            for call in calls_in_line(statement):
+                name = dotted_name(call.func)
+                if (
+                    name is not None
+                    and name.rsplit(".", 1)[-1] in self.optimizers.backward_functions
+                ):
+                    return call
+        return None
+
+    def _add_step(
+        self,
+        block,
+        owner,
+        backwards,
+        steps,
+        grad_edits,
+        flat,
+        backward_helper=None,
+        micro_batch_edit=None,
+    ) -> None:
         function = self._functions[-1]
         loops = self._loops[-1]
         step = TrainingStep(
@@ -374,6 +486,8 @@ class _StepFinder(ScopedVisitor):
             statements=[statement for _, statement, _ in flat],
             paths=[path for _, _, path in flat],
             tops=[top for top, _, _ in flat],
+            backward_helper=backward_helper,
+            micro_batch_edit=micro_batch_edit,
         )
         if step.outermost_loop is not None:
             step.setup = _statements_before(function or self.module, step.outermost_loop)
@@ -412,6 +526,19 @@ class _StepFinder(ScopedVisitor):
             return (
                 f"parameters are also updated by hand (`{manual.group(0)}...`) on some path; "
                 "a GradScaler would leave those gradients scaled"
+            )
+        if step.micro_batch_edit is not None:
+            edit = self.module.code_for_node(step.micro_batch_edit).strip().splitlines()[0]
+            return (
+                f"`{edit}` edits the gradients inside the micro-batch loop, where a GradScaler "
+                "leaves them scaled and no unscale_ can go before it: clip once, after the loop"
+            )
+        if step.backward_helper is not None:
+            helper = self.module.code_for_node(step.backward_helper)
+            return (
+                f"the backward runs in `{helper}`, a helper this step calls: compute the "
+                "forward pass and the loss under torch.autocast and scale the loss in that "
+                "helper, step and update the GradScaler here"
             )
         for optimizer_step in step.steps:
             if optimizer_step.has_closure:

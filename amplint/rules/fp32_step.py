@@ -10,9 +10,13 @@ from __future__ import annotations
 import re
 from typing import Iterator
 
+import libcst as cst
+
 from amplint.analysis import ModuleFacts
 from amplint.analysis.code_text import code_only
+from amplint.analysis.statements import method_name, name_use
 from amplint.analysis.steps import SILENT_SKIPS, TrainingStep
+from amplint.analysis.visitor import Visitor
 from amplint.config import Settings
 from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix
 from amplint.rules.base import Rule
@@ -92,6 +96,31 @@ def float16_obstacle(text: str) -> str | None:
     return None
 
 
+def _numpy_in_region(step: TrainingStep) -> cst.Call | None:
+    """A `.numpy()` call in a forward region on what the region computed
+    (`output.detach().cpu().numpy()`): NumPy has no bfloat16, so under bfloat16
+    autocast it raises."""
+    for region in step.regions:
+        computed: set[str] = set()
+        for statement in region.statements:
+            finder = _NumpyCalls()
+            finder.walk(statement)
+            for call in finder.calls:
+                if name_use(call.func.value).read & computed:
+                    return call
+            computed |= name_use(statement).bound
+    return None
+
+
+class _NumpyCalls(Visitor):
+    def __init__(self) -> None:
+        self.calls: list[cst.Call] = []
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if method_name(node) == "numpy":
+            self.calls.append(node)
+
+
 # Recurrent layers: CPU autocast runs them in float16 only where the CPU has
 # native float16 (AVX512-FP16, AMX-FP16); elsewhere their forward raises.
 _RECURRENT = re.compile(r"\b((?:nn\.)?(?:LSTM|GRU|RNN))\(")
@@ -130,6 +159,12 @@ def _obstacle(
         return (
             f"`{recurrent.group(1)}` has no float16 kernel on most CPUs (oneDNN raises "
             '"could not create a primitive descriptor"); `--dtype bfloat16` runs it'
+        )
+    if choice.dtype in ("bfloat16", "auto") and (numpy := _numpy_in_region(step)) is not None:
+        return (
+            f"`{facts.module.code_for_node(numpy)}` hands NumPy a tensor the forward pass "
+            "computes, which is bfloat16 under autocast and NumPy cannot hold: call "
+            "`.float()` before `.numpy()`, or use `--dtype float16`"
         )
     weights = _LOW_PRECISION_WEIGHTS.search(facts.code_text)
     if weights is not None:

@@ -22,7 +22,7 @@ from amplint.analysis.device import ScriptDevice, script_device
 from amplint.analysis.fsdp_scaler import SHARDED_GRAD_SCALER, SHARDED_SCALER_MODULE
 from amplint.analysis.forward import ForwardRegion
 from amplint.analysis.scopes import Scope
-from amplint.analysis.steps import TrainingStep
+from amplint.analysis.steps import GradEdit, TrainingStep
 from amplint.analysis.visitor import holds
 from amplint.config import Settings
 from amplint.diagnostics import ModulePass
@@ -610,24 +610,29 @@ class InsertAmp:
                 continue
             if any(s.order < order and not step.exclusive(s.order, order) for s in step.steps):
                 self._insert(plan.before, statement, [f"{scaler}.update()"])
-        # Unscale right before the first clip: a clip reads the gradients' norm,
-        # which scaling changes.  Edits before it (an all-reduce of the
-        # gradients, a division by the world size) are linear and run on scaled
-        # gradients as they would on unscaled ones, and an all-reduce must come
-        # first so every rank's unscale_ sees the same infs.  Without a clip,
-        # before the first edit.
+        # Unscale right before the first clip or other edit that scaling would
+        # change (a clamp): a clip reads the gradients' norm.  Edits before it
+        # (an all-reduce of the gradients, a division by the world size) are
+        # linear and run on scaled gradients as they would on unscaled ones,
+        # and an all-reduce must come first so every rank's unscale_ sees the
+        # same infs.  Without such an edit, before the first edit.
         edits = sorted(step.grad_edits, key=lambda e: e.order)
-        edits = [e for e in edits if e.clip is not None] or edits
+        edits = [e for e in edits if e.clip is not None or e.nonlinear] or edits
         unscaled: set[str] = set()
         for edit in edits:
             following = [s for s in step.steps if s.order > edit.order]
             if not following:
                 continue
-            optimizer = self.code(min(following, key=lambda s: s.order).optimizer)
+            next_step = min(following, key=lambda s: s.order)
+            optimizer = self.code(next_step.optimizer)
             if optimizer in unscaled:
                 continue
             unscaled.add(optimizer)
-            self._insert(plan.before, edit.statement, [f"{scaler}.unscale_({optimizer})"])
+            self._insert(
+                plan.before,
+                _unscale_anchor(step, edit, [e for e in edits if e.order < next_step.order]),
+                [f"{scaler}.unscale_({optimizer})"],
+            )
 
     def _loss_after_block(self, region: ForwardRegion, wrapper) -> None:
         """Autocast around the region's statements that run a model; its unsafe
@@ -695,3 +700,16 @@ class InsertAmp:
 
     def rewrite(self, node: cst.CSTNode) -> cst.CSTNode:
         return self.plan.apply(node)
+
+
+def _unscale_anchor(step: TrainingStep, edit: GradEdit, edits: list[GradEdit]) -> cst.CSTNode:
+    """Where the one unscale_ before `edit` goes: before the edit, unless the
+    edit runs under a condition that a later one of `edits` (those before the
+    same optimizer step) does not (`if world_size > 1: <clamp>` then an
+    unconditional clip): then before the statement of the step's block that
+    holds it, so that every path unscales."""
+    conditions = step.paths[edit.order]
+    later = [e for e in edits if e.order > edit.order and not step.exclusive(edit.order, e.order)]
+    if conditions and any(not conditions <= step.paths[e.order] for e in later):
+        return step.block.body[step.tops[edit.order]]
+    return edit.statement

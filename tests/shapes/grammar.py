@@ -18,7 +18,8 @@ cannot go together):
 - touch: what edits gradients between backward and step: torch's clipping
   functions, the project's own helper (`clip_gradient(optimizer, c)`, image
   captioning tutorials) or object (`clipper.step(params)`), a loop clamping
-  `.grad`, or a weight clamp after the step (WGAN), which is no gradient edit.
+  `.grad` (alone, or before a clip), or a weight clamp after the step (WGAN),
+  which is no gradient edit.
 - optimizer: how it is made: directly, by a builder, by a conditional
   expression, as a module global; Adam, AdamW or SGD.
 - checkpoint: none, saved after training, resumed when a file exists,
@@ -60,6 +61,7 @@ FAMILIES: dict[str, tuple[str, ...]] = {
         "helper_clamp",
         "clipper_object",
         "inline_clamp",
+        "clamp_then_clip",
         "weight_clamp",
     ),
     "optimizer": ("direct", "builder", "conditional", "global"),
@@ -205,8 +207,11 @@ class _Renderer:
         if touch == "clipper_object":
             self._helper(GRADIENT_CLIPPER)
             return f"clipper.step({m}.parameters())\n"
-        if touch == "inline_clamp":
-            return f"for param in {m}.parameters():\n    param.grad.data.clamp_(-0.01, 0.01)\n"
+        if touch in ("inline_clamp", "clamp_then_clip"):
+            clamp = f"for param in {m}.parameters():\n    param.grad.data.clamp_(-0.01, 0.01)\n"
+            if touch == "inline_clamp":
+                return clamp
+            return clamp + f"torch.nn.utils.clip_grad_norm_({m}.parameters(), 0.5)\n"
         return ""
 
     def after_step(self, m: str) -> str:
@@ -565,7 +570,8 @@ class _Renderer:
         if shape.text == "amp_comments":
             backward += "# scaler.scale(self.loss_G).backward()\n"
         backward += "self.loss_G.backward()\n"
-        self.fp32_backwards.append(("self.loss_G.backward()",))
+        # Its finding may stand on the helper's call, where the step calls it.
+        self.fp32_backwards.append(("self.loss_G.backward()", "self.backward_G()"))
         optimize = "self.forward()\nself.optimizer.zero_grad()\nself.backward_G()\n"
         optimize += self.touch("self.net", "self.optimizer").replace(
             "clipper.step(", "self.clipper.step("
