@@ -761,3 +761,19 @@ def test_update_parity_sees_a_clamp_of_scaled_gradients_that_loss_parity_misses(
     assert reason.startswith("update parity: at step 0 Adam received a gradient norm ")
     assert "calibrated on an FP32 run with another seed); 40 of 40 steps outside" in reason
     assert right_verdict.parity_ok and right_verdict.update_parity_ok and right_verdict.passed
+
+
+def test_update_parity_aligns_each_optimizer_with_itself() -> None:
+    """Four optimizers stepped in turn (MorvanZhou's optimizer comparison), the
+    scaler skipping the first one's first step: each optimizer's k-th update
+    is compared with its own k-th, never with its neighbour's."""
+
+    def update(index: int, norm: float) -> list[dict]:
+        figures = {"grad_norm": [norm], "grad_max": [norm], "update_norm": [norm]}
+        return [{"optimizer": "SGD" if index == 0 else "RMSprop", "index": index, **figures}]
+
+    baseline = {"updates": [update(0, 1.0), update(1, 100.0), update(0, 1.0), update(1, 100.0)]}
+    amp = {"updates": [None, update(1, 100.0), update(0, 1.0), update(1, 100.0)]}
+    ratios = update_ratios(baseline, amp)
+    assert {ratio.ratio for ratio in ratios} == {1.0}
+    assert [ratio.step for ratio in ratios] == [1] * 3 + [2] * 3 + [3] * 3

@@ -114,29 +114,33 @@ class UpdateRatio:
         return max(self.ratio, 1 / self.ratio)
 
 
-def _updates_made(run: dict) -> list[tuple[int, list[dict]]]:
-    """(step, what the optimizers received) for each step that updated."""
-    return [(step, records) for step, records in enumerate(run.get("updates") or ()) if records]
+def _updates_made(run: dict) -> dict[int, list[tuple[int, dict]]]:
+    """Per optimizer (numbered as the run made them), (step, what it received)
+    for each of its steps that updated."""
+    made: dict[int, list[tuple[int, dict]]] = {}
+    for step, records in enumerate(run.get("updates") or ()):
+        for record in records or ():
+            made.setdefault(record.get("index", 0), []).append((step, record))
+    return made
 
 
 def update_ratios(baseline: dict, other: dict) -> list[UpdateRatio]:
-    """The other run's figures over the baseline's, update by update: the
-    k-th step that updated in one run against the k-th in the other, as loss
-    parity compares losses.  A step the scaler skipped updated nothing; the
-    run after it is one update behind, not wrong.  Steps are named as the
-    other run counted them."""
+    """The other run's figures over the baseline's, optimizer by optimizer and
+    update by update: the k-th update of an optimizer in one run against its
+    k-th in the other, as loss parity compares losses.  A step the scaler
+    skipped updated nothing; the run after it is one update behind, not wrong.
+    Steps are named as the other run counted them, and come in their order."""
     found = []
-    for (_, base_records), (step, other_records) in zip(
-        _updates_made(baseline), _updates_made(other)
-    ):
-        for base, mine in zip(base_records, other_records):
+    base_made, other_made = _updates_made(baseline), _updates_made(other)
+    for index, other_updates in other_made.items():
+        for (_, base), (step, mine) in zip(base_made.get(index, ()), other_updates):
             for figure in UPDATE_FIGURES:
                 pairs = zip(base[figure], mine[figure])
                 for group, (base_value, value) in enumerate(pairs):
                     ratio = _ratio_of(_figure(value), _figure(base_value))
                     if ratio is not None:
                         found.append(UpdateRatio(step, mine["optimizer"], group, figure, ratio))
-    return found
+    return sorted(found, key=lambda ratio: ratio.step)
 
 
 def update_band(baseline: dict, calibration: dict | None) -> float:

@@ -76,6 +76,7 @@ class Recorder:
         self.updates: list[list[UpdateRecord] | None] = []
         self._received: list[UpdateRecord] = []  # optimizer steps since the last step event
         self._before: dict[int, tuple[UpdateRecord, list]] = {}  # id(optimizer) -> parameters
+        self._optimizers: dict[int, int] = {}  # id(optimizer) -> its number, in order made
 
     # -- events ------------------------------------------------------------------
     def backward(self, tensor) -> None:
@@ -93,11 +94,16 @@ class Recorder:
         key = (str(getattr(region, "device", "?")), dtype, bool(getattr(region, "_enabled", False)))
         self.autocast[key] = self.autocast.get(key, 0) + 1
 
+    def optimizer_made(self, optimizer) -> int:
+        """The optimizer's number, in the order the run made them: the same in
+        two runs of one script, whichever steps their scalers skipped."""
+        return self._optimizers.setdefault(id(optimizer), len(self._optimizers))
+
     def optimizer_stepping(self, optimizer) -> None:
         """Before `optimizer` updates its parameters: the gradients it sees,
         and a copy of the parameters to measure the update against."""
         torch = self.torch
-        record = UpdateRecord(type(optimizer).__name__)
+        record = UpdateRecord(type(optimizer).__name__, self.optimizer_made(optimizer))
         copies = []
         for group in optimizer.param_groups:
             with_grad = [p for p in group["params"] if p.grad is not None]
@@ -193,8 +199,9 @@ class UpdateRecord:
     largest magnitude of the gradients it read, and the norm of the change it
     made to the parameters.  None for a group with no gradient."""
 
-    def __init__(self, optimizer: str) -> None:
+    def __init__(self, optimizer: str, index: int) -> None:
         self.optimizer = optimizer
+        self.index = index  # which of the run's optimizers, numbered as made
         self.grad_norms: list = []
         self.grad_maxes: list = []
         self.update_norms: list = []
@@ -202,6 +209,7 @@ class UpdateRecord:
     def as_json(self) -> dict:
         return {
             "optimizer": self.optimizer,
+            "index": self.index,
             "grad_norm": [_number(value) for value in self.grad_norms],
             "grad_max": [_number(value) for value in self.grad_maxes],
             "update_norm": [_number(value) for value in self.update_norms],
@@ -278,6 +286,15 @@ def _instrument(torch, recorder: Recorder) -> None:
 
     register_optimizer_step_pre_hook(before_optimizer_step)
     register_optimizer_step_post_hook(after_optimizer_step)
+
+    # Every torch.optim optimizer's __init__ ends in the base class's.
+    original_optimizer_init = torch.optim.Optimizer.__init__
+
+    def optimizer_init(self, *args, **kwargs):
+        original_optimizer_init(self, *args, **kwargs)
+        recorder.optimizer_made(self)
+
+    torch.optim.Optimizer.__init__ = optimizer_init
 
     original_backward = torch.Tensor.backward
 
