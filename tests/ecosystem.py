@@ -69,7 +69,12 @@ _SKIP_REASONS = (
         "optimizer made elsewhere",
         re.compile(r"receives `|reaches `|from a caller|made in the calling"),
     ),
-    ("parameters updated by hand", re.compile(r"by hand|manual")),
+    ("loss scaled by hand in FP32", re.compile(r"loss is scaled by hand")),
+    ("parameters updated by hand", re.compile(r"updated by hand|manual")),
+    (
+        "step's parts in other functions",
+        re.compile(r"helpers? this step calls|which `\w+` fills while running the model"),
+    ),
     ("loss not found in the step's block", re.compile(r"cannot find where|comes from the caller")),
     (
         "framework or wrapper",
@@ -173,12 +178,33 @@ def _export(git_dir: Path, commit: str, into: Path) -> str | None:
 
 
 def _has_step(text: str) -> bool:
-    return ".backward(" in text and ".step(" in text
+    """Whether a loop or a def of `text` calls both `.backward(` and `.step(`: a
+    step that repeats.  A module's top-level statements run once (a tutorial's
+    one step of gradient descent), which is no training step to speed up."""
+    if ".backward(" not in text or ".step(" not in text:
+        return False
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return True
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.For, ast.While, ast.FunctionDef, ast.AsyncFunctionDef)):
+            methods = {
+                call.func.attr
+                for call in ast.walk(node)
+                if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
+            }
+            if {"backward", "step"} <= methods:
+                return True
+    return False
 
 
+# A file whose model is in low precision already is no FP32 step: a model
+# loaded quantized (`load_in_8bit=True`, its other weights float16) or in half
+# precision (`torch_dtype=torch.bfloat16`) computes in it.
 _ALREADY_MANAGED = re.compile(
     r"autocast|GradScaler|scale_loss|accelerator\.backward|manual_backward|training_step"
-    r"|\.half\(\)|deepspeed|fabric\."
+    r"|\.half\(\)|deepspeed|fabric\.|load_in_[48]bit|torch_dtype\s*=\s*torch\.b?float16"
 )
 
 

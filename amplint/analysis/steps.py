@@ -21,14 +21,10 @@ import libcst as cst
 
 from amplint.analysis.caller_forward import caller_regions
 from amplint.analysis.code_text import code_only
-from amplint.analysis.forward import (
-    AUTOCAST_UNSAFE_LOSSES,
-    ForwardRegion,
-    ModelCalls,
-    forward_region,
-    short_loss_name,
-)
+from amplint.analysis.forward import ForwardRegion, ModelCalls, forward_region
 from amplint.analysis.imports import ImportMap, dotted_name
+from amplint.analysis.module_roles import OPTIMIZER_NAME, SCHEDULER_NAME, module_roles
+from amplint.analysis.saved_forward import saved_forward
 from amplint.analysis.scopes import Scope, ScopedVisitor
 from amplint.analysis.statements import (
     Branches,
@@ -59,8 +55,6 @@ CLIP_FUNCTIONS = {
 CLIP_METHODS = {"clip_grad_norm_", "clip_grad_value_"}
 # Receivers of `.backward(loss)` that belong to a framework owning precision.
 FRAMEWORK_BACKWARD = {"accelerator", "booster", "engine", "model_engine", "fabric"}
-_OPTIMIZER_NAME = re.compile(r"optim|^opt($|[_\dA-Z]|[dg]$)", re.I)
-_SCHEDULER_NAME = re.compile(r"sched", re.I)
 # How a GradScaler is recognised: by the name every example gives it.
 # Making a GradScaler is not using one: a scaler left unused does not hide an
 # FP32 step (AMP001 reuses it).
@@ -99,6 +93,12 @@ FRAMEWORK_SWITCH = "the Accelerator made here decides the precision"
 # is off (a tutorial's "default precision" baseline).
 AMP_TWIN = "the function called when AMP is off, beside its mixed-precision twin"
 SILENT_SKIPS = (ALREADY_AMP, NO_FORWARD, AMP_RELATIVE, FRAMEWORK_SWITCH, AMP_TWIN)
+# A loss multiplied by a scale of the script's own (`loss * scaler.loss_scale`,
+# `loss * 2 ** self.lg_loss_scale`): loss scaling written by hand.
+_HAND_SCALED_LOSS = re.compile(r"\*\s*(?:[\w.]*\.)?\w*loss_scale\b|\b\w*loss_scale\s*\*")
+# What would make such a step low precision after all: autocast, half weights,
+# a library's scaler.
+_LOW_PRECISION = re.compile(r"autocast|\.half\(\)|bfloat16|float16|\.scale\(|scale_loss")
 # `list(model.parameters())`, `print(optimizer)`: Python's own, not the project's.
 _BUILTINS = frozenset(dir(builtins))
 # Bases too common to make two classes siblings.
@@ -186,6 +186,9 @@ class TrainingStep:
     # `self.backward_G()` before the step: the backward runs in a helper of the
     # module, the step's block holds none (pix2pix's `optimize_parameters`).
     backward_helper: cst.Call | None = None
+    # `self.optimize()` after such a helper: the optimizer step runs in a helper
+    # too, and the block holds neither (`forward_backward()` then `optimize()`).
+    step_helper: cst.Call | None = None
     # A clip or `.grad` edit inside the inner loop of a micro-batch step: it
     # runs on each micro-batch's scaled gradients.
     micro_batch_edit: cst.BaseStatement | None = None
@@ -236,14 +239,14 @@ class _StepFinder(ScopedVisitor):
         super().__init__()
         self.module = module
         self.imports = imports
-        self.optimizers = _optimizer_names(module, imports, project_losses)
+        self.roles = module_roles(module, imports, project_losses)
         self.calls = ModelCalls(
             module,
             self.resolve,
-            self.optimizers.module_functions,
-            self.optimizers.torch_aliases,
-            self.optimizers.unsafe_losses,
-            self.optimizers.unsafe_helpers,
+            self.roles.module_functions,
+            self.roles.torch_aliases,
+            self.roles.unsafe_losses,
+            self.roles.unsafe_helpers,
         )
         self.steps: list[TrainingStep] = []
         self.manual_updates: list[BackwardCall] = []
@@ -298,9 +301,9 @@ class _StepFinder(ScopedVisitor):
         if name is None:
             return False
         last = name.rsplit(".", 1)[-1]
-        if _SCHEDULER_NAME.search(last) or name in self.optimizers.schedulers:
+        if SCHEDULER_NAME.search(last) or name in self.roles.schedulers:
             return False
-        return name in self.optimizers.names or bool(_OPTIMIZER_NAME.search(last))
+        return name in self.roles.names or bool(OPTIMIZER_NAME.search(last))
 
     def _hands_over_gradients(self, call: cst.Call) -> bool:
         """Whether `call` is given what holds gradients (an optimizer, an
@@ -327,7 +330,7 @@ class _StepFinder(ScopedVisitor):
     def _gradient_editors(self) -> set[str]:
         """The module-level functions whose body edits `.grad` in place."""
         editors = set()
-        for name, function in self.optimizers.module_functions.items():
+        for name, function in self.roles.module_functions.items():
             finder = GradEditFinder()
             finder.walk(function.body)
             if finder.found:
@@ -431,6 +434,10 @@ class _StepFinder(ScopedVisitor):
             helper = self._backward_helper(flat, steps)
             if helper is not None:
                 self._add_step(block, owner, [], steps, [], flat, backward_helper=helper)
+            elif not steps and (split := self._split_step(flat)) is not None:
+                self._add_step(
+                    block, owner, [], [], [], flat, backward_helper=split[0], step_helper=split[1]
+                )
             return
         if not steps:
             if _MANUAL_UPDATE.search(code_only(self.module.code_for_node(block))):
@@ -439,6 +446,27 @@ class _StepFinder(ScopedVisitor):
         self._add_step(
             block, owner, backwards, steps, grad_edits, flat, micro_batch_edit=micro_batch_edit
         )
+
+    def _split_step(self, flat: list) -> tuple[cst.Call, cst.Call] | None:
+        """A call of a method of this module that backpropagates and does not
+        step, then one of the same object that steps an optimizer and does not
+        backpropagate: a step split across two helpers (improved-diffusion's
+        `run_step` calls `self.forward_backward(batch)`, then `self.optimize()`).
+        Free functions called in turn are a test script's cases, not a step."""
+        backward = None
+        for _, statement, _ in flat:
+            for call in calls_in_line(statement):
+                name = dotted_name(call.func)
+                if name is None or "." not in name:
+                    continue
+                owner, last = name.rsplit(".", 1)
+                backprops = last in self.roles.backward_functions
+                steps = last in self.roles.step_functions
+                if backward is None and backprops and not steps:
+                    backward, backward_owner = call, owner
+                elif backward is not None and steps and not backprops and owner == backward_owner:
+                    return backward, call
+        return None
 
     def _backward_helper(self, flat: list, steps: list[OptimizerStep]) -> cst.Call | None:
         """The first call, before an optimizer step of the block, of a function
@@ -451,10 +479,7 @@ class _StepFinder(ScopedVisitor):
                 return None
             for call in calls_in_line(statement):
                 name = dotted_name(call.func)
-                if (
-                    name is not None
-                    and name.rsplit(".", 1)[-1] in self.optimizers.backward_functions
-                ):
+                if name is not None and name.rsplit(".", 1)[-1] in self.roles.backward_functions:
                     return call
         return None
 
@@ -468,6 +493,7 @@ class _StepFinder(ScopedVisitor):
         flat,
         backward_helper=None,
         micro_batch_edit=None,
+        step_helper=None,
     ) -> None:
         function = self._functions[-1]
         loops = self._loops[-1]
@@ -488,6 +514,7 @@ class _StepFinder(ScopedVisitor):
             tops=[top for top, _, _ in flat],
             backward_helper=backward_helper,
             micro_batch_edit=micro_batch_edit,
+            step_helper=step_helper,
         )
         if step.outermost_loop is not None:
             step.setup = _statements_before(function or self.module, step.outermost_loop)
@@ -505,8 +532,8 @@ class _StepFinder(ScopedVisitor):
             scope = step.outermost_loop
         scope_code = code_only(self.module.code_for_node(scope))
         if any(s.scaler for s in step.steps) or _ALREADY_AMP.search(scope_code):
-            return ALREADY_AMP
-        aliases = self.optimizers.autocast_aliases
+            return self._hand_scaled(scope_code) or ALREADY_AMP
+        aliases = self.roles.autocast_aliases
         if any(re.search(rf"(?<![\w.]){re.escape(alias)}\b", scope_code) for alias in aliases):
             return ALREADY_AMP  # `with ctx:` where `ctx = ... torch.autocast(...)`
         if step.class_def is not None and self._has_amp_relative(step.class_def):
@@ -535,6 +562,14 @@ class _StepFinder(ScopedVisitor):
             )
         if step.backward_helper is not None:
             helper = self.module.code_for_node(step.backward_helper)
+            if step.step_helper is not None:
+                stepper = self.module.code_for_node(step.step_helper)
+                return (
+                    f"the backward runs in `{helper}` and the optimizer step in "
+                    f"`{stepper}`, helpers this step calls: compute the forward pass and the "
+                    "loss under torch.autocast and scale the loss in the first, step and "
+                    "update a GradScaler both can reach in the second"
+                )
             return (
                 f"the backward runs in `{helper}`, a helper this step calls: compute the "
                 "forward pass and the loss under torch.autocast and scale the loss in that "
@@ -584,13 +619,46 @@ class _StepFinder(ScopedVisitor):
                 return region
             for found in region if isinstance(region, list) else [region]:
                 if not any(self.calls.runs_model(statement) for statement in found.statements):
-                    return NO_FORWARD
+                    return self._forward_saved_elsewhere(step, backward) or NO_FORWARD
                 found = self.calls.with_unsafe_loss_after(found)
                 step.unsafe_loss = step.unsafe_loss or found.unsafe_loss
                 step.gradient_penalty = step.gradient_penalty or self.calls.gradient_penalty(found)
                 step.regions.append(found)
             lower = backward.top + 1
         return None
+
+    def _hand_scaled(self, scope_code: str) -> str | None:
+        """Why a step whose only sign of AMP is loss scaling written by hand
+        (`loss * loss_scaler.loss_scale`, nothing in low precision anywhere in
+        the module) is FP32 all the same, or None."""
+        scaled = _HAND_SCALED_LOSS.search(scope_code)
+        if scaled is None or any(
+            re.search(rf"(?<![\w.]){re.escape(alias)}\b", scope_code)
+            for alias in self.roles.autocast_aliases
+        ):
+            return None
+        if _LOW_PRECISION.search(code_only(self.module.code_for_node(self.module))):
+            return None
+        line = scope_code[: scaled.start()].rsplit("\n", 1)[-1] + scope_code[scaled.start() :]
+        return (
+            f"the loss is scaled by hand (`{line.split(chr(10), 1)[0].strip()}`) but the model "
+            "runs in FP32, where a loss scale protects nothing: replace the hand-written "
+            "scaling with torch.autocast around the forward pass and a torch.amp.GradScaler"
+        )
+
+    def _forward_saved_elsewhere(self, step: TrainingStep, backward: BackwardCall) -> str | None:
+        """Why a step whose block runs no model is training all the same: its
+        loss is built from results another def saved while running the model
+        (REINFORCE's `policy.saved_log_probs`), or None."""
+        before = step.statements[: backward.order + 1]
+        found = saved_forward(self.module, before)
+        if found is None:
+            return None
+        return (
+            f"its loss is built from `{found.container}`, which `{found.filler}` fills "
+            "while running the model: the forward pass is there, not here; run it under "
+            "torch.autocast in that function and scale this loss with a GradScaler"
+        )
 
     def _regions_at_callers(
         self, step: TrainingStep, backward: BackwardCall
@@ -641,7 +709,7 @@ class _StepFinder(ScopedVisitor):
         a base with it, uses autocast or a GradScaler."""
         name = class_def.name.value
         bases = _base_names(class_def) - _ROOT_BASES
-        for other in self.optimizers.classes:
+        for other in self.roles.classes:
             if other is class_def:
                 continue
             other_bases = _base_names(other)
@@ -658,7 +726,7 @@ class _StepFinder(ScopedVisitor):
         if isinstance(argument, (cst.Lambda, cst.Call)):
             return True
         name = dotted_name(argument) or ""
-        return "closure" in name or name in self.optimizers.functions
+        return "closure" in name or name in self.roles.functions
 
     def _backpropagates(self, call: cst.Call) -> bool:
         """Whether the closure `call` passes (a lambda, a def's name, or
@@ -670,7 +738,7 @@ class _StepFinder(ScopedVisitor):
             finder = _BackwardFinder()
             finder.walk(argument)
             return finder.found
-        return dotted_name(argument) in self.optimizers.backward_functions
+        return dotted_name(argument) in self.roles.backward_functions
 
 
 def _given(loss: cst.BaseExpression, parameters: set[str]) -> bool:
@@ -713,7 +781,7 @@ class _LoopFinder(Visitor):
 
 def looks_like_optimizer(name: str) -> bool:
     """`optimizer`, `self.opt_g`, `optim`: named like one, whatever it holds."""
-    return _OPTIMIZER_NAME.search(name.rsplit(".", 1)[-1]) is not None
+    return OPTIMIZER_NAME.search(name.rsplit(".", 1)[-1]) is not None
 
 
 def is_scaler(receiver: cst.BaseExpression) -> bool:
@@ -752,159 +820,14 @@ class _BackwardFinder(Visitor):
             self.found = True
 
 
-@dataclass
-class _Optimizers:
-    names: set[str]
-    schedulers: set[str]
-    unsafe_losses: dict[str, str]  # name bound to an autocast-unsafe loss -> its class
-    functions: set[str]  # names of every def in the module: candidates for closures
-    module_functions: dict[str, cst.FunctionDef]  # the defs at the module's top level
-    # Module globals naming a torch callable: `Tensor = torch.cuda.FloatTensor
-    # if cuda else torch.FloatTensor`, as GAN collections write it.
-    torch_aliases: set[str]
-    # Defs that call `.backward()` themselves or in a nested def: closures a
-    # training step can hand to `optimizer.step`.
-    backward_functions: set[str]
-    # Defs that compute a loss which raises under CUDA autocast -> that loss.
-    unsafe_helpers: dict[str, str] = field(default_factory=dict)
-    created: bool = False  # some torch.optim optimizer is made in the module
-    # Names bound to an autocast context or factory: `ctx = nullcontext() if cpu
-    # else torch.autocast(...)`, `amp_autocast = partial(torch.autocast, ...)`.
-    autocast_aliases: set[str] = field(default_factory=set)
-    classes: list[cst.ClassDef] = field(default_factory=list)  # every class of the module
-
-
-class _OptimizerCollector(ScopedVisitor):
-    def __init__(self, imports: ImportMap, project_losses: dict[str, LossHelper]) -> None:
-        super().__init__()
-        self.imports = imports
-        self.found = _Optimizers(set(), set(), {}, set(), {}, set(), set())
-        # Classes whose instances compute an unsafe loss: the module's own
-        # (found as the walk goes) and those imported from the project.
-        self.loss_classes = {
-            name: helper.description for name, helper in project_losses.items() if helper.is_class
-        }
-        self.found.unsafe_helpers.update(
-            (name, helper.description)
-            for name, helper in project_losses.items()
-            if not helper.is_class
-        )
-        self.constructed: list[tuple[str, str]] = []  # (name, the callable whose result it is)
-
-    def leave_scope(self, scope: Scope) -> None:
-        if not isinstance(scope, cst.Module):
-            return
-        # `criterion = GANLoss()`: calling the instance computes the loss.  Done
-        # at the end, where every class of the module is known.
-        for name, constructed in self.constructed:
-            if constructed in self.loss_classes:
-                self.found.unsafe_helpers.setdefault(name, self.loss_classes[constructed])
-
-    def enter_scope(self, scope: Scope) -> None:
-        if isinstance(scope, cst.ClassDef):
-            self.found.classes.append(scope)
-        if isinstance(scope, cst.FunctionDef):
-            self.found.functions.add(scope.name.value)
-            if len(self.scopes) == 2:  # the module, then this def
-                self.found.module_functions[scope.name.value] = scope
-
-    def visit_Assign(self, node: cst.Assign) -> None:
-        if _mentions_autocast(node.value):
-            for target in node.targets:
-                name = dotted_name(target.target)
-                if name is not None:
-                    self.found.autocast_aliases.add(name)
-        if isinstance(self.scope, cst.Module) and self._names_torch(node.value):
-            self.found.torch_aliases.update(
-                target.target.value
-                for target in node.targets
-                if isinstance(target.target, cst.Name)
-            )
-        if not isinstance(node.value, cst.Call):
-            return
-        called = self.imports.resolve(node.value.func, self.scope) or ""
-        constructed = dotted_name(_moved(node.value).func)
-        for target in node.targets:
-            name = dotted_name(target.target)
-            if name is None:
-                continue
-            if constructed is not None:
-                self.constructed.append((name, constructed))
-            if called.startswith("torch.optim.lr_scheduler."):
-                self.found.schedulers.add(name)
-            elif called.startswith("torch.optim."):
-                self.found.names.add(name)
-                self.found.created = True
-            elif called in AUTOCAST_UNSAFE_LOSSES:
-                self.found.unsafe_losses[name] = called
-
-    def _names_torch(self, value: cst.BaseExpression) -> bool:
-        if isinstance(value, cst.IfExp):
-            return self._names_torch(value.body) and self._names_torch(value.orelse)
-        if not isinstance(value, (cst.Name, cst.Attribute)):
-            return False
-        return (self.imports.resolve(value, self.scope) or "").startswith("torch.")
-
-    def visit_Call(self, node: cst.Call) -> None:
-        called = self.imports.resolve(node.func, self.scope)
-        if called in AUTOCAST_UNSAFE_LOSSES:
-            # A loss helper: calling it runs a loss that raises under autocast.
-            for scope in self.scopes:
-                if isinstance(scope, cst.FunctionDef):
-                    self.found.unsafe_helpers.setdefault(scope.name.value, short_loss_name(called))
-                elif isinstance(scope, cst.ClassDef):
-                    self.loss_classes.setdefault(scope.name.value, short_loss_name(called))
-        if method_name(node) == "backward":
-            self.found.backward_functions.update(
-                scope.name.value for scope in self.scopes if isinstance(scope, cst.FunctionDef)
-            )
-        if method_name(node) == "zero_grad":
-            name = dotted_name(node.func.value)
-            if name is not None:
-                self.found.names.add(name)
-
-
 def _framework_owned(call: cst.Call) -> bool:
     """`accelerator.clip_grad_norm_(...)`: a framework that unscales in its own clip."""
     receiver = dotted_name(call.func.value) if isinstance(call.func, cst.Attribute) else None
     return (receiver or "").rsplit(".", 1)[-1] in FRAMEWORK_BACKWARD
 
 
-def _moved(call: cst.Call) -> cst.Call:
-    """`GANLoss()` of `GANLoss().to(device)` (also `.cuda()`, `.float()`)."""
-    while (
-        isinstance(call.func, cst.Attribute)
-        and call.func.attr.value in ("to", "cuda", "float", "cpu")
-        and isinstance(call.func.value, cst.Call)
-    ):
-        call = call.func.value
-    return call
-
-
 def _base_names(class_def: cst.ClassDef) -> set[str]:
     return {name for base in class_def.bases if (name := dotted_name(base.value)) is not None}
-
-
-def _mentions_autocast(value: cst.BaseExpression) -> bool:
-    finder = _AutocastMention()
-    finder.walk(value)
-    return finder.found
-
-
-class _AutocastMention(Visitor):
-    def __init__(self) -> None:
-        self.found = False
-
-    def visit_Name(self, node: cst.Name) -> None:
-        self.found = self.found or "autocast" in node.value
-
-
-def _optimizer_names(
-    module: cst.Module, imports: ImportMap, project_losses: dict[str, LossHelper]
-) -> _Optimizers:
-    collector = _OptimizerCollector(imports, project_losses)
-    collector.walk(module)
-    return collector.found
 
 
 def find_training_steps(
@@ -915,7 +838,7 @@ def find_training_steps(
     finder = _StepFinder(module, imports, project_losses or {})
     finder.walk(module)
     _mark_amp_twins(module, finder.steps)
-    return StepScan(finder.steps, finder.manual_updates, finder.optimizers.created)
+    return StepScan(finder.steps, finder.manual_updates, finder.roles.created)
 
 
 def _mark_amp_twins(module: cst.Module, steps: list[TrainingStep]) -> None:
