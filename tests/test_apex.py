@@ -155,6 +155,29 @@ def test_migrated_script_runs_without_apex_with_fp16_on(script: Path) -> None:
     )
 
 
+CPU_FLOAT16 = Settings(device_type="cpu", dtype="float16")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", SCRIPTS, ids=ids)
+def test_migrated_for_the_cpu_the_scaler_really_scales(script: Path, tmp_path: Path) -> None:
+    """`--device-type cpu --dtype float16`: every scaler and autocast the
+    migration writes is the CPU's, and torch 2.13's GradScaler("cpu") scales,
+    unscales and skips for real, so a wrong recipe raises here as on a GPU."""
+    pytest.importorskip("torch")
+    result = fix_text(script.read_text(encoding="utf-8"), ALL, CPU_FLOAT16, unsafe=True)
+    written = ('GradScaler("cuda"', 'autocast("cuda"', 'device_type="cuda"')
+    assert not any(call in result.text for call in written)  # apex itself cannot import
+    migrated = tmp_path / script.name
+    migrated.write_text(result.text, encoding="utf-8")
+    seen = _run_migrated(migrated)
+    assert seen["scaler_enabled"] and all(seen["scaler_enabled"])
+    assert seen["scaled"] > 0
+    # custom_fwd turns autocast off inside the op it guards: ["cpu", "None"].
+    assert ["cpu", "torch.float16"] in seen["autocast"]
+    assert all(device == "cpu" for device, _ in seen["autocast"])
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("script", [s for s in SCRIPTS if FP32_FLAGS[s.stem]], ids=lambda s: s.stem)
 def test_the_fp32_flag_still_turns_mixed_precision_off(script: Path) -> None:
@@ -215,6 +238,16 @@ def test_literal_o1_is_a_safe_fix_with_an_unconditional_scaler() -> None:
         imports="import torch\n",
     )
     assert fixed(before) == after
+
+
+def test_the_device_type_setting_governs_the_migrated_scaler_and_autocast() -> None:
+    before = _train('    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n')
+    after = _train(
+        '    scaler = torch.amp.GradScaler("cpu")\n',
+        MIGRATED_LOOP.format(enabled="").replace('"cuda"', '"cpu"'),
+        imports="import torch\n",
+    )
+    assert fixed(before, Settings(device_type="cpu", dtype="float16")) == after
 
 
 def test_opt_level_o0_disables_the_scaler_and_autocast() -> None:

@@ -85,13 +85,13 @@ class FunctionCasts:
             if decorated is None:  # `nms = amp.float_function(_C.nms)`: a compiled op
                 raise MigrationBlocked(
                     f"{applied}: `{name}` is not a def of this module that applies an autograd "
-                    f'Function: call it on `.float()` tensors under `{self.torch}.autocast("cuda", '
-                    "enabled=False)` where it is called"
+                    f"Function: call it on `.float()` tensors under `{self.torch}.autocast("
+                    f'"{self.settings.device_type}", enabled=False)` where it is called'
                 )
             raise MigrationBlocked(
                 f"{applied}: `{name}` is not a wrapper of an autograd Function: run its body "
-                f'under `{self.torch}.autocast("cuda", enabled=False)` with its tensor inputs '
-                "cast by `.float()`"
+                f'under `{self.torch}.autocast("{self.settings.device_type}", enabled=False)` '
+                "with its tensor inputs cast by `.float()`"
             )
         forced = "float16" if kind == "half" else "their widest type"
         self.changes.setdefault(use, []).append(
@@ -138,11 +138,14 @@ class FunctionCasts:
             raise MigrationBlocked("torch.amp.custom_fwd needs torch 2.4, above target-torch")
         forward = cst.Decorator(
             cst.parse_expression(
-                f'{self.torch}.amp.custom_fwd(device_type="cuda", cast_inputs={self.torch}.{dtype})'
+                f'{self.torch}.amp.custom_fwd(device_type="{self.settings.device_type}", '
+                f"cast_inputs={self.torch}.{dtype})"
             )
         )
         backward = cst.Decorator(
-            cst.parse_expression(f'{self.torch}.amp.custom_bwd(device_type="cuda")')
+            cst.parse_expression(
+                f'{self.torch}.amp.custom_bwd(device_type="{self.settings.device_type}")'
+            )
         )
         for method, decorator in ((function.forward, forward), (function.backward, backward)):
             if any("custom_" in self.code(existing) for existing in method.decorators):

@@ -73,8 +73,13 @@ from amplint.transforms.insert_amp import (
     scaler_obstacle,
 )
 
-# apex.amp ran CUDA float16 only; its O1 is autocast with a dynamic loss scaler.
-APEX_CHOICE = AmpChoice("cuda", "float16")
+
+def apex_choice(settings: Settings) -> AmpChoice:
+    """What the migration writes: apex.amp ran float16 only, its O1 being
+    autocast with a dynamic loss scaler, on the device `--device-type` names
+    (a CPU test of a migration needs `GradScaler("cpu")`, which really scales)."""
+    return AmpChoice(settings.device_type, "float16")
+
 
 # amp.initialize keywords torch.amp has no counterpart for, and what changes
 # when they are dropped; `loss_scale` and `opt_level` are handled apart.
@@ -297,7 +302,9 @@ class _Migrator:
         elif member.split(".")[0] == "_amp_state" and use.call is None:
             self._loss_scale(use)
         elif member == "disable_casts" and use.call is not None and not use.call.args:
-            autocast = cst.parse_expression(f'{self.torch}.autocast("cuda", enabled=False)')
+            autocast = cst.parse_expression(
+                f'{self.torch}.autocast("{self.settings.device_type}", enabled=False)'
+            )
             self.book.rewrite(use.call, lambda call: autocast)
         elif member in ("float_function", "half_function", "promote_function"):
             self.casts.cast_function(use, member.split("_")[0])
@@ -606,7 +613,7 @@ class _Migrator:
         """`scaler = torch.amp.GradScaler(...)` where `init` ran (`self.scaler = `
         in a method, where the instance keeps it)."""
         init_scale = init.init_scale
-        arguments = ['"cuda"']
+        arguments = [f'"{self.settings.device_type}"']
         if init_scale is not None:
             arguments.append(f"init_scale={init_scale}")
         if condition is not None:
@@ -813,7 +820,7 @@ class _Migrator:
                     "optimizer steps under a condition: a GradScaler unscales once per optimizer "
                     "step, so move the clip to the accumulation boundary first"
                 )
-            insert = InsertAmp(step, facts, self.settings, APEX_CHOICE)
+            insert = InsertAmp(step, facts, self.settings, apex_choice(self.settings))
             insert.use_scaler(scaler, self._autocast_enabled(step.function, scaler, module))
             obstacle = insert.callers_obstacle()
             if obstacle is not None:
