@@ -1141,3 +1141,68 @@ def test_an_if_holding_an_availability_assert_and_initialize_goes_whole() -> Non
     migrated = fixed(before)
     assert "pass" not in migrated and "if args.fp16" not in migrated
     assert 'scaler = torch.amp.GradScaler("cuda", enabled=args.fp16)' in migrated
+
+
+# -- no half migration ------------------------------------------------------------
+HALF = dedent("""
+    import torch
+    from apex import amp
+    from apex.parallel import DistributedDataParallel as ApexDDP
+
+
+    def train(model, optimizer, loader, criterion):
+        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+        model = ApexDDP(model)
+        for inputs, targets in loader:
+            optimizer.zero_grad()
+            loss = criterion(model(inputs), targets)
+            with amp.scale_loss(loss, optimizer) as scaled_loss:
+                scaled_loss.backward()
+            optimizer.step()
+    """)
+
+
+def test_apex_ddp_is_held_while_the_amp_migration_is_blocked() -> None:
+    """apex.amp stays (its step passes a closure, which a GradScaler refuses):
+    apex's DDP stays beside it, unfixed, and `check` shows no `[*]` on it."""
+    blocked = HALF.replace("optimizer.step()", "optimizer.step(lambda: None)")
+    reported = findings(blocked)
+    (ddp,) = [f for f in reported if " AMP204 " in f]
+    assert "[*]" not in ddp
+    assert "(not fixed: held with the apex.amp migration, which is not fixed: " in ddp
+    assert fixed_unsafe(blocked) == blocked
+
+
+def test_apex_ddp_goes_in_the_same_fix_as_the_amp_migration() -> None:
+    findings_of_half = [
+        d for d in lint_text(HALF, ALL, Settings()) if d.code in ("AMP203", "AMP204")
+    ]
+    assert {d.code for d in findings_of_half} == {"AMP203", "AMP204"}
+    assert len({id(d.fix) for d in findings_of_half}) == 1  # one fix, applied or refused whole
+    migrated = fixed(HALF)
+    assert "apex" not in migrated
+    assert "model = torch.nn.parallel.DistributedDataParallel(model)" in migrated
+    assert 'scaler = torch.amp.GradScaler("cuda")' in migrated
+
+
+def test_check_marks_the_migration_fixable_only_when_fix_writes_it() -> None:
+    """The step goes through a scaler object of another module (timm's
+    ApexScaler): the GradScaler the migration makes would be left unused, which
+    `fix` refuses, so `check` shows no `[*]` either and says why."""
+    source = dedent("""
+        import torch
+        from apex import amp
+        from mylib import ApexScaler
+
+
+        def main(model, optimizer, loader):
+            model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+            loss_scaler = ApexScaler()
+            for x, y in loader:
+                loss = torch.nn.functional.mse_loss(model(x), y)
+                loss_scaler(loss, optimizer)
+        """)
+    (finding,) = findings(source)
+    assert " AMP203 `amp.initialize`" in finding and "[*]" not in finding
+    assert finding.endswith("(not fixed: the rewrite would leave `scaler` assigned but never used)")
+    assert fixed_unsafe(source) == source

@@ -11,7 +11,9 @@ precision and is left alone.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Iterator, Sequence
+from weakref import WeakKeyDictionary
 
 import libcst as cst
 
@@ -26,8 +28,10 @@ from amplint.analysis.apex import (
 from amplint.config import Settings
 from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix, Span
 from amplint.rules.base import Rule
+from amplint.selfcheck import name_problems, new_name_problems
 from amplint.transforms.apex import MigrationBlocked, migrate_apex
 from amplint.transforms.apex.common import atom
+from amplint.transforms.edits import apply_edits
 from amplint.transforms.imports import ensure_torch_imported, tidy_apex_imports
 
 REMOVED = "removed from apex in 2025"
@@ -96,6 +100,75 @@ _APEX_DDP_OPTIONS = (
 )
 
 
+class _Migrated:
+    """A module's apex.amp migration, with AMP204's fixes in it: one fix for
+    both, so that a program on apex.amp keeps apex's DDP, SyncBatchNorm and
+    fp16_utils beside it until the migration itself goes through (half a
+    migration runs neither with apex nor without it).  Or why it is blocked.
+
+    AMP204's fixes are applied first and the result migrated: an import
+    fallback (`try: from apex import amp; from apex.fp16_utils import * except
+    ImportError: ...`) goes with the migration only once it holds apex.amp alone."""
+
+    def __init__(self, facts: ModuleFacts, settings: Settings) -> None:
+        self.changes: dict[ApexUse, list[str]] = {}
+        self.scaler = "scaler"
+        self.blocker: str | None = None
+        self.fix: Fix | None = None
+        target = _with_other_apex_fixes(facts)
+        try:
+            migration = migrate_apex(target, target.apex, settings)
+        except MigrationBlocked as blocked:
+            self.blocker = str(blocked)
+            return
+        # The findings are on `facts`: its apex.amp uses, in order, are the
+        # target's (AMP204 edits none of them).
+        ours = {
+            id(use): mine for use, mine in zip(target.apex.of(APEX_AMP), facts.apex.of(APEX_AMP))
+        }
+        self.changes = {ours[id(use)]: change for use, change in migration.changes.items()}
+        self.scaler = migration.scaler
+        module = migration.module
+        # What the self-check of `fix` would refuse it for, told by `check` too:
+        # a finding is marked fixable only when `fix` fixes it.
+        problems = new_name_problems(name_problems(facts.text), module.code)
+        if problems:
+            self.blocker = "the rewrite would " + "; ".join(problems[:2])
+            return
+        self.fix = Fix(
+            Applicability.UNSAFE if any(self.changes.values()) else Applicability.SAFE,
+            "apex.amp -> torch.amp, the whole module",
+            (Edit(facts.module, lambda _: module),),
+            partners=migration.partners,
+        )
+
+
+# Both rules ask for the migration of one module: it is planned once.
+_MIGRATIONS: WeakKeyDictionary[ModuleFacts, tuple[Settings, _Migrated]] = WeakKeyDictionary()
+
+
+def _migrated(facts: ModuleFacts, settings: Settings) -> _Migrated:
+    kept = _MIGRATIONS.get(facts)
+    if kept is None or kept[0] != settings:
+        kept = (settings, _Migrated(facts, settings))
+        _MIGRATIONS[facts] = kept
+    return kept[1]
+
+
+def _with_other_apex_fixes(facts: ModuleFacts) -> ModuleFacts:
+    """The module with AMP204's fixes applied, as a fix round would."""
+    fixes = [d.fix for d in ApexOther()._findings(facts) if d.fix is not None]
+    if not fixes:
+        return facts
+    module = apply_edits(facts.module, (edit for fix in fixes for edit in fix.edits))
+    for module_pass in dict.fromkeys(p for fix in fixes for p in fix.module_passes):
+        module = module_pass(module)
+    fixed = ModuleFacts(module, module.code, facts.project)
+    if len(fixed.apex.of(APEX_AMP)) != len(facts.apex.of(APEX_AMP)):
+        return facts  # an AMP204 fix took an apex.amp use with it: migrate as it was
+    return fixed
+
+
 class ApexAmp(Rule):
     code = "AMP203"
 
@@ -103,22 +176,9 @@ class ApexAmp(Rule):
         uses = facts.apex.of(APEX_AMP)
         if not uses:
             return
-        blocker, fix, scaler = None, None, "scaler"
-        changes: dict[ApexUse, list[str]] = {}
-        try:
-            migration = migrate_apex(facts, facts.apex, settings)
-        except MigrationBlocked as blocked:
-            blocker = str(blocked)
-        else:
-            changes, scaler = migration.changes, migration.scaler
-            unsafe = any(changes.values())
-            module = migration.module
-            fix = Fix(
-                Applicability.UNSAFE if unsafe else Applicability.SAFE,
-                "apex.amp -> torch.amp, the whole module",
-                (Edit(facts.module, lambda _: module),),
-                partners=migration.partners,
-            )
+        migrated = _migrated(facts, settings)
+        blocker, fix, scaler = migrated.blocker, migrated.fix, migrated.scaler
+        changes = migrated.changes
         for use in uses:
             spelled = facts.module.code_for_node(use.node)
             member = "lists" if use.member.startswith("lists.") else use.member
@@ -138,6 +198,26 @@ class ApexOther(Rule):
     code = "AMP204"
 
     def check(self, facts: ModuleFacts, settings: Settings) -> Iterator[Diagnostic]:
+        found = self._findings(facts)
+        if not facts.apex.of(APEX_AMP):
+            yield from found
+            return
+        # Held with the apex.amp migration (see _Migrated): fixed by its fix.
+        migrated = _migrated(facts, settings)
+        for diagnostic in found:
+            if diagnostic.fix is None:
+                yield diagnostic
+            elif migrated.fix is not None:
+                yield replace(diagnostic, fix=migrated.fix)
+            else:
+                yield replace(
+                    diagnostic,
+                    message=f"{diagnostic.message} (not fixed: held with the apex.amp migration, "
+                    f"which is not fixed: {migrated.blocker})",
+                    fix=None,
+                )
+
+    def _findings(self, facts: ModuleFacts) -> Iterator[Diagnostic]:
         for use in facts.apex.uses:
             spelled = facts.module.code_for_node(use.node)
             span = facts.span(use.call or use.node)
