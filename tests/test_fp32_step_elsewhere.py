@@ -266,3 +266,45 @@ def test_loss_scaling_by_hand_of_a_half_model_is_mixed_precision_already() -> No
     )
     assert "model.half()" in source
     assert _amp001(source) == []
+
+
+LOOPED = dedent("""
+    import torch
+
+
+    class Trainer:
+        def optimize(self, loss):
+            optimizers = list(self.optimizers.values())
+            for optimizer in optimizers:
+                optimizer.zero_grad()
+            loss.backward()
+            for optimizer in optimizers:
+                optimizer.step()
+
+        def train_step(self, x):
+            self.optimize(self.model(x.cuda()).mean())
+    """)
+
+
+def test_optimizers_stepped_in_a_loop_are_a_step_declined_with_the_recipe() -> None:
+    (message,) = _amp001(LOOPED)
+    assert message.endswith(
+        "not rewritten: the optimizers are stepped in a loop (`for optimizer in optimizers: "
+        "...step()`); amplint rewrites a step of named optimizers: step each through one "
+        "GradScaler (`scaler.step(opt)` in the loop, one `scaler.update()` after it, "
+        "`scaler.unscale_(opt)` for each before a clip)"
+    )
+    assert fixed(LOOPED) == LOOPED
+
+
+def test_a_loop_stepping_environments_or_a_scaled_loop_is_no_fp32_step() -> None:
+    envs = LOOPED.replace(
+        "for optimizer in optimizers:\n            optimizer.step()",
+        "for env in envs:\n            env.step()",
+    )
+    assert "env.step()" in envs
+    assert _amp001(envs) == []
+    scaled = LOOPED.replace("loss.backward()", "scaler.scale(loss).backward()").replace(
+        "optimizer.step()", "scaler.step(optimizer)"
+    )
+    assert _amp001(scaled) == []

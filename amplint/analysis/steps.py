@@ -442,6 +442,8 @@ class _StepFinder(ScopedVisitor):
         if not steps:
             if _MANUAL_UPDATE.search(code_only(self.module.code_for_node(block))):
                 self.manual_updates.append(backwards[0])
+            elif (looped := self._optimizers_stepped_in_a_loop(flat, backwards)) is not None:
+                self._add_looped_step(block, owner, backwards, grad_edits, flat, looped)
             return
         self._add_step(
             block, owner, backwards, steps, grad_edits, flat, micro_batch_edit=micro_batch_edit
@@ -467,6 +469,49 @@ class _StepFinder(ScopedVisitor):
                 elif backward is not None and steps and not backprops and owner == backward_owner:
                     return backward, call
         return None
+
+    def _optimizers_stepped_in_a_loop(
+        self, flat: list, backwards: list[BackwardCall]
+    ) -> tuple[cst.For, list[OptimizerStep]] | None:
+        """`for optimizer in optimizers: optimizer.step()` after a backward of
+        the block (XLM's trainer, multi-optimizer research code): the loop and
+        the steps in it, each of the loop's own target."""
+        first = backwards[0].order
+        for order, (_, statement, _) in enumerate(flat):
+            if order <= first or not isinstance(statement, cst.For):
+                continue
+            target = dotted_name(statement.target)
+            if target is None or not isinstance(statement.body, cst.IndentedBlock):
+                continue
+            found = [
+                OptimizerStep(call, call.func.value, statement, order, has_closure=bool(call.args))
+                for line in statement.body.body
+                for call in calls_in_line(line)
+                if method_name(call) == "step"
+                and dotted_name(call.func.value) == target
+                and self._is_optimizer(call.func.value)  # not `for env in envs: env.step()`
+            ]
+            if found:
+                return statement, found
+        return None
+
+    def _add_looped_step(self, block, owner, backwards, grad_edits, flat, looped) -> None:
+        """Such a step, reported with why it is not rewritten; one that is mixed
+        precision already stays the misuse rules' business (none of them reads
+        optimizers stepped in a loop yet), and is not added."""
+        loop, steps = looped
+        self._add_step(block, owner, backwards, steps, grad_edits, flat)
+        step = self.steps[-1]
+        if step.skip in SILENT_SKIPS:
+            self.steps.pop()
+            return
+        header = self.module.code_for_node(loop).split(":", 1)[0]
+        step.skip = (
+            f"the optimizers are stepped in a loop (`{header}: ...step()`); amplint rewrites "
+            "a step of named optimizers: step each through one GradScaler (`scaler.step(opt)` "
+            "in the loop, one `scaler.update()` after it, `scaler.unscale_(opt)` for each "
+            "before a clip)"
+        )
 
     def _backward_helper(self, flat: list, steps: list[OptimizerStep]) -> cst.Call | None:
         """The first call, before an optimizer step of the block, of a function
