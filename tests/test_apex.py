@@ -492,27 +492,74 @@ def test_half_function_on_a_function_wrapper_casts_inputs_to_float16() -> None:
     assert "\n\n\ndef exp(x):\n    return Exp.apply(x)\n" in migrated
 
 
-def test_float_function_on_a_plain_function_is_not_fixed() -> None:
-    before = (
-        "import torch\nfrom apex import amp\n\n\n"
-        "@amp.float_function\ndef norm(x):\n    return x.pow(2).sum().sqrt()\n\n\n"
-        'model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n'
-    )
-    (message,) = [f for f in findings(before) if "`amp.float_function`:" in f]
-    assert "not a wrapper of an autograd Function" in message
-    assert fixed_unsafe(before) == before
+FLOAT32_HELPER = dedent('''
+    def float32_inputs(function):
+        """`function` called with its float16 / bfloat16 tensor arguments cast to
+        float32: for ops that take float32 only, under autocast."""
+
+        def as_float32(value):
+            if isinstance(value, torch.Tensor) and value.dtype in (torch.float16, torch.bfloat16):
+                return value.float()
+            return value
+
+        @functools.wraps(function)
+        def called(*args, **kwargs):
+            args = [as_float32(value) for value in args]
+            return function(*args, **{key: as_float32(value) for key, value in kwargs.items()})
+
+        return called
+    ''')
 
 
-def test_float_function_on_a_compiled_op_names_the_op_and_what_to_do() -> None:
-    before = (
-        "import torch\nfrom apex import amp\nfrom package import _C\n\n"
-        "nms = amp.float_function(_C.nms)\n"
-        'model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n'
+def test_float_function_on_a_compiled_op_or_a_plain_def_goes_through_a_helper() -> None:
+    """maskrcnn-benchmark's `nms = amp.float_function(_C.nms)` and
+    `@amp.float_function` on a module's `forward`: apex called them with half
+    tensor arguments cast to float32; a helper written once does the same."""
+    before = dedent("""
+        import torch
+        from apex import amp
+        from package import _C
+
+        nms = amp.float_function(_C.nms)
+
+
+        class Pool(torch.nn.Module):
+            @amp.float_function
+            def forward(self, x, rois):
+                return _C.pool(x, rois)
+
+
+        def train(model, optimizer, loader):
+            model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+            for x, rois in loader:
+                optimizer.zero_grad()
+                loss = model(x, rois).sum()
+                with amp.scale_loss(loss, optimizer) as scaled_loss:
+                    scaled_loss.backward()
+                optimizer.step()
+        """)
+    migrated = fixed_unsafe(before)
+    assert migrated.startswith("import functools\nimport torch\nfrom package import _C\n\n")
+    assert "\n\n" + FLOAT32_HELPER + "\n\nnms = float32_inputs(_C.nms)\n" in migrated
+    assert "    @float32_inputs\n    def forward(self, x, rois):\n" in migrated
+    assert "apex" not in migrated and codes_of(migrated) == []
+
+
+def test_the_float32_helper_casts_half_tensors_only() -> None:
+    torch = pytest.importorskip("torch")
+    import functools
+
+    namespace = {"torch": torch, "functools": functools}
+    exec(FLOAT32_HELPER, namespace)
+    seen = namespace["float32_inputs"](lambda *args, **kwargs: (args, kwargs))
+    half, double = torch.ones(2, dtype=torch.float16), torch.ones(2, dtype=torch.float64)
+    (a, b, c), kwargs = seen(half, double, 3, k=half.bfloat16())
+    assert (a.dtype, b.dtype, c, kwargs["k"].dtype) == (
+        torch.float32,
+        torch.float64,
+        3,
+        torch.float32,
     )
-    (message,) = [f for f in findings(before) if "`amp.float_function`:" in f]
-    assert "`amp.float_function(_C.nms)`: `_C.nms` is not a def of this module" in message
-    assert "call it on `.float()` tensors" in message
-    assert fixed_unsafe(before) == before
 
 
 def test_float_function_as_a_call_on_a_wrapper() -> None:

@@ -46,7 +46,8 @@ _AMP_REPLACEMENTS = {
     "load_state_dict": "`scaler.load_state_dict(...)`, skipped for checkpoints apex wrote "
     "(`loss_scaler0`), which do not load into a GradScaler",
     "float_function": '`torch.amp.custom_fwd(device_type="cuda", cast_inputs=torch.float32)` '
-    "on the autograd Function it applies",
+    "on the autograd Function it applies; anything else, called with its half tensor "
+    "arguments cast to float32",
     "half_function": '`torch.amp.custom_fwd(device_type="cuda", cast_inputs=torch.float16)` '
     "on the autograd Function it applies, or autocast's own choice",
     "promote_function": "autocast's own choice of dtype",

@@ -27,10 +27,33 @@ from amplint.transforms.apex.common import (
 )
 from amplint.transforms.edits import EditBook
 from amplint.transforms.imports import is_docstring
+from amplint.analysis.visitor import holds
+from amplint.names import free_name
 
 CUSTOM_FWD_SINCE = (2, 4)  # torch.amp.custom_fwd / custom_bwd
 # `amp.X_function` / `amp.register_X_function`: the dtype apex cast inputs to.
 CAST_DTYPES = {"float": "float32", "half": "float16", "promote": None}
+# What apex's float_function did for any callable, written into the module.
+_FLOAT32_HELPERS = ("float32_inputs", "amp_float32_inputs")
+_FLOAT32_HELPER = '''
+
+def {name}(function):
+    """`function` called with its float16 / bfloat16 tensor arguments cast to
+    float32: for ops that take float32 only, under autocast."""
+
+    def as_float32(value):
+        if isinstance(value, {torch}.Tensor) and value.dtype in ({torch}.float16, {torch}.bfloat16):
+            return value.float()
+        return value
+
+    @functools.wraps(function)
+    def called(*args, **kwargs):
+        args = [as_float32(value) for value in args]
+        return function(*args, **{{key: as_float32(value) for key, value in kwargs.items()}})
+
+    return called
+
+'''
 
 
 class FunctionCasts:
@@ -51,6 +74,8 @@ class FunctionCasts:
         self.book = book  # where the edits go
         self.changes = changes  # where what does not carry over exactly goes
         self.torch = torch
+        # The module's float32-inputs helper, once one is written.
+        self.float32_helper: str | None = None
 
     def code(self, node: cst.CSTNode) -> str:
         return self.facts.module.code_for_node(node)
@@ -58,45 +83,55 @@ class FunctionCasts:
     def cast_function(self, use: ApexUse, kind: str) -> None:
         """`@amp.float_function` (or half, promote) on a def, or `f = amp.float_function(f)`."""
         decorated = use.statement if use.decorator is not None else None
-        spelled = f"amp.{kind}_function"
+        wrapped = None
         if decorated is None:  # `f = amp.float_function(f)`
             statement = use.statement
             positional = positional_args(use.call) if use.call is not None else []
             if len(positional) != 1 or assigned_names(statement) is None:
                 raise MigrationBlocked(f"`{self.code(use.node)}` is not applied to a function")
-            target = assigned_names(statement)
             wrapped = self.code(positional[0].value)
             decorated = self._function_named(wrapped)
-            if target == wrapped:
+        function = self._wrapped_autograd_function(decorated)
+        dtype = CAST_DTYPES[kind]
+        if kind == "float" and not (function is not None and dtype is not None):
+            # Anything else apex cast for, a compiled op (`amp.float_function(_C.nms)`)
+            # or a def with a body of its own: called through a helper that casts
+            # its half-precision tensor arguments to float32, as apex did.
+            self._through_float32_helper(use)
+            return
+        if use.decorator is None:
+            statement, positional = use.statement, positional_args(use.call)
+            if assigned_names(statement) == wrapped:
                 self.book.rewrite(statement, lambda _: cst.RemovalSentinel.REMOVE)
             else:
                 self.book.rewrite(use.call, lambda _: positional[0].value)
         else:
             index = next(i for i, d in enumerate(decorated.decorators) if d is use.decorator)
             self.book.rewrite(decorated, _without_decorator(index))
-        function = self._wrapped_autograd_function(decorated)
-        dtype = CAST_DTYPES[kind]
-        name = decorated.name.value if decorated is not None else wrapped
         if function is not None and dtype is not None:
             self._custom_fwd(function, dtype)
             return
-        if kind == "float":
-            applied = f"`@{spelled}` on `{name}`" if use.decorator else f"`{self.code(use.call)}`"
-            if decorated is None:  # `nms = amp.float_function(_C.nms)`: a compiled op
-                raise MigrationBlocked(
-                    f"{applied}: `{name}` is not a def of this module that applies an autograd "
-                    f"Function: call it on `.float()` tensors under `{self.torch}.autocast("
-                    f'"{self.settings.device_type}", enabled=False)` where it is called'
-                )
-            raise MigrationBlocked(
-                f"{applied}: `{name}` is not a wrapper of an autograd Function: run its body "
-                f'under `{self.torch}.autocast("{self.settings.device_type}", enabled=False)` '
-                "with its tensor inputs cast by `.float()`"
-            )
+        name = decorated.name.value if decorated is not None else wrapped
         forced = "float16" if kind == "half" else "their widest type"
         self.changes.setdefault(use, []).append(
             f"`{name}`'s inputs are no longer cast to {forced}: autocast picks each op's dtype"
         )
+
+    def _through_float32_helper(self, use: ApexUse) -> None:
+        """`amp.float_function` becomes the module's float32-inputs helper,
+        written once before the first statement that uses it."""
+        if self.float32_helper is None:
+            self.float32_helper = free_name(_FLOAT32_HELPERS, self.facts.text)
+            top = next(s for s in self.facts.module.body if holds(s, use.node))
+            (helper,) = cst.parse_module(
+                _FLOAT32_HELPER.format(name=self.float32_helper, torch=self.torch)
+            ).body
+            self.book.rewrite(top, lambda node: _after_top_level_def(helper, node))
+        replacement = cst.Name(self.float32_helper)
+        if use.decorator is not None:
+            self.book.rewrite(use.decorator, lambda node: node.with_changes(decorator=replacement))
+        else:
+            self.book.rewrite(use.call.func, lambda _: replacement)
 
     def _function_named(self, name: str) -> cst.FunctionDef | None:
         for statement in self.facts.module.body:
@@ -188,6 +223,25 @@ class FunctionCasts:
                     f"`register_float_function` did"
                 )
             self.book.rewrite(call, _first_argument_as_float)
+
+
+def _after_top_level_def(
+    definition: cst.FunctionDef, statement: cst.BaseStatement
+) -> cst.FlattenSentinel:
+    """`definition`, then `statement`, two blank lines before and after the def
+    as black keeps them; the comments above `statement` stay with it."""
+    two = [cst.EmptyLine(indent=False)] * 2
+    first_comment = next(
+        (i for i, line in enumerate(statement.leading_lines) if line.comment),
+        len(statement.leading_lines),
+    )
+    comments = list(statement.leading_lines)[first_comment:]
+    return cst.FlattenSentinel(
+        [
+            definition.with_changes(leading_lines=two),
+            statement.with_changes(leading_lines=[*two, *comments]),
+        ]
+    )
 
 
 def _without_decorator(index: int) -> Callable:

@@ -62,6 +62,7 @@ from amplint.transforms.apex.reach import ScalerReach, places
 from amplint.transforms.edits import EditBook, apply_edits
 from amplint.transforms.imports import (
     IMPORT_ERRORS,
+    ensure_functools_imported,
     ensure_torch_imported,
     is_docstring,
     tidy_apex_imports,
@@ -267,6 +268,8 @@ class _Migrator:
         self._place_scaler()
         module = apply_edits(self.facts.module, self.book.edits())
         module = tidy_apex_imports(module)
+        if self.casts.float32_helper is not None:
+            module = ensure_functools_imported(module)
         module = self._complete_steps(module)
         return ApexMigration(
             ensure_torch_imported(module), self.scaler, self.changes, self._partners()
