@@ -834,10 +834,10 @@ def test_a_notebook_is_migrated_cell_by_cell(tmp_path: Path) -> None:
     ]
 
 
-def test_a_clip_on_every_micro_step_under_accumulation_is_not_fixed() -> None:
-    """apex unscaled the master gradients on each micro-step; a GradScaler
-    unscales once per optimizer step, so the clip must move first (Swin's
-    train_one_epoch before its maintainers' own migration)."""
+def test_a_clip_on_every_micro_step_under_accumulation_takes_the_scale() -> None:
+    """apex unscaled the accumulated master gradients on each micro-step (Swin's
+    train_one_epoch); a GradScaler unscales once per optimizer step, so the
+    clip of the scaled gradients takes the scale in its threshold: the same clip."""
     before = dedent("""
         import torch
         from apex import amp
@@ -854,9 +854,10 @@ def test_a_clip_on_every_micro_step_under_accumulation_is_not_fixed() -> None:
                     optimizer.step()
                     optimizer.zero_grad()
         """)
-    first, *_ = findings(before)
-    assert "clips on every micro-step while the optimizer steps under a condition" in first
-    assert fixed_unsafe(before) == before
+    migrated = fixed_unsafe(before)
+    assert "apex" not in migrated and "unscale_" not in migrated
+    assert "1.0 * scaler.get_scale())\n" in migrated
+    assert codes_of(migrated) == []
 
 
 def test_a_try_importing_other_apex_modules_with_amp_stays() -> None:

@@ -124,3 +124,28 @@ def test_a_resumed_run_loads_checkpoints_of_disabled_and_enabled_scalers(
         )
         assert run.returncode == 0, run.stderr[-2000:]
         assert f"epoch {extra[-1]}:" in run.stdout
+
+
+@pytest.mark.slow
+def test_a_clip_on_every_micro_step_clips_the_same_under_a_real_scaler(
+    tmp_path: Path, torch_installed
+) -> None:
+    """The rewrite clips the scaled gradients with the threshold times the
+    scale: with GradScaler("cpu") scaling by 65536, SGD (which, unlike Adam,
+    shows every factor in its updates) follows the FP32 run step by step.  The
+    same rewrite with the threshold left unscaled clips 65536 times too hard
+    and does not."""
+    script = FIXTURES / "fp32_steps" / "clip_every_micro_step.py"
+    rewritten = fixed(script.read_text(encoding="utf-8"), FP16_CPU)
+    scaled_threshold = "CLIP_GRAD * scaler.get_scale()"
+    assert scaled_threshold in rewritten and "unscale_" not in rewritten
+    right, wrong = tmp_path / "right.py", tmp_path / "wrong.py"
+    right.write_text(rewritten, encoding="utf-8")
+    wrong.write_text(rewritten.replace(scaled_threshold, "CLIP_GRAD"), encoding="utf-8")
+    fp32 = printed_losses(script)
+
+    def follows(losses: tuple[float, ...]) -> bool:
+        return all(abs(a - b) <= 0.01 * abs(a) for a, b in zip(fp32, losses))
+
+    assert follows(printed_losses(right))
+    assert not follows(printed_losses(wrong))

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from amplint.analysis.clips import scale_aware
 from amplint.analysis.imports import dotted_name
 from amplint.analysis.statements import Branches, calls_in_line, method_name
 from amplint.analysis.steps import (
@@ -32,6 +33,9 @@ from amplint.analysis.steps import (
     looks_like_optimizer,
 )
 from amplint.analysis.visitor import Visitor
+
+# Turns a node back into code: any module generates any node alike.
+_CODE = cst.Module(body=[])
 
 SCALER_METHODS = frozenset({"unscale_", "step", "update"})
 
@@ -198,6 +202,10 @@ def find_clips_before_unscale(uses: list[ScalerUse]) -> list[ClipBeforeUnscale]:
         for edit in use.step.grad_edits:
             if edit.clip is None:
                 continue  # a hand-written `.grad` edit: scaling may well commute with it
+            if edit.threshold is not None and scale_aware(
+                edit.threshold, use.scaler, _CODE.code_for_node
+            ):
+                continue  # `clip_grad_norm_(p, max_norm * scaler.get_scale())`: clips as asked
             if use.scaled_before(edit.order) is None or any(
                 call.order < edit.order and use.together(call.order, edit.order)
                 for call in use.calls_of("unscale_")

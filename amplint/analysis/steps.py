@@ -20,6 +20,7 @@ from typing import Iterator, Sequence, Union
 import libcst as cst
 
 from amplint.analysis.caller_forward import caller_regions
+from amplint.analysis.clips import clip_threshold
 from amplint.analysis.code_text import code_only
 from amplint.analysis.forward import ForwardRegion, ModelCalls, forward_region
 from amplint.analysis.imports import ImportMap, dotted_name
@@ -36,7 +37,7 @@ from amplint.analysis.statements import (
     method_name,
     name_use,
 )
-from amplint.analysis.visitor import Visitor
+from amplint.analysis.visitor import Visitor, children, holds
 from amplint.project import LossHelper
 from amplint.triggers import SCALER_NAME
 
@@ -133,6 +134,10 @@ class GradEdit:
     # An edit other than a multiplication by one factor (`p.grad.clamp_(-c, c)`):
     # like a clip, it must see unscaled gradients.
     nonlinear: bool = False
+    # The threshold argument of torch's own clip (`clip_grad_norm_(p, 1.0)`): on
+    # gradients still scaled, the threshold times the loss scale clips exactly
+    # as the threshold clips unscaled ones (analysis/clips.py).
+    threshold: cst.Arg | None = None
 
 
 @dataclass(eq=False)
@@ -160,6 +165,24 @@ class TrainingStep:
         """Whether the statements at these orders sit in opposite branches of one
         test (`if scaler is not None: ... else: ...`), so no iteration runs both."""
         return exclusive(self.paths[first_order], self.paths[second_order])
+
+    def edits_between_steps(self) -> list[GradEdit]:
+        """The gradient edits that run on iterations where the optimizer step
+        after them does not: a clip on every micro-step of gradient
+        accumulation whose optimizer steps under `if (i + 1) % accum == 0:`.
+        A GradScaler unscales once per step, so no unscale_ can go before them."""
+        found = []
+        for edit in self.grad_edits:
+            for optimizer_step in self.steps:
+                if optimizer_step.order < edit.order or self.exclusive(
+                    edit.order, optimizer_step.order
+                ):
+                    continue
+                guards = _ifs_above(self.block, optimizer_step.statement)
+                if guards and not holds(guards[-1], edit.statement):
+                    found.append(edit)
+                    break
+        return found
 
     def suites(self) -> Iterator[Sequence[cst.BaseStatement]]:
         """The step block's statement list and every one nested in its if/with/try."""
@@ -377,10 +400,11 @@ class _StepFinder(ScopedVisitor):
                     steps.append(
                         OptimizerStep(call, receiver, statement, order, has_closure=bool(call.args))
                     )
-                elif self.resolve(call.func) in CLIP_FUNCTIONS or (
+                elif (function := self.resolve(call.func) in CLIP_FUNCTIONS) or (
                     method in CLIP_METHODS and not _framework_owned(call)
                 ):
-                    grad_edits.append(GradEdit(statement, order, clip=call))
+                    threshold = clip_threshold(call, method=not function)
+                    grad_edits.append(GradEdit(statement, order, clip=call, threshold=threshold))
                 elif (
                     not (method and is_scaler(receiver))
                     and not _framework_owned(call)
@@ -390,6 +414,19 @@ class _StepFinder(ScopedVisitor):
                     # `clipper.step(model.parameters())`): it may clamp or clip,
                     # which must see unscaled gradients, like torch's own clip.
                     grad_edits.append(GradEdit(statement, order, clip=call))
+            if isinstance(statement, cst.SimpleStatementLine) and not any(
+                edit.statement is statement for edit in grad_edits
+            ):
+                # `print(clip_grad_norm_(params, 1.0).item())`: a clip inside an expression.
+                for call in _NestedCalls.of(statement):
+                    if (function := self.resolve(call.func) in CLIP_FUNCTIONS) or (
+                        method_name(call) in CLIP_METHODS and not _framework_owned(call)
+                    ):
+                        threshold = clip_threshold(call, method=not function)
+                        grad_edits.append(
+                            GradEdit(statement, order, clip=call, threshold=threshold)
+                        )
+                        break
             if not isinstance(statement, (cst.If, cst.With, cst.Try)) and not any(
                 edit.statement is statement for edit in grad_edits
             ):
@@ -786,6 +823,24 @@ class _StepFinder(ScopedVisitor):
         return dotted_name(argument) in self.roles.backward_functions
 
 
+def _ifs_above(block: cst.CSTNode, statement: cst.CSTNode) -> list[cst.If]:
+    """The `if` statements between `block` and `statement`, outermost first."""
+    path: list[cst.CSTNode] = []
+
+    def search(node: cst.CSTNode) -> bool:
+        if node is statement:
+            return True
+        for child in children(node):
+            path.append(child)
+            if search(child):
+                return True
+            path.pop()
+        return False
+
+    search(block)
+    return [node for node in path if isinstance(node, cst.If)]
+
+
 def _given(loss: cst.BaseExpression, parameters: set[str]) -> bool:
     """Whether `loss` reads only the function's parameters (`loss`, `losses[0]`)."""
     read = name_use(loss).read
@@ -833,6 +888,25 @@ def is_scaler(receiver: cst.BaseExpression) -> bool:
     """`scaler`, `self.grad_scaler`: a GradScaler, by the name every example uses."""
     name = dotted_name(receiver)
     return name is not None and SCALER_NAME.search(name.rsplit(".", 1)[-1]) is not None
+
+
+class _NestedCalls(Visitor):
+    """Every call in a line, in source order (not those of a lambda)."""
+
+    def __init__(self) -> None:
+        self.calls: list[cst.Call] = []
+
+    @classmethod
+    def of(cls, statement: cst.BaseStatement) -> list[cst.Call]:
+        finder = cls()
+        finder.walk(statement)
+        return finder.calls
+
+    def visit_Call(self, node: cst.Call) -> None:
+        self.calls.append(node)
+
+    def visit_Lambda(self, node: cst.Lambda) -> bool:
+        return False
 
 
 class _HoldsGradients(Visitor):

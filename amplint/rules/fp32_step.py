@@ -26,6 +26,7 @@ from amplint.transforms.insert_amp import (
     InsertAmp,
     amp_choice,
     fsdp_mixed_precision,
+    micro_step_edit_obstacle,
     runs_on_cpu_only,
     scaler_obstacle,
 )
@@ -198,6 +199,9 @@ def _obstacle(
                 "a step the GradScaler skips they hold inf, which its importance scores "
                 "keep: use `--dtype bfloat16`"
             )
+        between = micro_step_edit_obstacle(step, facts.module)
+        if between is not None:
+            return between
         if step.outermost_loop is not None and not _CLEARS_GRADIENTS.search(facts.code_text):
             return (
                 "the loop never clears its gradients (no `zero_grad()`), so they add up "

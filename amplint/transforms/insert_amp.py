@@ -18,6 +18,7 @@ from amplint.analysis import ModuleFacts
 from amplint.analysis.imports import ImportMap, dotted_name
 from amplint.analysis.autocast import device_argument, keyword_value
 from amplint.analysis.bf16_scaler import GRAD_SCALERS
+from amplint.analysis.clips import returns_norm
 from amplint.analysis.device import ScriptDevice, script_device
 from amplint.analysis.fsdp_scaler import SHARDED_GRAD_SCALER, SHARDED_SCALER_MODULE
 from amplint.analysis.forward import ForwardRegion
@@ -618,6 +619,13 @@ class InsertAmp:
         # same infs.  Without such an edit, before the first edit.
         edits = sorted(step.grad_edits, key=lambda e: e.order)
         edits = [e for e in edits if e.clip is not None or e.nonlinear] or edits
+        # A clip on every micro-step of accumulation cannot follow an unscale_
+        # (one per optimizer step): its threshold takes the scale instead.
+        between = {id(edit) for edit in step.edits_between_steps()}
+        for edit in edits:
+            if id(edit) in between and edit.threshold is not None:
+                self._clip_in_scaled_space(edit)
+        edits = [edit for edit in edits if id(edit) not in between]
         unscaled: set[str] = set()
         for edit in edits:
             following = [s for s in step.steps if s.order > edit.order]
@@ -633,6 +641,28 @@ class InsertAmp:
                 _unscale_anchor(step, edit, [e for e in edits if e.order < next_step.order]),
                 [f"{scaler}.unscale_({optimizer})"],
             )
+
+    def _clip_in_scaled_space(self, edit: GradEdit) -> None:
+        """`clip_grad_norm_(p, max_norm)` on scaled gradients, clipping as the
+        original did: `clip_grad_norm_(p, max_norm * scaler.get_scale())`, the
+        norm it returns divided by the scale again (analysis/clips.py)."""
+        scale = cst.parse_expression(f"{self.scaler}.get_scale()")
+        threshold = edit.threshold
+        self.plan.replace_node(
+            threshold.value,
+            lambda value: cst.BinaryOperation(_factor(value), cst.Multiply(), scale),
+        )
+        if not returns_norm(edit.clip) or _is_statement_of(edit.statement, edit.clip):
+            return
+        parenthesized = not _assigned_whole(edit.statement, edit.clip)
+
+        def divided(call: cst.Call) -> cst.BaseExpression:
+            quotient = cst.BinaryOperation(call, cst.Divide(), scale)
+            if parenthesized:
+                quotient = quotient.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+            return quotient
+
+        self.plan.replace_node(edit.clip, divided)
 
     def _loss_after_block(self, region: ForwardRegion, wrapper) -> None:
         """Autocast around the region's statements that run a model; its unsafe
@@ -700,6 +730,55 @@ class InsertAmp:
 
     def rewrite(self, node: cst.CSTNode) -> cst.CSTNode:
         return self.plan.apply(node)
+
+
+def micro_step_edit_obstacle(step: TrainingStep, module: cst.Module) -> str | None:
+    """Why a GradScaler cannot go into a step that edits its gradients on every
+    micro-step of accumulation in a way the scale cannot be carried through
+    (a project's clipper, a clamp by hand), or None.  torch's own clips can:
+    see InsertAmp._clip_in_scaled_space."""
+    for edit in step.edits_between_steps():
+        if edit.threshold is not None or not (edit.clip is not None or edit.nonlinear):
+            continue
+        shown = module.code_for_node(edit.clip or edit.statement).strip().splitlines()[0]
+        return (
+            f"`{shown}` works on the gradients on every micro-step while the optimizer steps "
+            "under a condition: a GradScaler unscales once per optimizer step, so move it to "
+            "the accumulation boundary first"
+        )
+    return None
+
+
+def _factor(value: cst.BaseExpression) -> cst.BaseExpression:
+    """`value` as the left operand of a product: parenthesized unless it binds
+    at least as tightly (`max_norm`, `args.clip`, `cfg["clip"]`, `1.0`)."""
+    if isinstance(
+        value, (cst.Name, cst.Attribute, cst.Call, cst.Subscript, cst.Integer, cst.Float)
+    ):
+        return value
+    if value.lpar:
+        return value
+    return value.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+
+
+def _is_statement_of(statement: cst.BaseStatement, call: cst.Call) -> bool:
+    """Whether `statement` is the bare call, its result unused."""
+    return (
+        isinstance(statement, cst.SimpleStatementLine)
+        and len(statement.body) == 1
+        and isinstance(statement.body[0], cst.Expr)
+        and statement.body[0].value is call
+    )
+
+
+def _assigned_whole(statement: cst.BaseStatement, call: cst.Call) -> bool:
+    """Whether `statement` binds the call's result as it is (`norm = clip(...)`)."""
+    return (
+        isinstance(statement, cst.SimpleStatementLine)
+        and len(statement.body) == 1
+        and isinstance(statement.body[0], (cst.Assign, cst.AnnAssign))
+        and statement.body[0].value is call
+    )
 
 
 def _unscale_anchor(step: TrainingStep, edit: GradEdit, edits: list[GradEdit]) -> cst.CSTNode:

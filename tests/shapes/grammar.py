@@ -14,9 +14,12 @@ cannot go together):
   a trainer method, a backward in a helper method (`optimize_parameters` ->
   `backward_G`, pix2pix/CycleGAN), an inner accumulation loop whose step
   follows it, the module's top level (a notebook's cells), a GAN's two steps.
-- guard: the step under `if (i + 1) % k == 0:` (accumulation) or not.
+- guard: the step under `if (i + 1) % k == 0:` (accumulation) or not; with
+  accumulation, the touch below inside the guard or before it, on every
+  micro-step (Swin-Transformer's clip and logged norm).
 - touch: what edits gradients between backward and step: torch's clipping
-  functions, the project's own helper (`clip_gradient(optimizer, c)`, image
+  functions (also with the norm logged, `clip_grad_norm_(...).item()`), the
+  project's own helper (`clip_gradient(optimizer, c)`, image
   captioning tutorials) or object (`clipper.step(params)`), a loop clamping
   `.grad` (alone, or before a clip), or a weight clamp after the step (WGAN),
   which is no gradient edit.
@@ -53,11 +56,12 @@ FAMILIES: dict[str, tuple[str, ...]] = {
         "top_level",
         "gan",
     ),
-    "guard": ("none", "accumulate"),
+    "guard": ("none", "accumulate", "accumulate_touch_each"),
     "touch": (
         "none",
         "clip_norm",
         "clip_value",
+        "clip_norm_item",
         "helper_clamp",
         "clipper_object",
         "inline_clamp",
@@ -96,7 +100,7 @@ class Shape:
         """Why these idioms cannot make one program (empty: they can)."""
         found = []
         in_main = self.placement in ("loop", "epoch_function", "inner_accumulation", "gan")
-        if self.guard == "accumulate" and self.placement not in (
+        if self.guard != "none" and self.placement not in (
             "loop",
             "epoch_function",
             "top_level",
@@ -201,6 +205,8 @@ class _Renderer:
             return f"torch.nn.utils.clip_grad_norm_({m}.parameters(), 0.5)\n"
         if touch == "clip_value":
             return f"torch.nn.utils.clip_grad_value_({m}.parameters(), 0.01)\n"
+        if touch == "clip_norm_item":
+            return f"grad_norm = torch.nn.utils.clip_grad_norm_({m}.parameters(), 0.5).item()\n"
         if touch == "helper_clamp":
             self._helper(CLIP_GRADIENT)
             return f"clip_gradient({opt}, 0.01)\n"
@@ -240,9 +246,11 @@ class _Renderer:
         backward = f"{loss}.backward()"
         self.fp32_backwards.append((backward,))
         lines += backward + "\n"
-        update = (
-            self.touch(m, opt) + f"{opt}.step()\n" + f"{opt}.zero_grad()\n" + self.after_step(m)
-        )
+        update = f"{opt}.step()\n" + f"{opt}.zero_grad()\n" + self.after_step(m)
+        if guard is not None and shape.guard == "accumulate_touch_each":
+            lines += self.touch(m, opt)
+        else:
+            update = self.touch(m, opt) + update
         if guard is not None:
             lines += f"if {guard}:\n" + _indent(update, 1)
         else:
@@ -451,7 +459,7 @@ class _Renderer:
             body += self.touch("model", "optimizer") + "optimizer.step()\noptimizer.zero_grad()\n"
             body += self.after_step("model")
             return "for epoch in range(EPOCHS):\n    for x, y in loader:\n" + _indent(body, 2)
-        guard = "(i + 1) % 2 == 0" if shape.guard == "accumulate" else None
+        guard = "(i + 1) % 2 == 0" if shape.guard != "none" else None
         head = "running_loss = 0.0\n" if shape.after == "item" else ""
         if shape.existing_amp == "optional_scaler":
             return head + self._flagged_amp_loop(loss)
@@ -481,7 +489,7 @@ class _Renderer:
             params = "model, loader, optimizer, device"
             params += ", clipper" if shape.touch == "clipper_object" else ""
             params += ", seen" if shape.after == "numpy_in_loop" else ""
-            guard = "(i + 1) % 2 == 0" if shape.guard == "accumulate" else None
+            guard = "(i + 1) % 2 == 0" if shape.guard != "none" else None
             step = "x, y = x.to(device), y.to(device)\n" + self.classifier_step(
                 "model", "optimizer", "loss", guard
             )

@@ -44,7 +44,7 @@ from amplint.analysis.apex import (
 )
 from amplint.analysis.imports import dotted_name
 from amplint.analysis.scopes import Scope
-from amplint.analysis.visitor import children, descendants, holds
+from amplint.analysis.visitor import children, descendants
 from amplint.analysis.statements import if_condition, method_name, name_use, string_value
 from amplint.config import Settings
 from amplint.diagnostics import Edit
@@ -70,6 +70,7 @@ from amplint.transforms.imports import (
 from amplint.transforms.insert_amp import (
     AmpChoice,
     InsertAmp,
+    micro_step_edit_obstacle,
     needs_sharded_scaler,
     scaler_obstacle,
 )
@@ -816,13 +817,9 @@ class _Migrator:
                         f"and the GradScaler: {step.skip}"
                     )
                 continue
-            clipped = _clip_between_steps(step)
-            if clipped is not None and any(loss in self.losses for loss in losses):
-                raise MigrationBlocked(
-                    f"`{facts.module.code_for_node(clipped)}` clips on every micro-step while the "
-                    "optimizer steps under a condition: a GradScaler unscales once per optimizer "
-                    "step, so move the clip to the accumulation boundary first"
-                )
+            obstacle = micro_step_edit_obstacle(step, facts.module)
+            if obstacle is not None and any(loss in self.losses for loss in losses):
+                raise MigrationBlocked(obstacle)
             insert = InsertAmp(step, facts, self.settings, apex_choice(self.settings))
             insert.use_scaler(scaler, self._autocast_enabled(step.function, scaler, module))
             obstacle = insert.callers_obstacle()
@@ -1016,36 +1013,3 @@ def _nodes_in(node: cst.CSTNode, kind: type) -> list:
 
 def _is_none(node: cst.BaseExpression) -> bool:
     return isinstance(node, cst.Name) and node.value == "None"
-
-
-def _clip_between_steps(step) -> cst.Call | None:
-    """A clip of the step's gradients that runs on iterations where its
-    optimizer does not step (gradient accumulation with a clip per micro-step)."""
-    for edit in step.grad_edits:
-        if edit.clip is None:
-            continue
-        for optimizer_step in step.steps:
-            if step.exclusive(edit.order, optimizer_step.order):
-                continue  # branches no iteration runs both of
-            guards = _ifs_above(step.block, optimizer_step.statement)
-            if guards and not holds(guards[-1], edit.statement):
-                return edit.clip
-    return None
-
-
-def _ifs_above(block: cst.CSTNode, statement: cst.CSTNode) -> list[cst.If]:
-    """The `if` statements between `block` and `statement`, outermost first."""
-    path: list[cst.CSTNode] = []
-
-    def search(node: cst.CSTNode) -> bool:
-        if node is statement:
-            return True
-        for child in children(node):
-            path.append(child)
-            if search(child):
-                return True
-            path.pop()
-        return False
-
-    search(block)
-    return [node for node in path if isinstance(node, cst.If)]

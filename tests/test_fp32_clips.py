@@ -1,0 +1,106 @@
+"""AMP001 and AMP102 on gradient clips: a clip inside an expression, and a clip
+on every micro-step of gradient accumulation, which a GradScaler cannot unscale
+for (one unscale_ per optimizer step) and which takes the scale in its threshold
+instead (analysis/clips.py)."""
+
+from __future__ import annotations
+
+from tests.helpers import dedent, findings_of, fixed
+
+
+def _amp001(source: str) -> list[str]:
+    return [d.message for d in findings_of(source) if d.code == "AMP001"]
+
+
+def test_a_clip_inside_an_expression_is_unscaled_for() -> None:
+    """`print(clip_grad_norm_(...).item())`: the clip is no whole statement,
+    and is a clip all the same; the unscale_ goes before its line."""
+    source = dedent("""
+        import torch
+
+
+        def train(model, loader, optimizer):
+            for x, y in loader:
+                optimizer.zero_grad()
+                loss = torch.nn.functional.mse_loss(model(x.cuda()), y.cuda())
+                loss.backward()
+                print(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0).item())
+                optimizer.step()
+        """)
+    migrated = fixed(source)
+    assert (
+        "        scaler.unscale_(optimizer)\n"
+        "        print(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0).item())\n"
+    ) in migrated
+    assert [d.code for d in findings_of(migrated)] == []
+
+
+ACCUMULATION = dedent("""
+    import torch
+
+
+    def train(model, loader, optimizer, accum, clip):
+        for idx, (x, y) in enumerate(loader):
+            loss = torch.nn.functional.mse_loss(model(x.cuda()), y.cuda()) / accum
+            loss.backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+            if (idx + 1) % accum == 0:
+                optimizer.step()
+                optimizer.zero_grad()
+            print(grad_norm)
+    """)
+
+
+def test_a_clip_on_every_micro_step_takes_the_scale_instead_of_an_unscale() -> None:
+    """One unscale_ per optimizer step: before a clip that runs on every
+    micro-step it would raise on the second.  The clip of scaled gradients
+    with the threshold times the scale is the same clip; its norm is divided
+    back.  AMP102 then has nothing to say about it."""
+    migrated = fixed(ACCUMULATION)
+    assert "unscale_" not in migrated
+    assert (
+        "        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip * "
+        "scaler.get_scale()) / scaler.get_scale()\n"
+    ) in migrated
+    assert [d.code for d in findings_of(migrated)] == []
+    inline = ACCUMULATION.replace(
+        "grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip)",
+        "print(torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=clip / 2).item())",
+    ).replace("        print(grad_norm)\n", "")
+    assert (
+        "print((torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=(clip / 2) * "
+        "scaler.get_scale()) / scaler.get_scale()).item())"
+    ) in fixed(inline)
+
+
+def test_a_clip_of_scaled_gradients_without_the_scale_is_still_amp102() -> None:
+    scaled = dedent("""
+        import torch
+
+
+        def train(model, loader, optimizer, scaler, clip):
+            for x, y in loader:
+                with torch.autocast("cuda"):
+                    loss = model(x).mean()
+                scaler.scale(loss).backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+                scaler.step(optimizer)
+                scaler.update()
+        """)
+    assert [d.code for d in findings_of(scaled)] == ["AMP102"]
+    aware = scaled.replace("parameters(), clip)", "parameters(), clip * scaler.get_scale())")
+    assert [d.code for d in findings_of(aware)] == []
+
+
+def test_a_project_clipper_on_every_micro_step_is_declined() -> None:
+    source = ACCUMULATION.replace(
+        "torch.nn.utils.clip_grad_norm_(model.parameters(), clip)",
+        "clip_gradients(model.parameters(), clip)",
+    )
+    (message,) = _amp001(source)
+    assert message.endswith(
+        "not rewritten: `clip_gradients(model.parameters(), clip)` works on the gradients on "
+        "every micro-step while the optimizer steps under a condition: a GradScaler unscales "
+        "once per optimizer step, so move it to the accumulation boundary first"
+    )
+    assert fixed(source) == source
