@@ -41,6 +41,17 @@ def fixed(text: str, settings: Settings | None = None, unsafe: bool = False) -> 
     return fix_text(text, ALL, settings or Settings(), unsafe).text
 
 
+def amp001_messages(text: str) -> list[str]:
+    return [d.message for d in findings_of(text) if d.code == "AMP001"]
+
+
+def assert_declined(text: str, reason: str) -> None:
+    """One AMP001 finding, not rewritten for `reason`, and `fix` changes nothing."""
+    (message,) = amp001_messages(text)
+    assert message.endswith(f"not rewritten: {reason}"), message
+    assert fixed(text) == text
+
+
 def run_cli(*args: str | Path) -> Result:
     return CliRunner().invoke(main, [str(arg) for arg in args], catch_exceptions=False)
 

@@ -1192,22 +1192,12 @@ def test_an_if_holding_an_availability_assert_and_initialize_goes_whole() -> Non
 
 
 # -- no half migration ------------------------------------------------------------
-HALF = dedent("""
-    import torch
-    from apex import amp
-    from apex.parallel import DistributedDataParallel as ApexDDP
-
-
-    def train(model, optimizer, loader, criterion):
-        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
-        model = ApexDDP(model)
-        for inputs, targets in loader:
-            optimizer.zero_grad()
-            loss = criterion(model(inputs), targets)
-            with amp.scale_loss(loss, optimizer) as scaled_loss:
-                scaled_loss.backward()
-            optimizer.step()
-    """)
+HALF = _train(
+    '    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n'
+    "    model = ApexDDP(model)\n",
+    imports="import torch\nfrom apex import amp\n"
+    "from apex.parallel import DistributedDataParallel as ApexDDP\n",
+)
 
 
 def test_apex_ddp_is_held_while_the_amp_migration_is_blocked() -> None:
