@@ -1244,3 +1244,48 @@ def test_check_marks_the_migration_fixable_only_when_fix_writes_it() -> None:
     assert " AMP203 `amp.initialize`" in finding and "[*]" not in finding
     assert finding.endswith("(not fixed: the rewrite would leave `scaler` assigned but never used)")
     assert fixed_unsafe(source) == source
+
+
+# -- leftovers a reviewer would point at --------------------------------------------
+def test_master_params_as_the_sole_argument_takes_no_second_parentheses() -> None:
+    before = _train(
+        '    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n'
+        "    params = list(amp.master_params(optimizer))\n"
+    )
+    migrated = fixed_unsafe(before)
+    assert 'params = list(p for group in optimizer.param_groups for p in group["params"])\n' in (
+        migrated
+    )
+
+
+def test_an_import_of_amp_under_an_if_goes_with_its_fallback() -> None:
+    """`if cuda: from apex import amp else: amp = None`, and the availability
+    probes of both the set-up and the step (`if amp is not None:` around an
+    apex branch beside an FP32 one): nothing of apex is left, no `if` holding
+    only `pass`, and no internal error from the two plans for one `if`."""
+    before = dedent("""
+        import torch
+
+        if torch.cuda.is_available():
+            from apex import amp
+        else:
+            amp = None
+
+
+        def train(model, optimizer, loader):
+            if amp is not None:
+                model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+            for x in loader:
+                loss = model(x).sum()
+                if amp is not None:
+                    with amp.scale_loss(loss, optimizer) as scaled_loss:
+                        scaled_loss.backward()
+                else:
+                    loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+        """)
+    migrated = fixed_unsafe(before)
+    assert "amp" not in migrated.replace("torch.amp", "") and "pass" not in migrated
+    assert migrated.startswith("import torch\n\n\ndef train(model, optimizer, loader):\n")
+    assert codes_of(migrated) == []

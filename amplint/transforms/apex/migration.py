@@ -371,7 +371,9 @@ class _Migrator:
         stack: list[cst.CSTNode] = [self.facts.module]
         while stack:
             node = stack.pop()
-            if isinstance(node, cst.Try) and _imports_amp_with_fallback(node):
+            if (isinstance(node, cst.Try) and _imports_amp_with_fallback(node)) or (
+                isinstance(node, cst.If) and _imports_amp_under_if(node)
+            ):
                 self.book.rewrite(node, lambda _: cst.RemovalSentinel.REMOVE)
                 continue
             if isinstance(node, (cst.Module, cst.IndentedBlock, cst.If, cst.Else, cst.FunctionDef)):
@@ -451,6 +453,10 @@ class _Migrator:
             return
 
         def branch(node: cst.If):
+            if not isinstance(node, cst.If):
+                # Already replaced by the branch that runs (`if amp is not None:
+                # <apex> else: <fp32>` keeps its FP32 side, see _keep_fp32_branches).
+                return node
             # `node` has its branches migrated already: keep them, not the originals.
             if holds:
                 kept = list(node.body.body)
@@ -673,7 +679,7 @@ class _Migrator:
             vanishing = holder
         if vanishing is top and earlier is None:  # the scaler takes its place
             self.book.rewrite(
-                top, lambda node: created.with_changes(leading_lines=node.leading_lines)
+                top, lambda node: created.with_changes(leading_lines=_leading_lines(node))
             )
         else:  # made before the statement it was nested in, whichever branch runs
             self._remove(vanishing)
@@ -781,7 +787,28 @@ class _Migrator:
         params = cst.parse_expression(
             f'(p for group in {optimizer}.param_groups for p in group["params"])'
         )
-        self.book.rewrite(use.call, lambda _: params)
+        # The sole argument of a call needs no parentheses of its own:
+        # `list(p for group in ...)`, not `list((p for group in ...))`.
+        enclosing = next(
+            (
+                call
+                for call in descendants(use.statement)
+                if isinstance(call, cst.Call)
+                and len(call.args) == 1
+                and call.args[0].value is use.call
+                and not call.args[0].keyword
+                and not call.args[0].star
+            ),
+            None,
+        )
+        if enclosing is None:
+            self.book.rewrite(use.call, lambda _: params)
+            return
+        bare = params.with_changes(lpar=[], rpar=[])
+        self.book.rewrite(
+            enclosing,
+            lambda call: call.with_changes(args=[call.args[0].with_changes(value=bare)]),
+        )
 
     # -- amp._amp_state.loss_scalers[0].loss_scale() ------------------------------
     def _loss_scale(self, use: ApexUse) -> None:
@@ -959,6 +986,47 @@ def _imports_amp_with_fallback(statement: cst.Try) -> bool:
     )
 
 
+def _imports_amp_under_if(statement: cst.If) -> bool:
+    """`if use_cuda: from apex import amp` with, at most, `else: amp = None`: an
+    import of apex.amp where a test allows it, nothing else."""
+    lines = statement.body.body
+    if not lines or not all(
+        isinstance(line, cst.SimpleStatementLine) and all(_binds_apex_amp(s) for s in line.body)
+        for line in lines
+    ):
+        return False
+    if statement.orelse is None:
+        return True
+    if not isinstance(statement.orelse, cst.Else):
+        return False  # an `elif` tests more
+    imported = {name for line in lines for small in line.body for name in _bound_names(small)}
+    return all(
+        isinstance(line, cst.SimpleStatementLine)
+        and all(
+            isinstance(small, cst.Assign)
+            and _is_none(small.value)
+            and {dotted_name(t.target) for t in small.targets} <= imported
+            for small in line.body
+        )
+        for line in statement.orelse.body.body
+    )
+
+
+def _bound_names(small: cst.BaseSmallStatement) -> set[str]:
+    """The names an import binds (`amp` of `from apex import amp`)."""
+    if not isinstance(small, (cst.Import, cst.ImportFrom)) or isinstance(
+        small.names, cst.ImportStar
+    ):
+        return set()
+    names = set()
+    for alias in small.names:
+        bound = alias.asname.name if alias.asname is not None else alias.name
+        name = dotted_name(bound)
+        if name is not None:
+            names.add(name.split(".")[0])
+    return names
+
+
 def _binds_apex_amp(small: cst.BaseSmallStatement) -> bool:
     """`from apex import amp [as x]`, `import apex.amp as x`: apex.amp and nothing else."""
     if isinstance(small, cst.ImportFrom):
@@ -1009,6 +1077,14 @@ def _with_backward_of(
 def _nodes_in(node: cst.CSTNode, kind: type) -> list:
     """Every node of type `kind` at or below `node`."""
     return [found for found in descendants(node) if isinstance(found, kind)]
+
+
+def _leading_lines(node) -> Sequence[cst.EmptyLine]:
+    """The blank lines and comments above a statement an earlier edit may have
+    turned into several (`if amp is not None:` kept as its body) or none."""
+    if isinstance(node, cst.FlattenSentinel):
+        return _leading_lines(node.nodes[0]) if node.nodes else ()
+    return getattr(node, "leading_lines", ())
 
 
 def _is_none(node: cst.BaseExpression) -> bool:
