@@ -1289,3 +1289,17 @@ def test_an_import_of_amp_under_an_if_goes_with_its_fallback() -> None:
     assert "amp" not in migrated.replace("torch.amp", "") and "pass" not in migrated
     assert migrated.startswith("import torch\n\n\ndef train(model, optimizer, loader):\n")
     assert codes_of(migrated) == []
+
+
+def test_a_comment_about_apex_goes_with_the_initialize_it_described() -> None:
+    before = _train(
+        "    # mixed precision: initialize apex amp (O1)\n"
+        "    # keep this before the DDP wrapper\n"
+        '    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n'
+    )
+    migrated = fixed_unsafe(before)
+    assert (
+        "    # keep this before the DDP wrapper\n"
+        '    scaler = torch.amp.GradScaler("cuda")\n'
+    ) in migrated
+    assert "apex" not in migrated

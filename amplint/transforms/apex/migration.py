@@ -26,6 +26,7 @@ rewritten step scales) stops it with the reason.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -113,6 +114,8 @@ _MAPPED_MEMBERS = frozenset(
         "disable_casts",
     }
 )
+# A comment about apex, over a statement the migration replaces, describes what is gone.
+_APEX_WORD = re.compile(r"\bapex\b", re.I)
 # What apex adds to a training step, and an FP32 branch beside it does plainly.
 _STEP_MEMBERS = {"scale_loss", "master_params"}
 
@@ -654,7 +657,10 @@ class _Migrator:
         removed = {id(init.use.statement) for init in inits if init.removable} | self.removed
         if isinstance(top, cst.If) and _holds_only(top, removed):
             self.book.rewrite(
-                top, lambda node: created.with_changes(leading_lines=node.leading_lines)
+                top,
+                lambda node: created.with_changes(
+                    leading_lines=_without_apex_comments(node.leading_lines)
+                ),
             )
             return
         for init in inits:
@@ -679,7 +685,10 @@ class _Migrator:
             vanishing = holder
         if vanishing is top and earlier is None:  # the scaler takes its place
             self.book.rewrite(
-                top, lambda node: created.with_changes(leading_lines=_leading_lines(node))
+                top,
+                lambda node: created.with_changes(
+                    leading_lines=_without_apex_comments(_leading_lines(node))
+                ),
             )
         else:  # made before the statement it was nested in, whichever branch runs
             self._remove(vanishing)
@@ -1085,6 +1094,15 @@ def _leading_lines(node) -> Sequence[cst.EmptyLine]:
     if isinstance(node, cst.FlattenSentinel):
         return _leading_lines(node.nodes[0]) if node.nodes else ()
     return getattr(node, "leading_lines", ())
+
+
+def _without_apex_comments(lines: Sequence[cst.EmptyLine]) -> list[cst.EmptyLine]:
+    """The lines above a statement the GradScaler replaces, less the comments
+    about apex (`# initialize apex amp`): they describe what is gone.  Other
+    comments (`# mixed precision`) still hold and stay."""
+    return [
+        line for line in lines if not _APEX_WORD.search(line.comment.value if line.comment else "")
+    ]
 
 
 def _is_none(node: cst.BaseExpression) -> bool:
