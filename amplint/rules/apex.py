@@ -116,7 +116,7 @@ class _Migrated:
         self.scaler = "scaler"
         self.blocker: str | None = None
         self.fix: Fix | None = None
-        target = _with_other_apex_fixes(facts)
+        target, unsafe = _with_other_apex_fixes(facts)
         try:
             migration = migrate_apex(target, target.apex, settings)
         except MigrationBlocked as blocked:
@@ -136,8 +136,11 @@ class _Migrated:
         if problems:
             self.blocker = "the rewrite would " + "; ".join(problems[:2])
             return
+        # Unsafe when the migration changes numerics, or when an AMP204 fix it
+        # carries is unsafe on its own (apex DDP's options dropped).
+        unsafe = unsafe or any(self.changes.values())
         self.fix = Fix(
-            Applicability.UNSAFE if any(self.changes.values()) else Applicability.SAFE,
+            Applicability.UNSAFE if unsafe else Applicability.SAFE,
             "apex.amp -> torch.amp, the whole module",
             (Edit(facts.module, lambda _: module),),
             partners=migration.partners,
@@ -156,18 +159,20 @@ def _migrated(facts: ModuleFacts, settings: Settings) -> _Migrated:
     return kept[1]
 
 
-def _with_other_apex_fixes(facts: ModuleFacts) -> ModuleFacts:
-    """The module with AMP204's fixes applied, as a fix round would."""
+def _with_other_apex_fixes(facts: ModuleFacts) -> tuple[ModuleFacts, bool]:
+    """The module with AMP204's fixes applied, as a fix round would, and
+    whether any of them is unsafe."""
     fixes = [d.fix for d in ApexOther()._findings(facts) if d.fix is not None]
     if not fixes:
-        return facts
+        return facts, False
+    unsafe = any(fix.applicability is Applicability.UNSAFE for fix in fixes)
     module = apply_edits(facts.module, (edit for fix in fixes for edit in fix.edits))
     for module_pass in dict.fromkeys(p for fix in fixes for p in fix.module_passes):
         module = module_pass(module)
     fixed = ModuleFacts(module, module.code, facts.project)
     if len(fixed.apex.of(APEX_AMP)) != len(facts.apex.of(APEX_AMP)):
-        return facts  # an AMP204 fix took an apex.amp use with it: migrate as it was
-    return fixed
+        return facts, False  # an AMP204 fix took an apex.amp use with it: migrate as it was
+    return fixed, unsafe
 
 
 class ApexAmp(Rule):

@@ -329,7 +329,32 @@ def _imported_module(statement: cst.SimpleStatementLine) -> str:
 
 
 def ensure_functools_imported(module: cst.Module) -> cst.Module:
-    return ensure_module_import(module, "functools")
+    """`import functools`, in sorted place among the module's first group of
+    plain imports (`import argparse`, `import functools`, `import os`), where
+    the standard library's are; else as `ensure_module_import` puts it."""
+    if not _needs_import(module, "functools"):
+        return module
+    body = list(module.body)
+    start = _first_import_position(body)
+    end = start
+    while (
+        end < len(body)
+        and _is_import(body[end])
+        and all(isinstance(small, cst.Import) for small in body[end].body)
+        and (end == start or not body[end].leading_lines)
+    ):
+        end += 1
+    if end == start:
+        return ensure_module_import(module, "functools")
+    line = cst.SimpleStatementLine(
+        body=[cst.Import(names=[cst.ImportAlias(name=cst.Name("functools"))])]
+    )
+    position = next((i for i in range(start, end) if _imported_module(body[i]) > "functools"), end)
+    if position == start:  # it opens the group: it takes the group's leading lines
+        line = line.with_changes(leading_lines=body[start].leading_lines)
+        body[start] = body[start].with_changes(leading_lines=())
+    body.insert(position, line)
+    return module.with_changes(body=body)
 
 
 def ensure_torch_imported(module: cst.Module) -> cst.Module:
