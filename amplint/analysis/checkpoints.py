@@ -110,6 +110,9 @@ class _CheckpointFinder(ScopedVisitor):
         # `GradScaler() if args.amp else None`): a method called on them needs a test.
         self.maybe_none: set[str] = set()
         self.top_level: set[cst.FunctionDef] = set()  # functions defined at module level
+        # A def nested in a function -> that function, and where the def stands
+        # in it: a closure reads the names its function bound before it.
+        self.enclosing: dict[cst.FunctionDef, tuple[cst.FunctionDef, int]] = {}
         # calls of a plain name: name -> (call, scope, class, position)
         self.calls: dict[str, list[tuple[cst.Call, Scope, cst.ClassDef | None, int]]] = {}
         self.dicts: list[tuple[cst.Dict, Scope, cst.ClassDef | None, int]] = []
@@ -131,6 +134,9 @@ class _CheckpointFinder(ScopedVisitor):
         if isinstance(scope, cst.FunctionDef):
             if len(self.scopes) == 2:
                 self.top_level.add(scope)
+            parent = self.scopes[-2] if len(self.scopes) > 1 else None
+            if isinstance(parent, cst.FunctionDef):
+                self.enclosing[scope] = (parent, self._position)
             for param in (*scope.params.params, *scope.params.kwonly_params):
                 bound[param.name.value] = 0
                 if isinstance(param.default, cst.Name) and param.default.value == "None":
@@ -199,6 +205,11 @@ def find_checkpoints_without_scaler(module: cst.Module) -> CheckpointScan:
         bound_here = finder.bound.get(scope, {}).get(scaler)
         if bound_here is not None:
             return bound_here < position  # not before `scaler = ...` runs
+        if not on_self and scope in finder.enclosing:
+            # `def resume(path):` nested in `main()`, after main's `scaler = ...`.
+            parent, defined_at = finder.enclosing[scope]
+            if reachable(parent, class_def, defined_at + 1):
+                return True
         # Set by another method, or a global the function reads when it runs.
         return scope is not module and (on_self or scaler in finder.bound.get(module, {}))
 
