@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import libcst as cst
 
+from amplint.analysis.imports import dotted_name
 from amplint.analysis.statements import method_name
+from amplint.analysis.visitor import descendants
 
 # The keyword of each clip's threshold; it comes after the parameters in the
 # function, first in FSDP's method.
@@ -44,9 +46,15 @@ def returns_norm(call: cst.Call) -> bool:
     return (_clip_name(call) or "").startswith("clip_grad_norm")
 
 
-def scale_aware(threshold: cst.Arg, scaler: str, code_for_node) -> bool:
-    """Whether a clip's threshold is multiplied by `scaler`'s scale."""
-    return f"{scaler}.get_scale()" in code_for_node(threshold.value)
+def scale_aware(threshold: cst.Arg, scaler: str) -> bool:
+    """Whether a clip's threshold reads `scaler`'s scale (`max_norm *
+    scaler.get_scale()`)."""
+    return any(
+        isinstance(node, cst.Call)
+        and method_name(node) == "get_scale"
+        and dotted_name(node.func.value) == scaler
+        for node in descendants(threshold.value)
+    )
 
 
 def _clip_name(call: cst.Call) -> str | None:

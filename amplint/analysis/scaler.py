@@ -34,9 +34,6 @@ from amplint.analysis.steps import (
 )
 from amplint.analysis.visitor import Visitor
 
-# Turns a node back into code: any module generates any node alike.
-_CODE = cst.Module(body=[])
-
 SCALER_METHODS = frozenset({"unscale_", "step", "update"})
 
 
@@ -202,9 +199,7 @@ def find_clips_before_unscale(uses: list[ScalerUse]) -> list[ClipBeforeUnscale]:
         for edit in use.step.grad_edits:
             if edit.clip is None:
                 continue  # a hand-written `.grad` edit: scaling may well commute with it
-            if edit.threshold is not None and scale_aware(
-                edit.threshold, use.scaler, _CODE.code_for_node
-            ):
+            if edit.threshold is not None and scale_aware(edit.threshold, use.scaler):
                 continue  # `clip_grad_norm_(p, max_norm * scaler.get_scale())`: clips as asked
             if use.scaled_before(edit.order) is None or any(
                 call.order < edit.order and use.together(call.order, edit.order)

@@ -400,11 +400,8 @@ class _StepFinder(ScopedVisitor):
                     steps.append(
                         OptimizerStep(call, receiver, statement, order, has_closure=bool(call.args))
                     )
-                elif (function := self.resolve(call.func) in CLIP_FUNCTIONS) or (
-                    method in CLIP_METHODS and not _framework_owned(call)
-                ):
-                    threshold = clip_threshold(call, method=not function)
-                    grad_edits.append(GradEdit(statement, order, clip=call, threshold=threshold))
+                elif (clip := self._torch_clip(call, statement, order)) is not None:
+                    grad_edits.append(clip)
                 elif (
                     not (method and is_scaler(receiver))
                     and not _framework_owned(call)
@@ -419,13 +416,8 @@ class _StepFinder(ScopedVisitor):
             ):
                 # `print(clip_grad_norm_(params, 1.0).item())`: a clip inside an expression.
                 for call in _NestedCalls.of(statement):
-                    if (function := self.resolve(call.func) in CLIP_FUNCTIONS) or (
-                        method_name(call) in CLIP_METHODS and not _framework_owned(call)
-                    ):
-                        threshold = clip_threshold(call, method=not function)
-                        grad_edits.append(
-                            GradEdit(statement, order, clip=call, threshold=threshold)
-                        )
+                    if (clip := self._torch_clip(call, statement, order)) is not None:
+                        grad_edits.append(clip)
                         break
             if not isinstance(statement, (cst.If, cst.With, cst.Try)) and not any(
                 edit.statement is statement for edit in grad_edits
@@ -436,6 +428,14 @@ class _StepFinder(ScopedVisitor):
                     grad_edits.append(GradEdit(statement, order, nonlinear=finder.nonlinear))
         found.framework = framework
         return found
+
+    def _torch_clip(self, call: cst.Call, statement, order: int) -> GradEdit | None:
+        """`call` as a gradient edit if it is torch's own clip (`clip_grad_norm_`,
+        a wrapper's `model.clip_grad_norm_`, not a framework's that unscales)."""
+        function = self.resolve(call.func) in CLIP_FUNCTIONS
+        if not function and (method_name(call) not in CLIP_METHODS or _framework_owned(call)):
+            return None
+        return GradEdit(statement, order, clip=call, threshold=clip_threshold(call, not function))
 
     def _examine(self, block: cst.IndentedBlock, owner: BlockOwner) -> None:
         flat = list(statements_in_order(block.body))
@@ -542,7 +542,7 @@ class _StepFinder(ScopedVisitor):
         if step.skip in SILENT_SKIPS:
             self.steps.pop()
             return
-        header = self.module.code_for_node(loop).split(":", 1)[0]
+        header = f"for {self.module.code_for_node(loop.target)} in {self.module.code_for_node(loop.iter)}"
         step.skip = (
             f"the optimizers are stepped in a loop (`{header}: ...step()`); amplint rewrites "
             "a step of named optimizers: step each through one GradScaler (`scaler.step(opt)` "
@@ -615,8 +615,7 @@ class _StepFinder(ScopedVisitor):
         scope_code = code_only(self.module.code_for_node(scope))
         if any(s.scaler for s in step.steps) or _ALREADY_AMP.search(scope_code):
             return self._hand_scaled(scope_code) or ALREADY_AMP
-        aliases = self.roles.autocast_aliases
-        if any(re.search(rf"(?<![\w.]){re.escape(alias)}\b", scope_code) for alias in aliases):
+        if self._reads_autocast_alias(scope_code):
             return ALREADY_AMP  # `with ctx:` where `ctx = ... torch.autocast(...)`
         if step.class_def is not None and self._has_amp_relative(step.class_def):
             return AMP_RELATIVE
@@ -714,18 +713,25 @@ class _StepFinder(ScopedVisitor):
         (`loss * loss_scaler.loss_scale`, nothing in low precision anywhere in
         the module) is FP32 all the same, or None."""
         scaled = _HAND_SCALED_LOSS.search(scope_code)
-        if scaled is None or any(
-            re.search(rf"(?<![\w.]){re.escape(alias)}\b", scope_code)
-            for alias in self.roles.autocast_aliases
-        ):
+        if scaled is None or self._reads_autocast_alias(scope_code):
             return None
         if _LOW_PRECISION.search(code_only(self.module.code_for_node(self.module))):
             return None
-        line = scope_code[: scaled.start()].rsplit("\n", 1)[-1] + scope_code[scaled.start() :]
+        start = scope_code.rfind("\n", 0, scaled.start()) + 1
+        end = scope_code.find("\n", scaled.end())
+        line = scope_code[start : end if end >= 0 else len(scope_code)].strip()
         return (
-            f"the loss is scaled by hand (`{line.split(chr(10), 1)[0].strip()}`) but the model "
+            f"the loss is scaled by hand (`{line}`) but the model "
             "runs in FP32, where a loss scale protects nothing: replace the hand-written "
             "scaling with torch.autocast around the forward pass and a torch.amp.GradScaler"
+        )
+
+    def _reads_autocast_alias(self, scope_code: str) -> bool:
+        """Whether the code reads a name bound to autocast (`with ctx:` where
+        `ctx = nullcontext() if cpu else torch.autocast(...)`)."""
+        return any(
+            re.search(rf"(?<![\w.]){re.escape(alias)}\b", scope_code)
+            for alias in self.roles.autocast_aliases
         )
 
     def _forward_saved_elsewhere(self, step: TrainingStep, backward: BackwardCall) -> str | None:

@@ -85,7 +85,7 @@ class _UnusedImportTidier(cst.CSTTransformer):
             return None if exported and set(exported) <= unused else statement
         if not isinstance(statement, (cst.Import, cst.ImportFrom)):
             return statement
-        kept = [alias for alias in statement.names if _local_name(alias) not in unused]
+        kept = [alias for alias in statement.names if local_name(alias) not in unused]
         if not kept:
             return None
         if len(kept) < len(statement.names):
@@ -185,7 +185,9 @@ class _UnusedImportTidier(cst.CSTTransformer):
         return updated_node.with_changes(body=body)
 
 
-def _local_name(alias: cst.ImportAlias) -> str | None:
+def local_name(alias: cst.ImportAlias) -> str | None:
+    """The name an import binds: `amp` of `from apex import amp`, `torch` of
+    `import torch.nn`, `F` of `... as F`."""
     if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
         return alias.asname.name.value
     name = dotted_name(alias.name)

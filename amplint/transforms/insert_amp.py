@@ -652,9 +652,10 @@ class InsertAmp:
             threshold.value,
             lambda value: cst.BinaryOperation(_factor(value), cst.Multiply(), scale),
         )
-        if not returns_norm(edit.clip) or _is_statement_of(edit.statement, edit.clip):
-            return
-        parenthesized = not _assigned_whole(edit.statement, edit.clip)
+        holder = _line_of(edit.statement, edit.clip)
+        if not returns_norm(edit.clip) or isinstance(holder, cst.Expr):
+            return  # the norm goes unused
+        parenthesized = holder is None  # `print(clip(...).item())`, not `norm = clip(...)`
 
         def divided(call: cst.Call) -> cst.BaseExpression:
             quotient = cst.BinaryOperation(call, cst.Divide(), scale)
@@ -761,24 +762,16 @@ def _factor(value: cst.BaseExpression) -> cst.BaseExpression:
     return value.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
 
 
-def _is_statement_of(statement: cst.BaseStatement, call: cst.Call) -> bool:
-    """Whether `statement` is the bare call, its result unused."""
-    return (
-        isinstance(statement, cst.SimpleStatementLine)
-        and len(statement.body) == 1
-        and isinstance(statement.body[0], cst.Expr)
-        and statement.body[0].value is call
-    )
-
-
-def _assigned_whole(statement: cst.BaseStatement, call: cst.Call) -> bool:
-    """Whether `statement` binds the call's result as it is (`norm = clip(...)`)."""
-    return (
-        isinstance(statement, cst.SimpleStatementLine)
-        and len(statement.body) == 1
-        and isinstance(statement.body[0], (cst.Assign, cst.AnnAssign))
-        and statement.body[0].value is call
-    )
+def _line_of(statement: cst.BaseStatement, call: cst.Call) -> cst.BaseSmallStatement | None:
+    """The line's one small statement whose whole value is `call`: the bare call
+    (an `Expr`, its result unused) or an assignment of it (`norm = clip(...)`);
+    None where the call sits inside an expression."""
+    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+        return None
+    small = statement.body[0]
+    if isinstance(small, (cst.Expr, cst.Assign, cst.AnnAssign)) and small.value is call:
+        return small
+    return None
 
 
 def _unscale_anchor(step: TrainingStep, edit: GradEdit, edits: list[GradEdit]) -> cst.CSTNode:

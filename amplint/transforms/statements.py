@@ -39,7 +39,7 @@ class StatementPlan:
         return node.visit(_PlanApplier(self))
 
 
-def _split_leading_lines(
+def split_leading_lines(
     lines: Sequence[cst.EmptyLine],
 ) -> tuple[list[cst.EmptyLine], list[cst.EmptyLine]]:
     """(the blank lines before the first comment, the rest)."""
@@ -89,7 +89,7 @@ class _PlanApplier(cst.CSTTransformer):
             if before:
                 # Blank lines above the statement move above the inserted lines;
                 # its comments stay with it.
-                blank, comments = _split_leading_lines(statement.leading_lines)
+                blank, comments = split_leading_lines(statement.leading_lines)
                 before = [before[0].with_changes(leading_lines=blank), *before[1:]]
                 statement = statement.with_changes(
                     leading_lines=comments or _separation(statement, top_level)
@@ -118,7 +118,7 @@ def preceded_by(
 ) -> cst.FlattenSentinel:
     """`new`, then `statement`; as in a plan, blank lines above the statement
     move above the new lines and its comments stay with it."""
-    blank, comments = _split_leading_lines(statement.leading_lines)
+    blank, comments = split_leading_lines(statement.leading_lines)
     first = new[0].with_changes(leading_lines=blank)
     return cst.FlattenSentinel([first, *new[1:], statement.with_changes(leading_lines=comments)])
 

@@ -27,6 +27,7 @@ from amplint.transforms.apex.common import (
 )
 from amplint.transforms.edits import EditBook
 from amplint.transforms.imports import is_docstring
+from amplint.transforms.statements import split_leading_lines
 from amplint.analysis.visitor import holds
 from amplint.names import free_name
 
@@ -231,11 +232,7 @@ def _after_top_level_def(
     """`definition`, then `statement`, two blank lines before and after the def
     as black keeps them; the comments above `statement` stay with it."""
     two = [cst.EmptyLine(indent=False)] * 2
-    first_comment = next(
-        (i for i, line in enumerate(statement.leading_lines) if line.comment),
-        len(statement.leading_lines),
-    )
-    comments = list(statement.leading_lines)[first_comment:]
+    _, comments = split_leading_lines(statement.leading_lines)
     return cst.FlattenSentinel(
         [
             definition.with_changes(leading_lines=two),

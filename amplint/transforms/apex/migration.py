@@ -66,6 +66,7 @@ from amplint.transforms.imports import (
     ensure_functools_imported,
     ensure_torch_imported,
     is_docstring,
+    local_name,
     tidy_apex_imports,
 )
 from amplint.transforms.insert_amp import (
@@ -1027,13 +1028,7 @@ def _bound_names(small: cst.BaseSmallStatement) -> set[str]:
         small.names, cst.ImportStar
     ):
         return set()
-    names = set()
-    for alias in small.names:
-        bound = alias.asname.name if alias.asname is not None else alias.name
-        name = dotted_name(bound)
-        if name is not None:
-            names.add(name.split(".")[0])
-    return names
+    return {name for alias in small.names if (name := local_name(alias)) is not None}
 
 
 def _binds_apex_amp(small: cst.BaseSmallStatement) -> bool:
