@@ -71,7 +71,7 @@ def test_a_second_fix_changes_nothing(migrated: Path) -> None:
     assert _texts(migrated) == before
 
 
-def _run(project: Path, *arguments: str) -> dict:
+def _run(project: Path, *arguments: str, printed: str = "epoch 1 loss") -> dict:
     run = subprocess.run(
         [sys.executable, "-c", RECORDER, "train.py", *arguments],
         cwd=project,
@@ -80,7 +80,7 @@ def _run(project: Path, *arguments: str) -> dict:
         timeout=300,
     )
     assert run.returncode == 0, run.stderr[-3000:]
-    assert "epoch 1 loss" in run.stdout
+    assert printed in run.stdout
     line = next(line for line in run.stdout.splitlines() if line.startswith("AMPLINT-SEEN "))
     return json.loads(line[len("AMPLINT-SEEN ") :])
 
@@ -264,3 +264,91 @@ def test_initialize_in_a_method_keeps_the_scaler_on_the_instance_and_autocasts_t
         assert seen["scaler_enabled"] == [enabled]
         assert seen["scaled"] == 6  # both objectives, three times, through the scaler
         assert seen["autocast"] == [["cuda", "torch.float16"]] * 6
+
+
+# A builder in one module, the training loop in another: the scaler comes back
+# from the builder with the optimizer and goes on to the trainer's step.
+BUILDER = """\
+import torch
+from torch import nn
+from apex import amp
+
+
+def build(fp16):
+    model = nn.Linear(6, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    if fp16:
+        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    return model, optimizer
+"""
+TRAIN_WITH_BUILDER = """\
+import sys
+
+import torch
+from torch import nn
+from apex import amp
+
+from builder import build
+
+
+def main():
+    torch.manual_seed(0)
+    model, optimizer = build("--fp16" in sys.argv)
+    x, y = torch.randn(16, 6), torch.randn(16, 1)
+    for _ in range(3):
+        optimizer.zero_grad()
+        loss = nn.functional.mse_loss(model(x), y)
+        with amp.scale_loss(loss, optimizer) as scaled_loss:
+            scaled_loss.backward()
+        optimizer.step()
+        print("loss", loss.item())
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+@pytest.mark.slow
+def test_a_builder_in_another_module_returns_the_scaler_to_the_training_loop(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "pyproject.toml").write_text("", encoding="utf-8")
+    (tmp_path / "builder.py").write_text(BUILDER, encoding="utf-8")
+    (tmp_path / "train.py").write_text(TRAIN_WITH_BUILDER, encoding="utf-8")
+    result = run_cli(
+        "fix", "--apply", "--no-cache", "--device-type", "cpu", "--dtype", "float16", tmp_path
+    )
+    assert result.exit_code == 0, result.output
+    builder = (tmp_path / "builder.py").read_text(encoding="utf-8")
+    train = (tmp_path / "train.py").read_text(encoding="utf-8")
+    assert '    scaler = torch.amp.GradScaler("cpu", enabled=fp16)\n' in builder
+    assert "    return model, optimizer, scaler\n" in builder
+    assert '    model, optimizer, scaler = build("--fp16" in sys.argv)\n' in train
+    assert "        scaler.scale(loss).backward()\n" in train
+    assert "apex" not in builder + train
+    pytest.importorskip("torch")
+    on = _run(tmp_path, "--fp16", printed="loss")
+    assert on["scaler_enabled"] == [True] and on["scaled"] == 3
+    off = _run(tmp_path, printed="loss")
+    assert off["scaler_enabled"] == [False]
+
+
+def test_a_builder_call_in_another_module_that_keeps_the_tuple_whole_stops_the_migration(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "pyproject.toml").write_text("", encoding="utf-8")
+    (tmp_path / "builder.py").write_text(BUILDER, encoding="utf-8")
+    kept_whole = TRAIN_WITH_BUILDER.replace(
+        '    model, optimizer = build("--fp16" in sys.argv)\n',
+        '    built = build("--fp16" in sys.argv)\n    model, optimizer = built\n',
+    )
+    (tmp_path / "train.py").write_text(kept_whole, encoding="utf-8")
+    result = run_cli("fix", "--apply", "--no-cache", tmp_path)
+    assert "Fixed 0 findings" in result.output
+    assert (tmp_path / "train.py").read_text(encoding="utf-8") == kept_whole
+    assert (
+        "`build` returns the GradScaler with the optimizer after the migration, and the call "
+        'at line 12 does not unpack what it returns (`build("--fp16" in sys.argv)`): unpack '
+        "it into names first"
+    ) in result.output

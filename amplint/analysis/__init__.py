@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from functools import cached_property
+from pathlib import Path
 
 import libcst as cst
 
@@ -54,7 +55,7 @@ from amplint.analysis.framework_amp import ManualAmp, find_manual_amp
 from amplint.analysis.device import ProvenDevice, proven_device
 from amplint.analysis.steps import StepScan, find_training_steps
 from amplint.diagnostics import Span
-from amplint.project.apex import ApexProgram, apex_program
+from amplint.project.apex import TEXT_PATH, ApexProgram, apex_program, text_program
 from amplint.project import CustomKernel, FsdpUse, LossHelper, ProjectView, fsdp_use_in
 from amplint.triggers import DEPRECATED_STATE_SPELLED, FRAMEWORK_SPELLED
 
@@ -148,8 +149,14 @@ class ModuleFacts:
     @cached_property
     def apex_program(self) -> ApexProgram | None:
         """The modules one apex.amp migration of this module's program rewrites
-        (project/apex.py); None without a project or without apex.amp."""
-        return None if self.project is None else apex_program(self.project)
+        (project/apex.py): this module alone without a project; None without
+        apex.amp."""
+        return text_program(self.text) if self.project is None else apex_program(self.project)
+
+    @property
+    def program_path(self) -> Path:
+        """Where this module stands in its programs: its file, or TEXT_PATH."""
+        return self.project.path if self.project is not None else TEXT_PATH
 
     @cached_property
     def custom_kernels(self) -> list[CustomKernel]:

@@ -149,6 +149,12 @@ class _CheckpointFinder(ScopedVisitor):
                 self.bound[self.scope].setdefault(name, self._position)
                 if _may_be_none(node.value):
                     self.maybe_none.add(name)
+            elif isinstance(target.target, (cst.Tuple, cst.List)):
+                # `model, optimizer, scaler = build(args)`: a builder's scaler.
+                for element in target.target.elements:
+                    unpacked = dotted_name(element.value)
+                    if unpacked is not None:
+                        self.bound[self.scope].setdefault(unpacked, self._position)
 
     def visit_Call(self, node: cst.Call) -> None:
         if isinstance(node.func, cst.Name):

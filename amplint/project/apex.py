@@ -10,6 +10,11 @@ as a keyword-only parameter, a class as an ``__init__`` parameter kept on the
 instance.  Every call of a taker passes it on, so a def that calls a taker
 becomes one too (unless it makes the scaler itself).
 
+A *builder* makes the optimizer, runs ``amp.initialize`` on it and returns it
+(``model, optimizer = build(args)`` in ``main()``).  The scaler goes the way
+the optimizer goes: the builder returns it too, and a caller that needs it, a
+*receiver*, unpacks it beside the optimizer and holds it as its own.
+
 A program migrates whole or not at all: half a migration runs neither with apex
 nor without it.  So this module answers, from text and ``ast`` alone, which
 modules one migration rewrites, which defs and classes take the scaler, and
@@ -36,6 +41,8 @@ from amplint.project import (
 # need the GradScaler after the migration.
 STATE_MEMBERS = frozenset({"scale_loss", "state_dict", "load_state_dict", "_amp_state"})
 _MODULE_LEVEL = "<module>"
+# Where a module read from text, not from a file of a project, stands in a program.
+TEXT_PATH = Path("<text>")
 
 
 @dataclass(frozen=True)
@@ -60,9 +67,24 @@ class ApexProgram:
     # Why the scaler cannot reach a taker: a call from a module without apex,
     # or from module level of a module that does not make the scaler.
     obstacles: tuple[str, ...] = ()
+    # The builders that return the scaler, and the defs (`""`: module level)
+    # that receive it from a call of one.
+    builders: frozenset[Taker] = frozenset()
+    receivers: frozenset[Taker] = frozenset()
 
     def takers_in(self, path: Path) -> dict[str, Taker]:
         return {taker.name: taker for taker in self.takers if taker.path == path}
+
+    def builders_in(self, path: Path) -> dict[str, Taker]:
+        return {builder.name: builder for builder in self.builders if builder.path == path}
+
+    def receivers_in(self, path: Path) -> set[str]:
+        """The receivers of the module at `path`, by name ("" for module level)."""
+        return {
+            "" if receiver.name == _MODULE_LEVEL else receiver.name
+            for receiver in self.receivers
+            if receiver.path == path
+        }
 
 
 @dataclass
@@ -73,6 +95,7 @@ class _Definition:
     is_class: bool
     uses_state: bool = False
     initializes: bool = False
+    returns_value: bool = False  # a `return X` of its own (not a nested def's)
     calls: set[str] = field(default_factory=set)  # callees, dotted: `utils.save`, `Trainer`
 
 
@@ -143,6 +166,8 @@ def _apex_facts(module: _Module) -> _ApexFacts | None:
                 callee = _dotted_expression(node.func)
                 if callee is not None:
                     definition.calls.add(callee)
+        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            definition.returns_value = _returns_value(statement)
         facts.definitions[definition.name] = definition
     facts.definitions[_MODULE_LEVEL] = outside
     return facts if facts.uses_amp else None
@@ -170,7 +195,7 @@ def apex_program(view: ProjectView) -> ApexProgram | None:
     facts = {path: found for path, found in every_facts.items() if path in component}
     for path in facts:
         view.note(path)
-    takers, obstacles = _takers(index, facts, component)
+    takers, obstacles, builders, receivers = _takers(index, facts, component)
     for path in component - set(facts):  # callers of takers without apex
         view.note(path)
     return ApexProgram(
@@ -185,40 +210,99 @@ def apex_program(view: ProjectView) -> ApexProgram | None:
         takers=frozenset(takers),
         scaler_names={path: free_name(SCALER_NAMES, index.module(path).text) for path in facts},
         obstacles=tuple(obstacles),
+        builders=frozenset(builders),
+        receivers=frozenset(receivers),
     )
 
 
+def text_program(text: str) -> ApexProgram | None:
+    """The migration of a module known only as text (standard input, a test):
+    a program of that one module, at TEXT_PATH."""
+    facts = _apex_facts(_Module(TEXT_PATH, "", text, ""))
+    if facts is None:
+        return None
+    takers, obstacles, builders, receivers = _takers(None, {TEXT_PATH: facts}, {TEXT_PATH})
+    return ApexProgram(
+        modules=(TEXT_PATH,),
+        initializers=(
+            (TEXT_PATH,) if any(d.initializes for d in facts.definitions.values()) else ()
+        ),
+        takers=frozenset(takers),
+        scaler_names={TEXT_PATH: free_name(SCALER_NAMES, text)},
+        obstacles=tuple(obstacles),
+        builders=frozenset(builders),
+        receivers=frozenset(receivers),
+    )
+
+
+def _returns_value(function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """Whether `function` itself (not a def nested in it) returns a value."""
+    pending: list[ast.AST] = list(function.body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, ast.Return) and node.value is not None:
+            return True
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            pending.extend(ast.iter_child_nodes(node))
+    return False
+
+
 def _takers(
-    index: ProjectIndex, facts: dict[Path, _ApexFacts], component: set[Path]
-) -> tuple[set[Taker], list[str]]:
+    index: ProjectIndex | None, facts: dict[Path, _ApexFacts], component: set[Path]
+) -> tuple[set[Taker], list[str], set[Taker], set[Taker]]:
     """The defs and classes that take the scaler: those using apex's state, then
-    those calling a taker, as far as the calls go; and where a call of a taker
-    cannot pass it."""
-    # A module that makes the scaler at module level keeps it a global its
-    # functions read: they take nothing.
-    takers = {
-        Taker(path, d.name, d.is_class)
-        for path, f in facts.items()
-        if not f.definitions[_MODULE_LEVEL].initializes
-        for d in f.definitions.values()
-        if d.uses_state and not d.initializes and d.name != _MODULE_LEVEL
-    }
+    those calling a taker, as far as the calls go; where a call of a taker
+    cannot pass it; and the builders that return it, with their receivers.
+    Without an index, `facts` is one module's, read from text."""
     obstacles: list[str] = []
     answers: dict[tuple[Path, Taker], bool] = {}  # the fixpoint asks the same again
 
     def calls(path: Path, taker: Taker) -> bool:
         if (path, taker) not in answers:
-            answers[path, taker] = _calls_taker(index, index.module(path), taker)
+            answers[path, taker] = index is not None and _calls_taker(
+                index, index.module(path), taker
+            )
         return answers[path, taker]
 
+    def relative(path: Path) -> str:
+        return "this module" if index is None else index.relative(path)
+
+    # A def that runs amp.initialize and returns a value may hand the optimizer
+    # to its caller; such a caller can get the scaler the same way.
+    candidates = {
+        Taker(path, d.name, False)
+        for path, f in facts.items()
+        for d in f.definitions.values()
+        if d.initializes and d.returns_value and not d.is_class
+    }
+    receiving: dict[tuple[Path, str], list[Taker]] = {}
+    for path, f in facts.items():
+        for definition in f.definitions.values():
+            if not definition.initializes:
+                called = _called_takers(path, definition.calls, candidates, calls)
+                if called:
+                    receiving[path, definition.name] = called
+
+    def makes_scaler(path: Path, definition: _Definition) -> bool:
+        return definition.initializes or (path, definition.name) in receiving
+
+    # A module that makes the scaler at module level keeps it a global its
+    # functions read: they take nothing.
+    takers = {
+        Taker(path, d.name, d.is_class)
+        for path, f in facts.items()
+        if not makes_scaler(path, f.definitions[_MODULE_LEVEL])
+        for d in f.definitions.values()
+        if d.uses_state and not makes_scaler(path, d) and d.name != _MODULE_LEVEL
+    }
     changed = True
     while changed:
         changed = False
         for path, f in facts.items():
-            makes_scaler_at_top = f.definitions[_MODULE_LEVEL].initializes
+            makes_scaler_at_top = makes_scaler(path, f.definitions[_MODULE_LEVEL])
             for definition in f.definitions.values():
                 if (
-                    definition.initializes
+                    makes_scaler(path, definition)
                     or makes_scaler_at_top
                     and definition.name != _MODULE_LEVEL
                 ):
@@ -227,28 +311,57 @@ def _takers(
                 if not called:
                     continue
                 if definition.name == _MODULE_LEVEL:
-                    if not makes_scaler_at_top:
-                        obstacles.append(
-                            f"{index.relative(path)} calls `{called[0].name}` at module level, "
-                            "where no GradScaler is made"
-                        )
+                    obstacles.append(_no_scaler_at_module_level(relative, path, called[0], facts))
                     continue
                 taker = Taker(path, definition.name, definition.is_class)
                 if taker not in takers:
                     takers.add(taker)
                     changed = True
+    # A builder returns the scaler where a caller needs it (uses apex's state or
+    # calls a taker); then every call of it takes the scaler, needed or not.
+    builders: set[Taker] = set()
+    for (path, name), called in receiving.items():
+        definition = facts[path].definitions[name]
+        if definition.uses_state or _called_takers(path, definition.calls, takers, calls):
+            builders.update(called)
+    receivers = {
+        Taker(path, name, facts[path].definitions[name].is_class)
+        for (path, name), called in receiving.items()
+        if builders.intersection(called)
+    }
     for path in sorted(component - set(facts)):
-        module = index.module(path)
-        if module is None or not any(t.name in module.text for t in takers):
+        module = index.module(path) if index is not None else None
+        if module is None:
             continue
-        for taker in takers:
+        for taker in sorted(takers | builders, key=lambda t: (str(t.path), t.name)):
             if taker.name in module.text and calls(path, taker):
+                passes = "takes" if taker in takers else "returns"
                 obstacles.append(
                     f"{index.relative(path)} calls `{taker.name}` of "
-                    f"{index.relative(taker.path)} and does not use apex: pass the GradScaler "
-                    "there by hand"
+                    f"{index.relative(taker.path)}, which {passes} the GradScaler after the "
+                    "migration, and does not use apex: pass the GradScaler there by hand"
                 )
-    return takers, sorted(set(obstacles))
+    return takers, sorted(set(obstacles)), builders, receivers
+
+
+def _no_scaler_at_module_level(
+    relative: Callable[[Path], str], path: Path, called: Taker, facts: dict[Path, _ApexFacts]
+) -> str:
+    """Why module-level code calling `called` leaves the scaler out of reach:
+    where amp.initialize runs, and why that scaler cannot come back to it."""
+    where = [
+        f"`{d.name}` of {relative(p)}"
+        for p, f in sorted(facts.items())
+        for d in f.definitions.values()
+        if d.initializes
+    ]
+    made = f"the GradScaler is made in {', '.join(where)}" if where else "no GradScaler is made"
+    return (
+        f"{relative(path)} calls `{called.name}` at module level, which needs the "
+        f"GradScaler, and {made}, which no module-level call returns: make the optimizer "
+        "and call amp.initialize in the function that runs the training, or return the "
+        "optimizer to it"
+    )
 
 
 def _called_takers(
@@ -323,8 +436,8 @@ def _program(
     modules it imports (directly or through others): those share its scaler.
     Two entry scripts that merely import the same module without apex (a
     dataset, a model) share nothing, and each migrates on its own; two that
-    import one apex module (a trainer whose functions take the scaler) migrate
-    together.  Modules without apex that import a module of the program are
+    import one apex module (a trainer whose functions take the scaler, a
+    builder that returns it) migrate together.  Modules without apex that import a module of the program are
     kept too: they may call a function that now takes the scaler."""
     apex = set(facts)
     initializers = [
@@ -338,6 +451,12 @@ def _program(
         for path, downstream in reach.items():
             if not downstream <= program and downstream & program & apex:
                 program |= downstream
+                changed = True
+        # An apex module importing one of the program's may call a builder of
+        # it, which returns the scaler (or a def that takes it).
+        for importer, imported in imports.items():
+            if importer in apex and importer not in program and imported & program & apex:
+                program |= _reachable(imports, importer)
                 changed = True
     callers = {
         importer

@@ -50,6 +50,7 @@ from amplint.analysis.statements import if_condition, method_name, name_use, str
 from amplint.config import Settings
 from amplint.diagnostics import Edit
 from amplint.names import SCALER_NAMES, free_name
+from amplint.transforms.apex.builders import return_scaler, take_scaler
 from amplint.transforms.apex.common import (
     MigrationBlocked,
     atom,
@@ -209,7 +210,7 @@ class _Migrator:
         self.changes: dict[ApexUse, list[str]] = {}
         # The program's choice where there is one: its callers pass that keyword.
         self.program = facts.apex_program
-        here = facts.project.path if facts.project is not None else None
+        here = facts.program_path
         if self.program is not None and here in self.program.scaler_names:
             self.scaler = self.program.scaler_names[here]
         else:
@@ -222,6 +223,12 @@ class _Migrator:
         self.removed: set[int] = set()  # ids of the statements the migration removes
         # The function the scaler is a local of; None for a module global.
         self.local_function: cst.FunctionDef | None = None
+        # The statement of each scope's body (by the scope's id) that makes the
+        # scaler, or that it is made before.
+        self.made_at: dict[int, cst.BaseStatement] = {}
+        # The element count of each `amp.initialize(...)` that stands for what
+        # it returns (`return amp.initialize(model, optimizer)`), by id.
+        self.returned_arity: dict[int, int] = {}
         self.casts = FunctionCasts(facts, scan, settings, self.book, self.changes, self.torch)
         # The modules one migration rewrites, where the project model knows them.
         self.reach: ScalerReach | None = None
@@ -229,9 +236,10 @@ class _Migrator:
             self.reach = ScalerReach(facts, self.program, self.scaler, self._initializing())
 
     def _initializing(self) -> set[str]:
-        """The top-level defs calling amp.initialize, "" for module level."""
+        """The top-level defs calling amp.initialize, "" for module level, and
+        those that receive the scaler from a builder: the scaler is theirs."""
         located = places(self.facts.module)
-        found = set()
+        found = self.program.receivers_in(self.facts.program_path)
         for use in self.uses:
             if use.member == "initialize":
                 top = located.get(id(use.scope))
@@ -284,7 +292,7 @@ class _Migrator:
         """The other modules the migration rewrites, as the runner finds them."""
         if self.program is None:
             return ()
-        here = self.facts.project.path
+        here = self.facts.program_path
         return tuple(str(path) for path in self.program.modules if path != here)
 
     def _migrate(self, use: ApexUse) -> None:
@@ -525,6 +533,7 @@ class _Migrator:
         if not removable:  # `return amp.initialize(model, optimizer)`: it returns what it was given
             replacement = cst.parse_expression(returned or "None")
             self.book.rewrite(call, lambda _: replacement)
+            self.returned_arity[id(call)] = len(positional_args(call)[:2])
         conditions, changes, init_scale = self._options(call)
         self.changes[use] = changes
         if conditions != ["False"]:
@@ -606,7 +615,10 @@ class _Migrator:
             try:
                 for scope in self.scaler_scopes:
                     self.reach.expression(scope)
+                through_builders = self._through_builders()  # may refuse: plan before writing
                 self.reach.thread(self.book)
+                for node, rewrite in through_builders:
+                    self.book.rewrite(node, rewrite)
                 return
             except MigrationBlocked:
                 if len(self.program.modules) > 1 or not self.initializations:
@@ -622,6 +634,26 @@ class _Migrator:
             functions = {id(s): s for s in init_scopes if isinstance(s, cst.FunctionDef)}
             for function in functions.values():
                 self._declare_global(function)
+
+    def _through_builders(self) -> list[tuple[cst.CSTNode, Callable]]:
+        """The rewrites by which this module's builders return the scaler and
+        the calls of any builder here unpack it (builders.py)."""
+        here = self.facts.program_path
+        planned = []
+        for name in self.program.builders_in(here):
+            builder = next(
+                s
+                for s in self.facts.module.body
+                if isinstance(s, cst.FunctionDef) and s.name.value == name
+            )
+            made_at = self.made_at.get(id(builder))
+            if made_at is None:
+                raise MigrationBlocked(
+                    f"`{name}` returns the optimizer amp.initialize made, in a nested "
+                    "function or class, where the GradScaler made beside it is not returned"
+                )
+            planned += return_scaler(self.facts, builder, made_at, self.scaler, self.returned_arity)
+        return planned + take_scaler(self.reach, self.program.builders)
 
     def _scaler_statement(self, init: _Initialization, condition: str | None):
         """`scaler = torch.amp.GradScaler(...)` where `init` ran (`self.scaler = `
@@ -653,6 +685,7 @@ class _Migrator:
                 f"the amp.initialize calls at lines {lines} start from different loss scales"
             )
         (top,) = tops.values()
+        self.made_at[id(inits[0].use.scope)] = top
         condition = _disjunction([init.conditions for init in inits])
         created = self._scaler_statement(inits[0], condition)
         removed = {id(init.use.statement) for init in inits if init.removable} | self.removed
@@ -674,6 +707,7 @@ class _Migrator:
         use = init.use
         top = _top(use)
         earlier = self._resume_before(init, top)
+        self.made_at[id(use.scope)] = earlier or top
         if not init.removable:
             self.book.insert_before(earlier or top, [created])
             return

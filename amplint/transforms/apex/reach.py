@@ -71,7 +71,7 @@ class ScalerReach:
         # The top-level defs that call amp.initialize ("" for module level):
         # the scaler is theirs.
         self.initializing = initializing
-        here = facts.project.path if facts.project is not None else None
+        here = facts.program_path
         self.takers = program.takers_in(here) if here is not None else {}
         self._placed: tuple[cst.Module, dict[int, _Place]] | None = None
 
@@ -126,7 +126,7 @@ class ScalerReach:
         for statement in self.facts.module.body:
             if isinstance(statement, _DEFINITIONS) and statement.name.value in self.takers:
                 planned.append(self._taking(statement))
-        finder = _TakerCalls(self)
+        finder = CallsOf(self, self.program.takers)
         finder.walk(self.facts.module)
         for call, scope, taker in finder.found:
             keyword = self.program.scaler_names[taker.path]
@@ -208,26 +208,34 @@ class ScalerReach:
         return definition, with_init
 
 
-class _TakerCalls(ScopedVisitor):
-    """Each call of a taker: of this module by its name, of another module
-    through the names this one imports it by."""
+class CallsOf(ScopedVisitor):
+    """Each call of one of `wanted` (takers, builders): of this module by its
+    name, of another module through the names this one imports it by."""
 
-    def __init__(self, reach: ScalerReach) -> None:
+    def __init__(self, reach: ScalerReach, wanted: frozenset[Taker]) -> None:
         super().__init__()
         self.reach = reach
         self.found: list[tuple[cst.Call, Scope, Taker]] = []
+        # The simple statement line each found call is in, by the call's id.
+        self.statement_of: dict[int, cst.SimpleStatementLine] = {}
+        self._statement: cst.SimpleStatementLine | None = None
         facts = reach.facts
-        self.local = reach.takers
-        self.elsewhere = {
-            (taker.path, taker.name): taker
-            for taker in reach.program.takers
-            if facts.project is None or taker.path != facts.project.path
-        }
+        here = facts.program_path
+        self.local = {taker.name: taker for taker in wanted if taker.path == here}
+        self.elsewhere = {(taker.path, taker.name): taker for taker in wanted if taker.path != here}
+
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+        self._statement = node
+
+    def leave_SimpleStatementLine(self, original_node: cst.SimpleStatementLine) -> None:
+        self._statement = None
 
     def visit_Call(self, node: cst.Call) -> None:
         taker = self._taker(node.func)
         if taker is not None:
             self.found.append((node, self.scope, taker))
+            if self._statement is not None:
+                self.statement_of[id(node)] = self._statement
 
     def _taker(self, func: cst.BaseExpression) -> Taker | None:
         imports = self.reach.facts.imports
