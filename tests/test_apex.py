@@ -492,7 +492,11 @@ def test_private_amp_state_blocks_the_migration_and_is_amp204() -> None:
     )
     reported = findings(before)
     assert any(f.split()[1] == "AMP204" and "scaler.get_scale()" in f for f in reported)
-    assert any("reads apex's private state" in f for f in reported if f.split()[1] == "AMP203")
+    assert any(
+        "`amp._amp_state.opt_properties.opt_level` uses apex's private state" in f
+        for f in reported
+        if f.split()[1] == "AMP203"
+    )
     assert fixed_unsafe(before) == before
 
 
@@ -505,6 +509,43 @@ def test_the_loss_scale_read_from_private_state_becomes_get_scale() -> None:
     migrated = fixed(before)
     assert "print(scaler.get_scale())" in migrated
     assert "_amp_state" not in migrated
+
+
+def test_settings_of_apex_loss_scaler_become_the_gradscalers_keywords() -> None:
+    """NVIDIA BERT sets the initial loss scale through apex's private state right
+    after amp.initialize; apex's scale window is GradScaler's growth interval."""
+    before = _train(
+        "    if args.fp16:\n"
+        '        model, optimizer = amp.initialize(model, optimizer, opt_level="O2")\n'
+        "        amp._amp_state.loss_scalers[0]._loss_scale = args.init_loss_scale\n"
+        "        amp._amp_state.loss_scalers[0]._scale_seq_len = 1000\n"
+    )
+    assert "AMP204" not in [f.split()[1] for f in findings(before)]  # AMP203 migrates them
+    migrated = fixed_unsafe(before)
+    assert (
+        '    scaler = torch.amp.GradScaler("cuda", init_scale=args.init_loss_scale, '
+        "growth_interval=1000, enabled=args.fp16)\n"
+    ) in migrated
+    assert "_amp_state" not in migrated
+
+
+def test_a_setting_away_from_initialize_or_without_a_counterpart_is_named() -> None:
+    initialize = '    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n'
+    away = _train(initialize, LOOP + "    amp._amp_state.loss_scalers[0]._loss_scale = 8.0\n")
+    assert fixed_unsafe(away) == away
+    assert any(
+        "`amp._amp_state.loss_scalers[0]._loss_scale = 8.0` sets apex's loss scaler away from "
+        "the amp.initialize that made it; move it right after that call (the GradScaler made "
+        "there takes `init_scale=`)" in f
+        for f in findings(away)
+    )
+    ceiling = _train(initialize + "    amp._amp_state.loss_scalers[0]._max_loss_scale = 2.0**16\n")
+    assert fixed_unsafe(ceiling) == ceiling
+    assert any(
+        "`amp._amp_state.loss_scalers[0]._max_loss_scale` uses apex's private state (AMP204) "
+        "for more than the loss scale, with no GradScaler counterpart amplint knows" in f
+        for f in findings(ceiling)
+    )
 
 
 def test_an_availability_assert_and_the_import_fallback_go() -> None:

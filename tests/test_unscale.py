@@ -329,3 +329,38 @@ def test_an_all_reduce_by_hand_stays_before_the_unscale() -> None:
     result = fixed(fp32)
     assert "    scaler.unscale_(optimizer)\n    torch.nn.utils.clip_grad_norm_(" in result
     assert result.count("unscale_") == 1
+
+
+_LOGGED_NORM = dedent("""
+    import torch
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        grads = [p.grad for p in model.parameters() if p.grad is not None]
+        log["grad_norm"] = torch.stack([g.norm() for g in grads]).norm().item()
+        optimizer.step()
+        optimizer.zero_grad()
+    """)
+
+
+def test_a_read_of_the_gradients_after_backward_sees_them_unscaled() -> None:
+    """A logged gradient norm read the FP32 gradients; on a scaled step it would
+    read them times 65536 unless they are unscaled first."""
+    result = fixed(_LOGGED_NORM)
+    assert (
+        "    scaler.scale(loss).backward()\n"
+        "    scaler.unscale_(optimizer)\n"
+        "    grads = [p.grad for p in model.parameters() if p.grad is not None]\n"
+    ) in result
+    assert codes_of(result) == []
+
+
+def test_a_test_against_none_or_a_reset_is_no_read_of_the_gradients() -> None:
+    fp32 = _LOGGED_NORM.replace(
+        "    grads = [p.grad for p in model.parameters() if p.grad is not None]\n"
+        '    log["grad_norm"] = torch.stack([g.norm() for g in grads]).norm().item()\n',
+        "    missing = [n for n, p in model.named_parameters() if p.grad is None]\n",
+    ).replace(
+        "    optimizer.zero_grad()\n", "    for p in model.parameters():\n        p.grad = None\n"
+    )
+    assert "unscale_" not in fixed(fp32)

@@ -264,6 +264,34 @@ def calls_to(module: cst.Module, imports: ImportMap, targets: set[str]) -> list[
 _LOSS_SCALE_READ = re.compile(r"(?P<amp>[\w.]+)\._amp_state\.loss_scalers\[\d+\]\.loss_scale\(\)")
 
 
+# apex's loss scaler, set through its private state; the attributes that a
+# GradScaler keyword matches (apex's scale window is GradScaler's growth interval).
+_SCALER_ATTRIBUTE = re.compile(r"(?P<amp>\w+)\._amp_state\.loss_scalers\[0\]\.(?P<attribute>\w+)")
+_SCALER_SETTINGS = {"_loss_scale": "init_scale", "_scale_seq_len": "growth_interval"}
+
+
+def scaler_setting(use: ApexUse, module: cst.Module) -> tuple[str, cst.BaseExpression] | None:
+    """The GradScaler keyword and value for `use` when its statement sets
+    apex's loss scaler (`amp._amp_state.loss_scalers[0]._loss_scale = E`:
+    `init_scale`, E), where a keyword has that meaning; else None."""
+    statement = use.statement
+    if not (
+        use.member.split(".")[0] == "_amp_state"
+        and isinstance(statement, cst.SimpleStatementLine)
+        and len(statement.body) == 1
+        and isinstance(statement.body[0], cst.Assign)
+        and len(statement.body[0].targets) == 1
+    ):
+        return None
+    assign = statement.body[0]
+    match = _SCALER_ATTRIBUTE.fullmatch(squeezed(module.code_for_node(assign.targets[0].target)))
+    spelled = squeezed(module.code_for_node(use.node)).split("._amp_state")[0]
+    if match is None or match.group("amp") != spelled:
+        return None
+    keyword = _SCALER_SETTINGS.get(match.group("attribute"))
+    return (keyword, assign.value) if keyword is not None else None
+
+
 def loss_scale_reads(use: ApexUse, module: cst.Module) -> list[cst.Call]:
     """The calls `amp._amp_state.loss_scalers[0].loss_scale()` that `use`
     (apex's private `_amp_state`) is part of: the one read of apex's private

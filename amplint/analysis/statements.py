@@ -298,3 +298,39 @@ class GradEditFinder(Visitor):
     def visit_AugAssign(self, node: cst.AugAssign) -> None:
         scaling = isinstance(node.operator, (cst.MultiplyAssign, cst.DivideAssign))
         self._target(node.target, homogeneous=scaling)
+
+
+class _GradReads(Visitor):
+    """Reads of a `.grad` value (`p.grad.norm()`, `[p.grad for p in params]`),
+    not counting tests against None (`if p.grad is not None`) or assignment
+    targets (`p.grad = None`)."""
+
+    def __init__(self) -> None:
+        self.found = False
+
+    def visit_Comparison(self, node: cst.Comparison) -> bool:
+        return not any(_is_none(target.comparator) for target in node.comparisons)
+
+    def visit_Assign(self, node: cst.Assign) -> bool:
+        self.walk(node.value)
+        return False
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> bool:
+        self.walk(node.value)
+        return False
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        if node.attr.value == "grad":
+            self.found = True
+
+
+def reads_gradients(statement: cst.CSTNode) -> bool:
+    """Whether `statement` reads the value of some `.grad`: on a scaled step it
+    would read the gradients times the loss scale (a logged gradient norm)."""
+    reads = _GradReads()
+    reads.walk(statement)
+    return reads.found
+
+
+def _is_none(node: cst.BaseExpression) -> bool:
+    return isinstance(node, cst.Name) and node.value == "None"

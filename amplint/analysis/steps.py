@@ -30,6 +30,7 @@ from amplint.analysis.scopes import Scope, ScopedVisitor
 from amplint.analysis.statements import (
     Branches,
     GradEditFinder,
+    reads_gradients,
     calls_in_line,
     child_suites,
     exclusive,
@@ -138,6 +139,9 @@ class GradEdit:
     # gradients still scaled, the threshold times the loss scale clips exactly
     # as the threshold clips unscaled ones (analysis/clips.py).
     threshold: cst.Arg | None = None
+    # Only reads the gradients (`norm = p.grad.norm()`, for a log): it changes
+    # nothing, but must see them unscaled to read what the FP32 step read.
+    reads: bool = False
 
 
 @dataclass(eq=False)
@@ -426,6 +430,8 @@ class _StepFinder(ScopedVisitor):
                 finder.walk(statement)
                 if finder.found:
                     grad_edits.append(GradEdit(statement, order, nonlinear=finder.nonlinear))
+                elif reads_gradients(statement):
+                    grad_edits.append(GradEdit(statement, order, reads=True))
         found.framework = framework
         return found
 

@@ -24,6 +24,7 @@ from amplint.analysis.apex import (
     ApexUse,
     is_private,
     loss_scale_reads,
+    scaler_setting,
 )
 from amplint.config import Settings
 from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix, Span
@@ -248,7 +249,9 @@ class ApexOther(Rule):
             elif (
                 use.module == APEX_AMP
                 and is_private(use.member)
-                and not loss_scale_reads(use, facts.module)  # AMP203 migrates those
+                # AMP203 migrates these: reads of the scale, settings of the scaler.
+                and not loss_scale_reads(use, facts.module)
+                and scaler_setting(use, facts.module) is None
             ):
                 yield Diagnostic(
                     self.code,

@@ -617,8 +617,16 @@ class InsertAmp:
         # linear and run on scaled gradients as they would on unscaled ones,
         # and an all-reduce must come first so every rank's unscale_ sees the
         # same infs.  Without such an edit, before the first edit.
-        edits = sorted(step.grad_edits, key=lambda e: e.order)
-        edits = [e for e in edits if e.clip is not None or e.nonlinear] or edits
+        # A read of the gradients after every edit (a logged norm) must see
+        # them unscaled too; a read that an edit follows is part of that edit
+        # (the gather of a hand-written all-reduce).
+        changes = sorted((e for e in step.grad_edits if not e.reads), key=lambda e: e.order)
+        last_change = max((e.order for e in changes), default=-1)
+        reads = sorted(
+            (e for e in step.grad_edits if e.reads and e.order > last_change),
+            key=lambda e: e.order,
+        )
+        edits = [e for e in changes if e.clip is not None or e.nonlinear] or reads or changes
         # A clip on every micro-step of accumulation cannot follow an unscale_
         # (one per optimizer step): its threshold takes the scale instead.
         between = {id(edit) for edit in step.edits_between_steps()}

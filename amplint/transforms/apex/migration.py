@@ -27,7 +27,7 @@ rewritten step scales) stops it with the reason.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 import libcst as cst
@@ -41,6 +41,7 @@ from amplint.analysis.apex import (
     is_apex,
     is_private,
     loss_scale_reads,
+    scaler_setting,
     squeezed,
 )
 from amplint.analysis.imports import dotted_name
@@ -179,6 +180,9 @@ class _Initialization:
     removable: bool  # the statement only binds what amp.initialize returns
     conditions: list[str]  # when the scaler is enabled, all of them; empty: always
     init_scale: str | None  # a static apex loss scale, where GradScaler starts
+    # Further GradScaler keywords, from apex's loss scaler set right after it
+    # was made (`loss_scalers[0]._scale_seq_len = 1000`: growth_interval=1000).
+    settings: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -314,6 +318,8 @@ class _Migrator:
             )
             self.scaler_scopes.append(use.scope)
         elif member in ("", "__dict__") and self._feature_probe(use):
+            pass
+        elif member.split(".")[0] == "_amp_state" and self._scaler_setting(use):
             pass
         elif member.split(".")[0] == "_amp_state" and use.call is None:
             self._loss_scale(use)
@@ -662,6 +668,7 @@ class _Migrator:
         arguments = [f'"{self.settings.device_type}"']
         if init_scale is not None:
             arguments.append(f"init_scale={init_scale}")
+        arguments += [f"{keyword}={value}" for keyword, value in init.settings.items()]
         if condition is not None:
             arguments.append(f"enabled={condition}")
         target = self.scaler_at(init.use.scope)
@@ -855,14 +862,50 @@ class _Migrator:
         )
 
     # -- amp._amp_state.loss_scalers[0].loss_scale() ------------------------------
+    def _scaler_setting(self, use: ApexUse) -> bool:
+        """`amp._amp_state.loss_scalers[0]._loss_scale = E` beside amp.initialize
+        (NVIDIA BERT's `--init_loss_scale`): the GradScaler made there starts
+        from E, and the statement goes.  False for any other use."""
+        setting = scaler_setting(use, self.facts.module)
+        if setting is None:
+            return False
+        keyword, value = setting
+        # The amp.initialize this follows in its block, with only other
+        # settings of the scaler between them.
+        block = _block_holding(use)
+        position = next(i for i, statement in enumerate(block) if statement is use.statement)
+        init = None
+        for statement in reversed(block[:position]):
+            init = next((i for i in self.initializations if i.use.statement is statement), None)
+            if init is not None or not any(
+                other.statement is statement and scaler_setting(other, self.facts.module)
+                for other in self.uses
+            ):
+                break
+        if init is None:
+            raise MigrationBlocked(
+                f"`{self.code(use.statement.body[0])}` sets apex's loss scaler away from "
+                "the amp.initialize that made it; move it right after that call (the "
+                f"GradScaler made there takes `{keyword}=`)"
+            )
+        if keyword == "init_scale":
+            init.init_scale = self.code(value)
+        else:
+            init.settings[keyword] = self.code(value)
+        self._remove(use.statement)
+        return True
+
     def _loss_scale(self, use: ApexUse) -> None:
         """apex's current loss scale, read through its private state: the
         GradScaler's `get_scale()`; any other read of the state blocks."""
         reads = loss_scale_reads(use, self.facts.module)
         if not reads:
+            spelled = _longest_chain(use, self.facts.module)
             raise MigrationBlocked(
-                f"`{self.code(use.node)}` reads apex's private state (AMP204) for more than "
-                "the loss scale; rewrite it by hand first"
+                f"`{spelled}` uses apex's private state (AMP204) for more than the loss "
+                "scale, with no GradScaler counterpart amplint knows; rewrite it by hand "
+                "first (a GradScaler reads its scale with `get_scale()`, starts from "
+                "`init_scale=` and grows every `growth_interval=` steps)"
             )
         for call in reads:
             self.book.rewrite(
@@ -953,6 +996,29 @@ class _Migrator:
             names = {method.name.value for method in ran if method is not None}
             return place.method is not None and names == {place.method.name.value}
         return self.reach.initializing == {top}
+
+
+def _block_holding(use: ApexUse) -> Sequence[cst.BaseStatement]:
+    """The statements of the block `use.statement` stands in."""
+    holder = use.ancestors[-1] if use.ancestors else use.scope
+    body = getattr(holder, "body", ())
+    if isinstance(body, cst.BaseSuite):
+        body = body.body if isinstance(body, cst.IndentedBlock) else ()
+    return tuple(body)
+
+
+def _longest_chain(use: ApexUse, module: cst.Module) -> str:
+    """`amp._amp_state.loss_scalers[0]._max_loss_scale` for a use of
+    `amp._amp_state.loss_scalers`: the longest attribute, subscript or call
+    chain in its statement that starts with it."""
+    spelled = module.code_for_node(use.node)
+    chains = [
+        module.code_for_node(node)
+        for node in descendants(use.statement)
+        if isinstance(node, (cst.Attribute, cst.Subscript, cst.Call))
+        and module.code_for_node(node).startswith(spelled)
+    ]
+    return max(chains, key=len, default=spelled)
 
 
 def _is_none_test(test: cst.BaseExpression, names: set[int]) -> bool:
