@@ -59,10 +59,12 @@ CLIP_METHODS = {"clip_grad_norm_", "clip_grad_value_"}
 FRAMEWORK_BACKWARD = {"accelerator", "booster", "engine", "model_engine", "fabric"}
 # How a GradScaler is recognised: by the name every example gives it.
 # Making a GradScaler is not using one: a scaler left unused does not hide an
-# FP32 step (AMP001 reuses it).
+# FP32 step (AMP001 reuses it); nor is reading its scale for a log (the apex
+# migration maps apex's loss-scale reads to `get_scale()` before it scales).
 _ALREADY_AMP = re.compile(
     r"autocast|\.scale\(|scale_loss|\.half\(\)|bfloat16|float16"
-    r"|\b(loss|grad|amp)_scaler\b|\bscaler\.(scale|step|update|unscale_)\("
+    r"|\b(loss|grad|amp)_scaler\b(?!\.(get_scale|is_enabled)\(\))"
+    r"|\bscaler\.(scale|step|update|unscale_)\("
 )
 # A model prepared by Accelerate, whose Accelerator owns mixed precision; one
 # given a mixed_precision other than "no" runs in it already.

@@ -634,21 +634,32 @@ class InsertAmp:
             if id(edit) in between and edit.threshold is not None:
                 self._clip_in_scaled_space(edit)
         edits = [edit for edit in edits if id(edit) not in between]
+        # An edit may be of any optimizer stepped after it before the next
+        # backward (`clip(head_params); opt.step(); head_opt.step()`): each of
+        # them is unscaled before it, which costs nothing for one it leaves alone.
         unscaled: set[str] = set()
         for edit in edits:
-            following = [s for s in step.steps if s.order > edit.order]
-            if not following:
-                continue
-            next_step = min(following, key=lambda s: s.order)
-            optimizer = self.code(next_step.optimizer)
-            if optimizer in unscaled:
-                continue
-            unscaled.add(optimizer)
-            self._insert(
-                plan.before,
-                _unscale_anchor(step, edit, [e for e in edits if e.order < next_step.order]),
-                [f"{scaler}.unscale_({optimizer})"],
+            next_backward = min(
+                (b.order for b in step.backwards if b.order > edit.order), default=None
             )
+            following = sorted(
+                (
+                    s
+                    for s in step.steps
+                    if s.order > edit.order and (next_backward is None or s.order < next_backward)
+                ),
+                key=lambda s: s.order,
+            )
+            for next_step in following:
+                optimizer = self.code(next_step.optimizer)
+                if optimizer in unscaled:
+                    continue
+                unscaled.add(optimizer)
+                self._insert(
+                    plan.before,
+                    _unscale_anchor(step, edit, [e for e in edits if e.order < next_step.order]),
+                    [f"{scaler}.unscale_({optimizer})"],
+                )
 
     def _clip_in_scaled_space(self, edit: GradEdit) -> None:
         """`clip_grad_norm_(p, max_norm)` on scaled gradients, clipping as the
