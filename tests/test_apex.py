@@ -9,6 +9,7 @@ Set AMPLINT_UPDATE_GOLDEN=1 to rewrite the pinned outputs after a reviewed chang
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 from contextlib import nullcontext
@@ -274,6 +275,44 @@ def test_the_device_type_setting_governs_the_migrated_scaler_and_autocast() -> N
     assert fixed(before, Settings(device_type="cpu", dtype="float16")) == after
 
 
+CPU_BFLOAT16 = Settings(device_type="cpu", dtype="bfloat16")
+
+
+def test_the_dtype_setting_bfloat16_autocasts_in_it_with_the_scaler_off() -> None:
+    """bfloat16 needs no loss scaling (AMP112): the GradScaler that stands for
+    apex's state is made off, and autocast takes bfloat16."""
+    before = _train('    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n')
+    after = _train(
+        '    scaler = torch.amp.GradScaler("cpu", enabled=False)\n',
+        MIGRATED_LOOP.format(enabled="").replace('"cuda"', '"cpu"').replace("float16", "bfloat16"),
+        imports="import torch\n",
+    )
+    assert fixed(before, CPU_BFLOAT16) == after
+
+
+def test_bfloat16_where_autocast_cannot_see_whether_initialize_ran_is_not_fixed() -> None:
+    text = (FIXTURES / "apex" / "builder_returns_optimizer.py").read_text(encoding="utf-8")
+    assert fixed(text, CPU_BFLOAT16, unsafe=True) == text
+    assert any(
+        "with --dtype bfloat16 the GradScaler is off, and the autocast in `main` cannot tell "
+        "whether amp.initialize ran" in d.message
+        for d in lint_text(text, ALL, CPU_BFLOAT16)
+    )
+
+
+@pytest.mark.slow
+def test_a_migration_for_bfloat16_runs_in_bfloat16_on_the_cpu(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    source = (FIXTURES / "apex" / "resume_closure.py").read_text(encoding="utf-8")
+    script = tmp_path / "train.py"
+    script.write_text(fixed_unsafe(source, CPU_BFLOAT16), encoding="utf-8")
+    seen = _run_migrated(script, "--steps", "3")
+    assert seen["scaler_enabled"] == [False]
+    assert seen["autocast"] == [["cpu", "torch.bfloat16"]] * 3
+    off = _run_migrated(script, "--steps", "1", *FP32_FLAGS["resume_closure"])
+    assert off["autocast"] == [["cpu", "torch.bfloat16"]]  # made with enabled=args.amp, False
+
+
 def test_opt_level_o0_disables_the_scaler_and_autocast() -> None:
     before = _train('    model, optimizer = amp.initialize(model, optimizer, opt_level="O0")\n')
     migrated = fixed(before)
@@ -443,6 +482,72 @@ def test_module_level_code_out_of_the_scalers_reach_is_named_with_what_to_do() -
         "make the optimizer and call amp.initialize in the function that runs the "
         "training, or return the optimizer to it)"
     ]
+
+
+_INFERENCE = dedent("""
+    import sys
+
+    import torch
+    from torch import nn
+
+
+    def main(fp16):
+        torch.manual_seed(0)
+        vocoder = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 4)).eval()
+        if fp16:
+            from apex import amp
+            vocoder, _ = amp.initialize(vocoder, [], opt_level="O3")
+        mel = torch.randn(2, 8)
+        mel = mel.half() if fp16 else mel
+        with torch.no_grad():
+            print(vocoder(mel).dtype)
+
+
+    if __name__ == "__main__":
+        main("--fp16" in sys.argv)
+    """)
+
+
+def test_an_o3_initialize_for_inference_becomes_half_and_says_what_differs(
+    tmp_path: Path,
+) -> None:
+    (finding,) = findings(_INFERENCE)
+    assert "use `model.half()` for O3, or torch.autocast around the forward passes" in finding
+    assert "not exact: O3 also cast the model's floating-point inputs to float16" in finding
+    assert fixed(_INFERENCE) == _INFERENCE  # not exact: an unsafe fix
+    migrated = fixed_unsafe(_INFERENCE)
+    assert (
+        "    if fp16:\n        vocoder = vocoder.half()\n    mel = torch.randn(2, 8)\n"
+    ) in migrated
+    assert "amp" not in migrated and "GradScaler" not in migrated
+    if importlib.util.find_spec("torch") is not None:
+        script = tmp_path / "infer.py"
+        script.write_text(migrated, encoding="utf-8")
+        for flag, dtype in (("--fp16", "torch.float16"), ("--fp32", "torch.float32")):
+            run = subprocess.run(
+                [sys.executable, str(script), flag], capture_output=True, text=True, timeout=300
+            )
+            assert run.stdout.strip() == dtype, run.stderr[-2000:]
+
+
+@pytest.mark.parametrize(
+    "initialize",
+    [
+        'vocoder = amp.initialize(vocoder, opt_level="O1")',
+        "vocoder, _ = amp.initialize(vocoder, [])",
+    ],
+)
+def test_an_o1_initialize_for_inference_names_what_to_write(initialize: str) -> None:
+    text = _INFERENCE.replace(
+        'vocoder, _ = amp.initialize(vocoder, [], opt_level="O3")', initialize
+    )
+    assert fixed(text, unsafe=True) == text
+    (finding,) = findings(text)
+    assert (
+        f"(not fixed: `{initialize.split(' = ')[1]}` prepares a model for inference (no optimizer), "
+        'which torch.amp does not do in one call: run its forward passes under `torch.autocast("cuda", '
+        "dtype=torch.float16)` (O1), or call `.half()` on the model (O3))"
+    ) in finding
 
 
 def test_a_static_loss_scale_starts_the_scaler_and_is_unsafe() -> None:

@@ -292,6 +292,20 @@ def scaler_setting(use: ApexUse, module: cst.Module) -> tuple[str, cst.BaseExpre
     return (keyword, assign.value) if keyword is not None else None
 
 
+def initializes_for_inference(use: ApexUse) -> bool:
+    """Whether `use` is `amp.initialize(model)` or `amp.initialize(model, [])`:
+    a model cast for inference, with no optimizer and no loss to scale."""
+    call = use.call
+    if use.member != "initialize" or call is None:
+        return False
+    positional = [arg for arg in call.args if arg.keyword is None and not arg.star]
+    if any(arg.keyword is not None and arg.keyword.value == "optimizers" for arg in call.args):
+        return False
+    return len(positional) < 2 or (
+        isinstance(positional[1].value, (cst.List, cst.Tuple)) and not positional[1].value.elements
+    )
+
+
 def loss_scale_reads(use: ApexUse, module: cst.Module) -> list[cst.Call]:
     """The calls `amp._amp_state.loss_scalers[0].loss_scale()` that `use`
     (apex's private `_amp_state`) is part of: the one read of apex's private

@@ -22,6 +22,7 @@ from amplint.analysis.apex import (
     APEX_AMP,
     APEX_FP16_UTILS,
     ApexUse,
+    initializes_for_inference,
     is_private,
     loss_scale_reads,
     scaler_setting,
@@ -40,6 +41,9 @@ REMOVED = "removed from apex in 2025"
 # What each apex.amp member becomes, for the finding's message.
 _AMP_REPLACEMENTS = {
     "initialize": "a torch.amp.GradScaler, with torch.autocast around the forward pass",
+    # `amp.initialize(model)`, no optimizer: a model cast for inference.
+    "initialize for inference": "`model.half()` for O3, or torch.autocast around the "
+    "forward passes for O1: with no optimizer there is no loss to scale",
     "scale_loss": "`scaler.scale(loss).backward()`, with `scaler.step(optimizer)` and "
     "`scaler.update()` after it",
     "master_params": "the optimizer's own parameters, after `scaler.unscale_(optimizer)`",
@@ -189,6 +193,8 @@ class ApexAmp(Rule):
         for use in uses:
             spelled = facts.module.code_for_node(use.node)
             member = "lists" if use.member.startswith("lists.") else use.member
+            if initializes_for_inference(use):
+                member = "initialize for inference"
             replacement = _AMP_REPLACEMENTS.get(member, "").replace("scaler.", f"{scaler}.")
             if not replacement:
                 message = f"`{spelled}`: apex.amp was {REMOVED}"

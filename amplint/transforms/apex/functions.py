@@ -94,6 +94,8 @@ class FunctionCasts:
             decorated = self._function_named(wrapped)
         function = self._wrapped_autograd_function(decorated)
         dtype = CAST_DTYPES[kind]
+        if kind == "half" and self.settings.dtype == "bfloat16":
+            dtype = "bfloat16"  # apex's "half" is the low precision the run asked for
         if kind == "float" and not (function is not None and dtype is not None):
             # Anything else apex cast for, a compiled op (`amp.float_function(_C.nms)`)
             # or a def with a body of its own: called through a helper that casts

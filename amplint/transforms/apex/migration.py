@@ -38,6 +38,7 @@ from amplint.analysis.apex import (
     ApexScan,
     ApexUse,
     assigned_names,
+    initializes_for_inference,
     is_apex,
     is_private,
     loss_scale_reads,
@@ -83,8 +84,14 @@ from amplint.transforms.insert_amp import (
 def apex_choice(settings: Settings) -> AmpChoice:
     """What the migration writes: apex.amp ran float16 only, its O1 being
     autocast with a dynamic loss scaler, on the device `--device-type` names
-    (a CPU test of a migration needs `GradScaler("cpu")`, which really scales)."""
-    return AmpChoice(settings.device_type, "float16")
+    (a CPU test of a migration needs `GradScaler("cpu")`, which really scales).
+    `--dtype bfloat16` asks for bfloat16 instead: autocast and `half_function`'s
+    casts take it, and the GradScaler that holds apex's state stays (bfloat16
+    needs no scaling, but a power-of-two scale is exact in it, and checkpoints
+    and scale reads keep their meaning)."""
+    return AmpChoice(
+        settings.device_type, "bfloat16" if settings.dtype == "bfloat16" else "float16"
+    )
 
 
 # amp.initialize keywords torch.amp has no counterpart for, and what changes
@@ -230,6 +237,7 @@ class _Migrator:
         # The statement of each scope's body (by the scope's id) that makes the
         # scaler, or that it is made before.
         self.made_at: dict[int, cst.BaseStatement] = {}
+        self.inference_only = False  # an amp.initialize with no optimizer was migrated
         # The element count of each `amp.initialize(...)` that stands for what
         # it returns (`return amp.initialize(model, optimizer)`), by id.
         self.returned_arity: dict[int, int] = {}
@@ -238,6 +246,10 @@ class _Migrator:
         self.reach: ScalerReach | None = None
         if self.program is not None:
             self.reach = ScalerReach(facts, self.program, self.scaler, self._initializing())
+
+    @property
+    def _bfloat16(self) -> bool:
+        return apex_choice(self.settings).dtype == "bfloat16"
 
     def _initializing(self) -> set[str]:
         """The top-level defs calling amp.initialize, "" for module level, and
@@ -277,12 +289,15 @@ class _Migrator:
                 self.losses.append(self.code(atom(use.call.args[0].value)))
         if self.program is not None and self.program.obstacles:
             raise MigrationBlocked(self.program.obstacles[0])
-        if not self.initializations and not (self.program and self.program.initializers):
+        if self.inference_only and not self.initializations and not self.scaler_scopes:
+            pass  # a model cast for inference: no scaler to make
+        elif not self.initializations and not (self.program and self.program.initializers):
             raise MigrationBlocked(
                 "no amp.initialize in this program: the GradScaler that replaces apex's "
                 "state is made where amp.initialize is called"
             )
-        self._place_scaler()
+        if self.initializations or not self.inference_only:
+            self._place_scaler()
         module = apply_edits(self.facts.module, self.book.edits())
         module = tidy_apex_imports(module)
         if self.casts.float32_helper is not None:
@@ -531,6 +546,9 @@ class _Migrator:
     # -- amp.initialize -----------------------------------------------------------
     def _initialize(self, use: ApexUse) -> None:
         call = use.call
+        if initializes_for_inference(use):
+            self._initialize_for_inference(use)
+            return
         returned = ", ".join(self.code(arg.value) for arg in positional_args(call)[:2])
         statement = use.statement
         targets = assigned_names(statement)
@@ -545,6 +563,50 @@ class _Migrator:
         if conditions != ["False"]:
             conditions = self._conditions(use) + conditions
         self.initializations.append(_Initialization(use, removable, conditions, init_scale))
+
+    def _initialize_for_inference(self, use: ApexUse) -> None:
+        """amp.initialize with no optimizer casts a model for inference; there
+        is no loss to scale.  O3 was `model.half()` and becomes it; O1 and O2
+        patched or cast more than the model, so the message says what to write."""
+        call = use.call
+        model = self.code(positional_args(call)[0].value)
+        keywords = keyword_args(call)
+        level_argument = keywords.get("opt_level")
+        level = string_value(level_argument.value) if level_argument is not None else "O1"
+        statement = use.statement
+        targets = assigned_names(statement)
+        assigned = statement.body[0] if targets is not None else None
+        names = [squeezed(t) for t in (targets or "").split(",")]
+        if any(member == "scale_loss" for member in (u.member for u in self.uses)):
+            raise MigrationBlocked(
+                f"`{self.code(call)}` initializes for inference (no optimizer) in a module "
+                "that also scales a loss: which scaler a step should use is a guess"
+            )
+        others = set(keywords) - {"opt_level", "verbosity"}
+        if (
+            level != "O3"
+            or others
+            or assigned is None
+            or assigned.value is not call
+            or names[0] != squeezed(model)
+            or any(name not in ("_", "") for name in names[1:])
+        ):
+            raise MigrationBlocked(
+                f"`{self.code(call)}` prepares a model for inference (no optimizer), which "
+                "torch.amp does not do in one call: run its forward passes under "
+                f'`torch.autocast("{self.settings.device_type}", dtype=torch.float16)` '
+                "(O1), or call `.half()` on the model (O3)"
+            )
+        self.changes[use] = [
+            "O3 also cast the model's floating-point inputs to float16 on every call; "
+            f"`{model}.half()` does not, so its callers must pass float16 tensors"
+        ]
+        half = cst.parse_statement(f"{model} = {model}.half()\n")
+        self.book.rewrite(
+            statement,
+            lambda node: half.with_changes(leading_lines=node.leading_lines),
+        )
+        self.inference_only = True
 
     def _options(self, call: cst.Call) -> tuple[list[str], list[str], str | None]:
         """What amp.initialize's keywords mean for the scaler: the conditions it
@@ -666,6 +728,10 @@ class _Migrator:
         in a method, where the instance keeps it)."""
         init_scale = init.init_scale
         arguments = [f'"{self.settings.device_type}"']
+        if self._bfloat16:
+            # bfloat16 has float32's range: the scaler stays for apex's state
+            # (checkpoints, scale reads), turned off (AMP112).
+            condition, init_scale, init.settings = "False", None, {}
         if init_scale is not None:
             arguments.append(f"init_scale={init_scale}")
         arguments += [f"{keyword}={value}" for keyword, value in init.settings.items()]
@@ -975,6 +1041,13 @@ class _Migrator:
             return None
         if len(conditions) == 1 and self._in_initializing_scope(function, module):
             return conditions.pop()
+        if self._bfloat16:
+            where = f"`{function.name.value}`" if function is not None else "module-level code"
+            raise MigrationBlocked(
+                f"with --dtype bfloat16 the GradScaler is off, and the autocast in {where} "
+                "cannot tell whether amp.initialize ran: migrate with --dtype float16, or "
+                "make the run's precision a flag that code can read"
+            )
         return f"{scaler}.is_enabled()"
 
     def _in_initializing_scope(self, function: cst.FunctionDef | None, module: cst.Module) -> bool:
