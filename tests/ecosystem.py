@@ -75,7 +75,10 @@ _SKIP_REASONS = (
         "step's parts in other functions",
         re.compile(r"helpers? this step calls|which `\w+` fills while running the model"),
     ),
-    ("loss not found in the step's block", re.compile(r"cannot find where|comes from the caller")),
+    (
+        "loss not found in the step's block",
+        re.compile(r"cannot find where|comes from the caller|runs in the code that calls"),
+    ),
     (
         "framework or wrapper",
         re.compile(r"not a plain optimizer step|framework|goes through Accelerate"),

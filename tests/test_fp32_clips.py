@@ -88,14 +88,29 @@ def test_a_clip_of_scaled_gradients_without_the_scale_is_still_amp102() -> None:
     assert [d.code for d in findings_of(aware)] == []
 
 
-def test_a_project_clipper_on_every_micro_step_isassert_declined() -> None:
+def test_a_project_clipper_on_every_micro_step_is_declined() -> None:
     source = ACCUMULATION.replace(
         "torch.nn.utils.clip_grad_norm_(model.parameters(), clip)",
         "clip_gradients(model.parameters(), clip)",
     )
     assert_declined(
         source,
-        "`clip_gradients(model.parameters(), clip)` works on the gradients on "
-        "every micro-step while the optimizer steps under a condition: a GradScaler unscales "
-        "once per optimizer step, so move it to the accumulation boundary first",
+        "`clip_gradients(model.parameters(), clip)` hands the gradients to the project's own "
+        "code on every micro-step while the optimizer steps under a condition: there they are "
+        "still scaled (a GradScaler unscales once per optimizer step); move it to the "
+        "accumulation boundary, or, if it only computes a norm, divide that by "
+        "`scaler.get_scale()`",
+    )
+
+
+def test_a_clamp_by_hand_on_every_micro_step_is_declined() -> None:
+    source = ACCUMULATION.replace(
+        "        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip)\n",
+        "        for p in model.parameters():\n            p.grad.clamp_(-clip, clip)\n",
+    ).replace("            print(grad_norm)\n", "")
+    assert_declined(
+        source,
+        "`for p in model.parameters():` works on the gradients on every micro-step while the "
+        "optimizer steps under a condition: a GradScaler unscales once per optimizer step, so "
+        "move it to the accumulation boundary first",
     )

@@ -962,7 +962,7 @@ def test_autocast_goes_where_each_caller_in_the_class_computes_the_loss() -> Non
 @pytest.mark.parametrize(
     ("callers", "reason"),
     [
-        ("", "no `self.optimize(...)` in the class passes it"),
+        ("", "the forward pass that computes it runs in the code that calls `optimize`"),
         (
             "\n    def fit(self, losses):\n        for loss in losses:\n            self.optimize(loss)\n",
             "`self.optimize(...)` in `fit`: ",

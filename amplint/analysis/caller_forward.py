@@ -71,9 +71,11 @@ def caller_regions(
                 return f"{where}: no model call computes the loss it passes"
             regions.append(region)
     if not regions:
+        shown = "its instances" if name == "__call__" else f"`{name}`"
         return (
-            f"`{loss.value}` comes from the caller, and no `self.{name}(...)` in the class "
-            "passes it; autocast belongs where the forward pass runs"
+            f"`{loss.value}` is a parameter of `{name}`, and the forward pass that computes "
+            f"it runs in the code that calls {shown}, not in this class: autocast belongs "
+            "there, and amplint does not follow an object to its callers"
         )
     return regions
 

@@ -761,6 +761,13 @@ def micro_step_edit_obstacle(step: TrainingStep, module: cst.Module) -> str | No
         if edit.threshold is not None or not (edit.clip is not None or edit.nonlinear):
             continue
         shown = module.code_for_node(edit.clip or edit.statement).strip().splitlines()[0]
+        if edit.clip is not None:  # the project's own code, given the gradients
+            return (
+                f"`{shown}` hands the gradients to the project's own code on every micro-step "
+                "while the optimizer steps under a condition: there they are still scaled (a "
+                "GradScaler unscales once per optimizer step); move it to the accumulation "
+                "boundary, or, if it only computes a norm, divide that by `scaler.get_scale()`"
+            )
         return (
             f"`{shown}` works on the gradients on every micro-step while the optimizer steps "
             "under a condition: a GradScaler unscales once per optimizer step, so move it to "
