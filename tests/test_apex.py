@@ -1608,3 +1608,24 @@ def test_a_migrated_fixture_resumes_from_checkpoints_before_and_after(
     train("--steps", "2", *off)
     assert torch.load(checkpoint)[key] == {}  # disabled: nothing to restore
     assert "resumed" in train("--steps", "2", *off)
+
+
+def test_apex_first_api_init_names_what_to_write() -> None:
+    text = dedent("""
+        import torch
+        from apex import amp
+
+        handle = amp.init(enabled=True)
+
+
+        def evaluate(model, loader):
+            with torch.no_grad():
+                return [model(x) for x in loader]
+        """)
+    assert fixed(text, unsafe=True) == text
+    (finding,) = findings(text)
+    assert (
+        "(not fixed: `amp.init(enabled=True)` is apex's first API, which cast every op of the "
+        'process as O1 does: run the forward passes under `torch.autocast("cuda", '
+        "dtype=torch.float16)` instead, and scale a training loss with a torch.amp.GradScaler)"
+    ) in finding

@@ -357,6 +357,14 @@ class _Migrator:
             )
         elif member == "" and self._availability_probe(use):
             pass
+        elif member == "init" and use.call is not None:
+            # apex's first API (2018): a handle that patched torch like O1.
+            raise MigrationBlocked(
+                f"`{self.code(use.call)}` is apex's first API, which cast every op of the "
+                "process as O1 does: run the forward passes under `torch.autocast("
+                f'"{self.settings.device_type}", dtype=torch.float16)` instead, and scale '
+                "a training loss with a torch.amp.GradScaler"
+            )
         else:
             shown = self.code(use.call or use.node)
             raise MigrationBlocked(f"`{shown}` has no torch.amp counterpart amplint knows")
