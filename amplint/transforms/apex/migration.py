@@ -18,6 +18,11 @@ each training step the recipe AMP001 writes:
    autocast around the forward pass, ``scaler.scale(loss).backward()``,
    ``scaler.step``, one ``scaler.update()``, ``scaler.unscale_`` before clipping.
 
+What happens to the code around apex (probes, import fallbacks, FP32
+branches) is branches.py; the builders that return the scaler, builders.py;
+how the scaler reaches other defs and modules, reach.py; the conditions of its
+`enabled=`, conditions.py; statement-level helpers, statements.py.
+
 The whole module is migrated or nothing is: half an apex migration runs neither
 with apex nor without it.  So the plan is carried out when the rule checks the
 file, and anything that would be left behind (a backward apex scaled that no
@@ -26,9 +31,8 @@ rewritten step scales) stops it with the reason.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable
 
 import libcst as cst
 
@@ -39,20 +43,20 @@ from amplint.analysis.apex import (
     ApexUse,
     assigned_names,
     initializes_for_inference,
-    is_apex,
     is_private,
     loss_scale_reads,
     scaler_setting,
     squeezed,
 )
-from amplint.analysis.imports import dotted_name
 from amplint.analysis.scopes import Scope
-from amplint.analysis.visitor import children, descendants
+from amplint.analysis.visitor import descendants
 from amplint.analysis.statements import if_condition, method_name, name_use, string_value
 from amplint.config import Settings
 from amplint.diagnostics import Edit
 from amplint.names import SCALER_NAMES, free_name
+from amplint.transforms.apex.branches import ApexBranches
 from amplint.transforms.apex.builders import return_scaler, take_scaler
+from amplint.transforms.apex.conditions import conjunction, disjunction, negated
 from amplint.transforms.apex.common import (
     MigrationBlocked,
     atom,
@@ -63,13 +67,24 @@ from amplint.transforms.apex.common import (
 from amplint.transforms.apex.functions import FunctionCasts
 from amplint.transforms.apex.op_lists import list_edit_changes
 from amplint.transforms.apex.reach import ScalerReach, places
+from amplint.transforms.apex.statements import (
+    backward_of,
+    block_holding,
+    holds_only,
+    imports_apex_only,
+    is_none_test,
+    leading_lines_of,
+    longest_chain,
+    nodes_in,
+    top_statement,
+    with_backward_of,
+    without_apex_comments,
+)
 from amplint.transforms.edits import EditBook, apply_edits
 from amplint.transforms.imports import (
-    IMPORT_ERRORS,
     ensure_functools_imported,
     ensure_torch_imported,
     is_docstring,
-    local_name,
     tidy_apex_imports,
 )
 from amplint.transforms.insert_amp import (
@@ -106,79 +121,6 @@ _DROPPED_KEYWORDS = {
     "min_loss_scale": "the GradScaler's scale has no lower bound",
     "max_loss_scale": "the GradScaler's scale has no upper bound",
 }
-# The apex.amp members the migration maps: a probe for one of them (`hasattr(amp,
-# "state_dict")`, `"state_dict" in amp.__dict__`) holds once migrated.
-_MAPPED_MEMBERS = frozenset(
-    {
-        "initialize",
-        "scale_loss",
-        "master_params",
-        "state_dict",
-        "load_state_dict",
-        "float_function",
-        "half_function",
-        "promote_function",
-        "register_float_function",
-        "register_half_function",
-        "register_promote_function",
-        "disable_casts",
-    }
-)
-# A comment about apex, over a statement the migration replaces, describes what is gone.
-_APEX_WORD = re.compile(r"\bapex\b", re.I)
-# What apex adds to a training step, and an FP32 branch beside it does plainly.
-_STEP_MEMBERS = {"scale_loss", "master_params"}
-
-
-def _conjunction(pieces: Sequence[str]) -> str | None:
-    """`a and b`, each piece parenthesized where `and` would regroup it."""
-    if not pieces:
-        return None
-    if len(pieces) == 1:
-        return pieces[0]
-    parts = []
-    for piece in pieces:
-        node = cst.parse_expression(piece)
-        loose = isinstance(node, (cst.IfExp, cst.Lambda, cst.NamedExpr)) or (
-            isinstance(node, cst.BooleanOperation) and isinstance(node.operator, cst.Or)
-        )
-        parts.append(f"({piece})" if loose else piece)
-    return " and ".join(parts)
-
-
-def _disjunction(alternatives: Sequence[Sequence[str]]) -> str | None:
-    """`a or b` of conjunctions; None (always) when one of them is empty.  The
-    pieces every alternative shares are factored out, and an alternative that
-    negates a whole earlier one drops that piece: `if A: ...(enabled=E) else:
-    ...(enabled=E)` gives `E`, and `if A: ... else: ... B` gives `A or B`, not
-    `A or not A and B`."""
-    common = [p for p in alternatives[0] if all(p in other for other in alternatives[1:])]
-    rests = [[p for p in pieces if p not in common] for pieces in alternatives]
-    either = _any_of(rests)
-    return _conjunction([*common, *([either] if either is not None else [])])
-
-
-def _any_of(alternatives: Sequence[Sequence[str]]) -> str | None:
-    if any(not pieces for pieces in alternatives):
-        return None
-    seen: list[str] = []
-    parts = []
-    for pieces in alternatives:
-        kept = [p for p in pieces if not any(p == _negated(earlier) for earlier in seen)]
-        conjunction = _conjunction(kept)
-        if conjunction is None:
-            return None
-        node = cst.parse_expression(conjunction)
-        loose = isinstance(node, (cst.IfExp, cst.Lambda, cst.NamedExpr))
-        parts.append(f"({conjunction})" if loose else conjunction)
-        seen.append(conjunction)
-    return " or ".join(dict.fromkeys(parts))
-
-
-def _negated(test: str) -> str:
-    node = cst.parse_expression(test)
-    simple = isinstance(node, (cst.Name, cst.Attribute, cst.Call, cst.Subscript))
-    return f"not {test}" if simple else f"not ({test})"
 
 
 @dataclass
@@ -211,7 +153,7 @@ def migrate_apex(facts: ModuleFacts, scan: ApexScan, settings: Settings) -> Apex
     return _Migrator(facts, scan, settings).run()
 
 
-class _Migrator:
+class _Migrator(ApexBranches):
     def __init__(self, facts: ModuleFacts, scan: ApexScan, settings: Settings) -> None:
         self.facts = facts
         self.scan = scan
@@ -369,188 +311,6 @@ class _Migrator:
             shown = self.code(use.call or use.node)
             raise MigrationBlocked(f"`{shown}` has no torch.amp counterpart amplint knows")
 
-    def _restore_guarded(self, use: ApexUse) -> bool:
-        """`amp.load_state_dict(state)` as a statement of its own becomes a
-        restore that checkpoints from before the migration survive: apex's
-        state (`{"loss_scaler0": {...}}`) and a disabled scaler's empty one are
-        skipped (GradScaler raises on both), and the scaler starts afresh."""
-        statement = use.statement
-        if (
-            use.call is None
-            or len(use.call.args) != 1
-            or not isinstance(statement, cst.SimpleStatementLine)
-            or len(statement.body) != 1
-            or not isinstance(statement.body[0], cst.Expr)
-            or statement.body[0].value is not use.call
-        ):
-            return False
-        state = self.code(use.call.args[0].value)
-        scaler = self.scaler_at(use.scope)
-        lines = []
-        if _nodes_in(use.call.args[0].value, cst.Call):
-            held = free_name(("amp_state", "scaler_state"), self.facts.text)
-            lines.append(f"{held} = {state}\n")
-            state = held
-        lines.append(
-            f'if {state} and "loss_scaler0" not in {state}:  # not apex\'s state, not empty\n'
-            f"    {scaler}.load_state_dict({state})\n"
-        )
-        replacement = [cst.parse_statement(line) for line in lines]
-
-        def guarded(node: cst.SimpleStatementLine) -> cst.FlattenSentinel:
-            first = replacement[0].with_changes(leading_lines=node.leading_lines)
-            return cst.FlattenSentinel([first, *replacement[1:]])
-
-        self.book.rewrite(statement, guarded)
-        return True
-
-    # -- try: from apex import amp / except ImportError: amp = None -----------------
-    def _drop_import_fallbacks(self) -> None:
-        """A `try` that only imports apex.amp goes whole, its handlers with it:
-        they ran where apex was missing (`amp = None`, `use_amp = False`, a
-        warning), and torch.amp is never missing."""
-        stack: list[cst.CSTNode] = [self.facts.module]
-        while stack:
-            node = stack.pop()
-            if (isinstance(node, cst.Try) and _imports_amp_with_fallback(node)) or (
-                isinstance(node, cst.If) and _imports_amp_under_if(node)
-            ):
-                self.book.rewrite(node, lambda _: cst.RemovalSentinel.REMOVE)
-                continue
-            if isinstance(node, (cst.Module, cst.IndentedBlock, cst.If, cst.Else, cst.FunctionDef)):
-                stack.extend(children(node))
-
-    # -- assert amp is not None ------------------------------------------------------
-    def _availability_probe(self, use: ApexUse) -> bool:
-        """`amp is not None` asks whether apex imported; torch.amp always does.
-        An `assert` of it goes (with an `if` holding nothing else), an `if`
-        testing it alone keeps the branch that runs, other probes become
-        `True` / `False`.  False for any other use of `amp`."""
-        probe = next(
-            (
-                comparison
-                for comparison in _nodes_in(use.statement, cst.Comparison)
-                if _is_none_test(comparison, {id(use.node)})
-            ),
-            None,
-        )
-        if probe is None:
-            return False
-        available = isinstance(probe.comparisons[0].operator, cst.IsNot)
-        statement = use.statement
-        small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
-        if not (isinstance(small, cst.Assert) and small.test is probe and available):
-            self._answer(statement, probe, available)
-            return True
-        vanishing: cst.BaseStatement = statement
-        for holder in reversed(use.ancestors):
-            if not (
-                isinstance(holder, cst.If)
-                and holder.orelse is None
-                and len(holder.body.body) == 1
-                and not _nodes_in(holder.test, cst.Call)
-            ):
-                break
-            vanishing = holder
-        self._remove(vanishing)
-        return True
-
-    def _feature_probe(self, use: ApexUse) -> bool:
-        """`hasattr(amp, "state_dict")` and `"state_dict" in amp.__dict__` ask
-        whether the installed apex has a feature (timm's ApexScaler); for a
-        member the migration maps, the answer is yes.  An `if` testing only
-        that keeps the branch that runs; other probes become `True`/`False`."""
-        probe, holds = None, True
-        for node in descendants(use.statement):
-            if (
-                use.member == ""
-                and isinstance(node, cst.Call)
-                and dotted_name(node.func) == "hasattr"
-                and len(node.args) == 2
-                and node.args[0].value is use.node
-            ):
-                probe, name = node, string_value(node.args[1].value)
-            elif (
-                use.member == "__dict__"
-                and isinstance(node, cst.Comparison)
-                and len(node.comparisons) == 1
-                and node.comparisons[0].comparator is use.node
-                and isinstance(node.comparisons[0].operator, (cst.In, cst.NotIn))
-            ):
-                probe, name = node, string_value(node.left)
-                holds = isinstance(node.comparisons[0].operator, cst.In)
-            if probe is not None:
-                break
-        if probe is None or name not in _MAPPED_MEMBERS:
-            return False
-        self._answer(use.statement, probe, holds)
-        return True
-
-    def _answer(self, statement: cst.BaseStatement, probe: cst.CSTNode, holds: bool) -> None:
-        """`probe` answered: an `if` testing only it becomes the branch that runs
-        (nothing, where that is an absent `else`), any other use a literal."""
-        if not (isinstance(statement, cst.If) and statement.test is probe):
-            self.book.rewrite(probe, lambda _: cst.Name("True" if holds else "False"))
-            return
-
-        def branch(node: cst.If):
-            if not isinstance(node, cst.If):
-                # Already replaced by the branch that runs (`if amp is not None:
-                # <apex> else: <fp32>` keeps its FP32 side, see _keep_fp32_branches).
-                return node
-            # `node` has its branches migrated already: keep them, not the originals.
-            if holds:
-                kept = list(node.body.body)
-            elif isinstance(node.orelse, cst.If):  # an `elif` runs instead: it is the `if`
-                return node.orelse.with_changes(leading_lines=node.leading_lines)
-            else:
-                kept = list(node.orelse.body.body) if node.orelse is not None else []
-            return _in_place_of(node, kept) if kept else cst.RemovalSentinel.REMOVE
-
-        self.book.rewrite(statement, branch)
-
-    # -- if args.fp16: <apex> else: <fp32> --------------------------------------------
-    def _keep_fp32_branches(self) -> set[int]:
-        """Plan each `if` with apex on one side only, and nothing else there, to
-        become its other side; returns the ids of the dropped branches' holders."""
-        dropped: set[int] = set()
-        for use in self.uses:
-            for index, holder in enumerate(use.ancestors):
-                if not isinstance(holder, cst.If) or not isinstance(holder.orelse, cst.Else):
-                    continue
-                inside = use.ancestors[index + 1] if index + 1 < len(use.ancestors) else None
-                in_else = inside is holder.orelse
-                apex_block = holder.orelse.body if in_else else holder.body
-                kept_block = holder.body if in_else else holder.orelse.body
-                if id(holder) in dropped or not self._only_apex(apex_block.body):
-                    continue
-                if any(self._inside(other, kept_block) for other in self.uses):
-                    continue
-                dropped.add(id(holder))
-                self.book.rewrite(holder, _replaced_by_branch(keep_body=in_else))
-        return dropped
-
-    def _inside(self, use: ApexUse, block: cst.BaseSuite) -> bool:
-        statements = {id(statement) for statement in block.body}
-        return id(use.statement) in statements or any(
-            id(ancestor) in statements for ancestor in use.ancestors
-        )
-
-    def _only_apex(self, statements: Sequence[cst.BaseStatement]) -> bool:
-        """Whether every statement is apex's half of a step (scale_loss, a clip of
-        master_params) that the other branch does in FP32; an `amp.initialize`
-        is never dropped, it becomes the scaler."""
-        step_work = [use for use in self.uses if use.member in _STEP_MEMBERS]
-        return all(
-            any(use.statement is statement or statement in use.ancestors for use in step_work)
-            and not any(
-                use.statement is statement or statement in use.ancestors
-                for use in self.uses
-                if use.member not in _STEP_MEMBERS
-            )
-            for statement in statements
-        )
-
     # -- amp.initialize -----------------------------------------------------------
     def _initialize(self, use: ApexUse) -> None:
         call = use.call
@@ -668,12 +428,12 @@ class _Migrator:
         chain = [*use.ancestors, use.statement]
         probes = {id(other.node) for other in self.uses if other.member == ""}
         for index, holder in enumerate(chain[:-1]):
-            if not isinstance(holder, cst.If) or _is_none_test(holder.test, probes):
+            if not isinstance(holder, cst.If) or is_none_test(holder.test, probes):
                 continue  # `if amp is not None:` holds once migrated (see _answer)
             test, taken = if_condition(holder.test)
             if chain[index + 1] is holder.orelse:
                 taken = not taken
-            pieces.append(test if taken else _negated(test))
+            pieces.append(test if taken else negated(test))
         return pieces
 
     # -- where the scaler is made ---------------------------------------------------
@@ -754,7 +514,7 @@ class _Migrator:
         branches of one `if` (`if args.O2: ...(opt_level="O2") else: ...`):
         enabled when any of them would have run.  Two scalers would leave the
         first dead, and the second's condition alone decides."""
-        tops = {id(_top(init.use)): _top(init.use) for init in inits}
+        tops = {id(top_statement(init.use)): top_statement(init.use) for init in inits}
         lines = ", ".join(str(self.facts.span(init.use.node).line) for init in inits)
         if len(tops) > 1:
             raise MigrationBlocked(
@@ -767,14 +527,14 @@ class _Migrator:
             )
         (top,) = tops.values()
         self.made_at[id(inits[0].use.scope)] = top
-        condition = _disjunction([init.conditions for init in inits])
+        condition = disjunction([init.conditions for init in inits])
         created = self._scaler_statement(inits[0], condition)
         removed = {id(init.use.statement) for init in inits if init.removable} | self.removed
-        if isinstance(top, cst.If) and _holds_only(top, removed):
+        if isinstance(top, cst.If) and holds_only(top, removed):
             self.book.rewrite(
                 top,
                 lambda node: created.with_changes(
-                    leading_lines=_without_apex_comments(node.leading_lines)
+                    leading_lines=without_apex_comments(node.leading_lines)
                 ),
             )
             return
@@ -784,9 +544,9 @@ class _Migrator:
         self.book.insert_before(top, [created])
 
     def _create_scaler(self, init: _Initialization) -> None:
-        created = self._scaler_statement(init, _conjunction(init.conditions))
+        created = self._scaler_statement(init, conjunction(init.conditions))
         use = init.use
-        top = _top(use)
+        top = top_statement(use)
         earlier = self._resume_before(init, top)
         self.made_at[id(use.scope)] = earlier or top
         if not init.removable:
@@ -803,7 +563,7 @@ class _Migrator:
             self.book.rewrite(
                 top,
                 lambda node: created.with_changes(
-                    leading_lines=_without_apex_comments(_leading_lines(node))
+                    leading_lines=without_apex_comments(leading_lines_of(node))
                 ),
             )
         else:  # made before the statement it was nested in, whichever branch runs
@@ -830,13 +590,13 @@ class _Migrator:
         def resumes(statement: cst.BaseStatement) -> bool:
             return any(
                 method_name(node) == "load_state_dict" and self.code(node.func.value) in optimizers
-                for node in _nodes_in(statement, cst.Call)
+                for node in nodes_in(statement, cst.Call)
             )
 
         first = next((i for i in range(position) if resumes(body[i])), None)
         if first is None:
             return None
-        condition = _conjunction(init.conditions)
+        condition = conjunction(init.conditions)
         if condition is not None:
             read = name_use(cst.parse_expression(condition)).read
             for statement in body[first:position]:
@@ -854,7 +614,7 @@ class _Migrator:
         if holder.orelse is not None:
             return False
         return all(
-            statement is removed or id(statement) in self.removed or _imports_apex_only(statement)
+            statement is removed or id(statement) in self.removed or imports_apex_only(statement)
             for statement in holder.body.body
         )
 
@@ -886,7 +646,7 @@ class _Migrator:
         scaled = block.items[0].asname.name.value
         loss = atom(positional[0].value)
         for statement in block.body.body:
-            if scaled in name_use(statement).read and not _backward_of(statement, scaled):
+            if scaled in name_use(statement).read and not backward_of(statement, scaled):
                 raise MigrationBlocked(
                     f"`{scaled}` is used for more than `{scaled}.backward()` under "
                     f"`{self.code(call)}`"
@@ -895,9 +655,7 @@ class _Migrator:
         self.scaler_scopes.append(use.scope)
 
         def unscaled(node: cst.With) -> cst.FlattenSentinel:
-            statements = [
-                _with_backward_of(statement, scaled, loss) for statement in node.body.body
-            ]
+            statements = [with_backward_of(statement, scaled, loss) for statement in node.body.body]
             first = statements[0].with_changes(leading_lines=node.leading_lines)
             return cst.FlattenSentinel([first, *statements[1:]])
 
@@ -946,7 +704,7 @@ class _Migrator:
         keyword, value = setting
         # The amp.initialize this follows in its block, with only other
         # settings of the scaler between them.
-        block = _block_holding(use)
+        block = block_holding(use)
         position = next(i for i, statement in enumerate(block) if statement is use.statement)
         init = None
         for statement in reversed(block[:position]):
@@ -974,7 +732,7 @@ class _Migrator:
         GradScaler's `get_scale()`; any other read of the state blocks."""
         reads = loss_scale_reads(use, self.facts.module)
         if not reads:
-            spelled = _longest_chain(use, self.facts.module)
+            spelled = longest_chain(use, self.facts.module)
             raise MigrationBlocked(
                 f"`{spelled}` uses apex's private state (AMP204) for more than the loss "
                 "scale, with no GradScaler counterpart amplint knows; rewrite it by hand "
@@ -1044,7 +802,7 @@ class _Migrator:
     ) -> str | None:
         """autocast's `enabled=`: the condition amp.initialize ran under where the
         step sees it, else whether the scaler it reaches is enabled."""
-        conditions = {_conjunction(init.conditions) for init in self.initializations}
+        conditions = {conjunction(init.conditions) for init in self.initializations}
         if self.initializations and conditions == {None}:
             return None
         if len(conditions) == 1 and self._in_initializing_scope(function, module):
@@ -1077,209 +835,3 @@ class _Migrator:
             names = {method.name.value for method in ran if method is not None}
             return place.method is not None and names == {place.method.name.value}
         return self.reach.initializing == {top}
-
-
-def _block_holding(use: ApexUse) -> Sequence[cst.BaseStatement]:
-    """The statements of the block `use.statement` stands in."""
-    holder = use.ancestors[-1] if use.ancestors else use.scope
-    body = getattr(holder, "body", ())
-    if isinstance(body, cst.BaseSuite):
-        body = body.body if isinstance(body, cst.IndentedBlock) else ()
-    return tuple(body)
-
-
-def _longest_chain(use: ApexUse, module: cst.Module) -> str:
-    """`amp._amp_state.loss_scalers[0]._max_loss_scale` for a use of
-    `amp._amp_state.loss_scalers`: the longest attribute, subscript or call
-    chain in its statement that starts with it."""
-    spelled = module.code_for_node(use.node)
-    chains = [
-        module.code_for_node(node)
-        for node in descendants(use.statement)
-        if isinstance(node, (cst.Attribute, cst.Subscript, cst.Call))
-        and module.code_for_node(node).startswith(spelled)
-    ]
-    return max(chains, key=len, default=spelled)
-
-
-def _is_none_test(test: cst.BaseExpression, names: set[int]) -> bool:
-    """Whether `test` is `x is None` / `x is not None` for a node of `names` (by id)."""
-    return (
-        isinstance(test, cst.Comparison)
-        and id(test.left) in names
-        and len(test.comparisons) == 1
-        and isinstance(test.comparisons[0].operator, (cst.Is, cst.IsNot))
-        and _is_none(test.comparisons[0].comparator)
-    )
-
-
-def _top(use: ApexUse) -> cst.BaseStatement:
-    """The statement of the scope's body that holds `use`."""
-    return use.ancestors[0] if use.ancestors else use.statement
-
-
-def _holds_only(holder: cst.If, removed: set[int]) -> bool:
-    """Whether every branch of `holder` holds only statements in `removed` (by
-    id) and apex imports, and its tests call nothing: the whole `if` can go."""
-    branch: cst.If | cst.Else | None = holder
-    while branch is not None:
-        if isinstance(branch, cst.If) and _nodes_in(branch.test, cst.Call):
-            return False
-        for statement in branch.body.body:
-            if id(statement) in removed or _imports_apex_only(statement):
-                continue
-            if not (isinstance(statement, cst.If) and _holds_only(statement, removed)):
-                return False
-        branch = branch.orelse if isinstance(branch, cst.If) else None
-    return True
-
-
-def _replaced_by_branch(keep_body: bool) -> Callable:
-    def rewrite(node: cst.If) -> cst.FlattenSentinel:
-        return _in_place_of(node, list((node.body if keep_body else node.orelse.body).body))
-
-    return rewrite
-
-
-def _in_place_of(node: cst.If, kept: list[cst.BaseStatement]) -> cst.FlattenSentinel:
-    """The statements of one branch of `node` where `node` stood, its comments first."""
-    first = kept[0].with_changes(leading_lines=[*node.leading_lines, *kept[0].leading_lines])
-    return cst.FlattenSentinel([first, *kept[1:]])
-
-
-def _imports_apex_only(statement: cst.BaseStatement) -> bool:
-    """`from apex import amp`, alone or in `try: ... except ImportError: ...`."""
-    if isinstance(statement, cst.SimpleStatementLine):
-        return all(
-            isinstance(small, (cst.Import, cst.ImportFrom)) and _names_apex(small)
-            for small in statement.body
-        )
-    if isinstance(statement, cst.Try) and statement.orelse is None and statement.finalbody is None:
-        return all(_imports_apex_only(s) for s in statement.body.body) and all(
-            handler.type is not None and dotted_name(handler.type) in IMPORT_ERRORS
-            for handler in statement.handlers
-        )
-    return False
-
-
-def _imports_amp_with_fallback(statement: cst.Try) -> bool:
-    """`try: from apex import amp` with handlers for apex missing, nothing else."""
-    if statement.orelse is not None or statement.finalbody is not None:
-        return False
-    if not all(
-        isinstance(line, cst.SimpleStatementLine) and all(_binds_apex_amp(s) for s in line.body)
-        for line in statement.body.body
-    ):
-        return False
-    return all(
-        handler.type is None or dotted_name(handler.type) in {*IMPORT_ERRORS, "Exception"}
-        for handler in statement.handlers
-    )
-
-
-def _imports_amp_under_if(statement: cst.If) -> bool:
-    """`if use_cuda: from apex import amp` with, at most, `else: amp = None`: an
-    import of apex.amp where a test allows it, nothing else."""
-    lines = statement.body.body
-    if not lines or not all(
-        isinstance(line, cst.SimpleStatementLine) and all(_binds_apex_amp(s) for s in line.body)
-        for line in lines
-    ):
-        return False
-    if statement.orelse is None:
-        return True
-    if not isinstance(statement.orelse, cst.Else):
-        return False  # an `elif` tests more
-    imported = {name for line in lines for small in line.body for name in _bound_names(small)}
-    return all(
-        isinstance(line, cst.SimpleStatementLine)
-        and all(
-            isinstance(small, cst.Assign)
-            and _is_none(small.value)
-            and {dotted_name(t.target) for t in small.targets} <= imported
-            for small in line.body
-        )
-        for line in statement.orelse.body.body
-    )
-
-
-def _bound_names(small: cst.BaseSmallStatement) -> set[str]:
-    """The names an import binds (`amp` of `from apex import amp`)."""
-    if not isinstance(small, (cst.Import, cst.ImportFrom)) or isinstance(
-        small.names, cst.ImportStar
-    ):
-        return set()
-    return {name for alias in small.names if (name := local_name(alias)) is not None}
-
-
-def _binds_apex_amp(small: cst.BaseSmallStatement) -> bool:
-    """`from apex import amp [as x]`, `import apex.amp as x`: apex.amp and nothing else."""
-    if isinstance(small, cst.ImportFrom):
-        module = code_of(small.module) if small.module is not None else ""
-        return (
-            not small.relative
-            and not isinstance(small.names, cst.ImportStar)
-            and module == "apex"
-            and all(code_of(alias.name) == "amp" for alias in small.names)
-        )
-    if isinstance(small, cst.Import):
-        return all(code_of(alias.name) == "apex.amp" for alias in small.names)
-    return False
-
-
-def _names_apex(statement: cst.Import | cst.ImportFrom) -> bool:
-    if isinstance(statement, cst.ImportFrom):
-        module = code_of(statement.module) if statement.module is not None else ""
-        return is_apex(module)
-    return all(is_apex(code_of(alias.name)) for alias in statement.names)
-
-
-def _backward_of(statement: cst.BaseStatement, name: str) -> bool:
-    """`name.backward(...)` as a whole statement."""
-    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
-        return False
-    small = statement.body[0]
-    return (
-        isinstance(small, cst.Expr)
-        and isinstance(small.value, cst.Call)
-        and isinstance(small.value.func, cst.Attribute)
-        and small.value.func.attr.value == "backward"
-        and isinstance(small.value.func.value, cst.Name)
-        and small.value.func.value.value == name
-    )
-
-
-def _with_backward_of(
-    statement: cst.BaseStatement, scaled: str, loss: cst.BaseExpression
-) -> cst.BaseStatement:
-    if not _backward_of(statement, scaled):
-        return statement
-    small = statement.body[0]
-    call = small.value.with_changes(func=small.value.func.with_changes(value=loss))
-    return statement.with_changes(body=[small.with_changes(value=call)])
-
-
-def _nodes_in(node: cst.CSTNode, kind: type) -> list:
-    """Every node of type `kind` at or below `node`."""
-    return [found for found in descendants(node) if isinstance(found, kind)]
-
-
-def _leading_lines(node) -> Sequence[cst.EmptyLine]:
-    """The blank lines and comments above a statement an earlier edit may have
-    turned into several (`if amp is not None:` kept as its body) or none."""
-    if isinstance(node, cst.FlattenSentinel):
-        return _leading_lines(node.nodes[0]) if node.nodes else ()
-    return getattr(node, "leading_lines", ())
-
-
-def _without_apex_comments(lines: Sequence[cst.EmptyLine]) -> list[cst.EmptyLine]:
-    """The lines above a statement the GradScaler replaces, less the comments
-    about apex (`# initialize apex amp`): they describe what is gone.  Other
-    comments (`# mixed precision`) still hold and stay."""
-    return [
-        line for line in lines if not _APEX_WORD.search(line.comment.value if line.comment else "")
-    ]
-
-
-def _is_none(node: cst.BaseExpression) -> bool:
-    return isinstance(node, cst.Name) and node.value == "None"
