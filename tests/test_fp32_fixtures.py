@@ -149,3 +149,32 @@ def test_a_clip_on_every_micro_step_clips_the_same_under_a_real_scaler(
 
     assert follows(printed_losses(right))
     assert not follows(printed_losses(wrong))
+
+
+@pytest.mark.slow
+def test_optimizers_stepped_in_a_loop_are_unscaled_in_a_loop_before_the_clips(
+    tmp_path: Path, torch_installed
+) -> None:
+    """Each optimizer steps through the scaler in its loop and is unscaled, in a
+    loop of its own, before the clips (themselves in a loop): under a real CPU
+    scaler SGD follows the FP32 run.  Without that unscale loop the clips see
+    gradients 65536 times too large, clip far too hard, and it does not."""
+    script = FIXTURES / "fp32_steps" / "optimizers_in_a_loop.py"
+    rewritten = fixed(script.read_text(encoding="utf-8"), FP16_CPU)
+    unscale = "    for optimizer in optimizers.values():\n        scaler.unscale_(optimizer)\n"
+    assert (
+        unscale in rewritten
+        and "        scaler.step(optimizer)\n    scaler.update()\n" in rewritten
+    )
+    right, wrong = tmp_path / "right.py", tmp_path / "wrong.py"
+    right.write_text(rewritten, encoding="utf-8")
+    wrong.write_text(rewritten.replace(unscale, ""), encoding="utf-8")
+    fp32 = printed_losses(script)
+
+    def follows(losses: tuple[float, ...]) -> bool:
+        return len(losses) == len(fp32) and all(
+            abs(a - b) <= 0.01 * abs(a) for a, b in zip(fp32, losses)
+        )
+
+    assert follows(printed_losses(right))
+    assert not follows(printed_losses(wrong))

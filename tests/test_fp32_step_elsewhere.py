@@ -280,13 +280,44 @@ LOOPED = dedent("""
     """)
 
 
-def test_optimizers_stepped_in_a_loop_are_a_step_declined_with_the_recipe() -> None:
+LOOPED_FUNCTION = dedent("""
+    import torch
+
+
+    def train(model, optimizers, loader):
+        for x in loader:
+            loss = model(x.cuda()).mean()
+            for optimizer in optimizers:
+                optimizer.zero_grad()
+            loss.backward()
+            for optimizer in optimizers:
+                optimizer.step()
+    """)
+
+
+def test_optimizers_stepped_in_a_loop_step_through_the_scaler_in_it() -> None:
+    migrated = fixed(LOOPED_FUNCTION)
+    assert (
+        "        scaler.scale(loss).backward()\n"
+        "        for optimizer in optimizers:\n"
+        "            scaler.step(optimizer)\n"
+        "        scaler.update()\n"
+    ) in migrated
+    assert amp001_messages(migrated) == []
+
+
+def test_optimizers_stepped_in_a_loop_over_a_generator_are_declined_with_the_recipe() -> None:
+    source = LOOPED_FUNCTION.replace(
+        "for optimizer in optimizers:\n            optimizer.step()",
+        "for optimizer in iter(optimizers):\n            optimizer.step()",
+    )
     assert_declined(
-        LOOPED,
-        "the optimizers are stepped in a loop (`for optimizer in optimizers: "
-        "...step()`); amplint rewrites a step of named optimizers: step each through one "
-        "GradScaler (`scaler.step(opt)` in the loop, one `scaler.update()` after it, "
-        "`scaler.unscale_(opt)` for each before a clip)",
+        source,
+        "the optimizers are stepped in a loop (`for optimizer in iter(optimizers): "
+        "...step()`) over what may not iterate twice, and an unscale_ before a clip needs "
+        "a loop of its own: step each through one GradScaler by hand (`scaler.step(opt)` "
+        "in the loop, one `scaler.update()` after it, `scaler.unscale_(opt)` for each "
+        "before a clip)",
     )
 
 
@@ -301,3 +332,23 @@ def test_a_loop_stepping_environments_or_a_scaled_loop_is_no_fp32_step() -> None
         "optimizer.step()", "scaler.step(optimizer)"
     )
     assert amp001_messages(scaled) == []
+
+
+def test_optimizers_stepped_in_loops_on_two_paths_are_declined() -> None:
+    """XLM's optimize(): a loop of steps on the FP32 path and another under the
+    accumulation test; where one scaler.update() goes for both is not decided."""
+    source = LOOPED_FUNCTION.replace(
+        "        for optimizer in optimizers:\n            optimizer.step()\n",
+        "        if model.training:\n"
+        "            for optimizer in optimizers:\n                optimizer.step()\n"
+        "        else:\n"
+        "            for optimizer in optimizers:\n                optimizer.step()\n",
+    )
+    assert "if model.training:" in source
+    assert_declined(
+        source,
+        "the optimizers are stepped in 2 loops, on paths amplint does not pair with their "
+        "scaler.update(): step each through one GradScaler by hand (`scaler.step(opt)` in "
+        "each loop, one `scaler.update()` after the loop that ran, `scaler.unscale_(opt)` "
+        "for each before a clip)",
+    )

@@ -364,3 +364,37 @@ def test_a_test_against_none_or_a_reset_is_no_read_of_the_gradients() -> None:
         "    optimizer.zero_grad()\n", "    for p in model.parameters():\n        p.grad = None\n"
     )
     assert "unscale_" not in fixed(fp32)
+
+
+_CLIP_IN_A_LOOP = dedent("""
+    import torch
+    from torch.nn.utils import clip_grad_norm_
+
+
+    def train(models, optimizer, loader, clip):
+        for x, y in loader:
+            loss = torch.nn.functional.cross_entropy(models[1](models[0](x.cuda())), y.cuda())
+            optimizer.zero_grad()
+            loss.backward()
+            for model in models:
+                clip_grad_norm_(model.parameters(), clip)
+            optimizer.step()
+    """)
+
+
+def test_a_clip_inside_a_loop_is_a_clip_and_gets_the_unscale_before_its_loop() -> None:
+    """Once missed: the loop's clips then ran on gradients 65536 times too large,
+    and the step applied them clipped 65536 times too hard."""
+    result = fixed(_CLIP_IN_A_LOOP)
+    assert (
+        "        scaler.scale(loss).backward()\n"
+        "        scaler.unscale_(optimizer)\n"
+        "        for model in models:\n"
+        "            clip_grad_norm_(model.parameters(), clip)\n"
+    ) in result
+    assert codes_of(result) == []
+
+
+def test_amp102_sees_a_clip_inside_a_loop_before_the_unscale() -> None:
+    scaled = fixed(_CLIP_IN_A_LOOP).replace("        scaler.unscale_(optimizer)\n", "")
+    assert codes_of(scaled) == ["AMP102"]

@@ -417,10 +417,11 @@ class _StepFinder(ScopedVisitor):
                     # `clipper.step(model.parameters())`): it may clamp or clip,
                     # which must see unscaled gradients, like torch's own clip.
                     grad_edits.append(GradEdit(statement, order, clip=call))
-            if isinstance(statement, cst.SimpleStatementLine) and not any(
+            if isinstance(statement, (cst.SimpleStatementLine, cst.For, cst.While)) and not any(
                 edit.statement is statement for edit in grad_edits
             ):
-                # `print(clip_grad_norm_(params, 1.0).item())`: a clip inside an expression.
+                # `print(clip_grad_norm_(params, 1.0).item())`: a clip inside an
+                # expression; `for model in models: clip_grad_norm_(...)`: in a loop.
                 for call in _NestedCalls.of(statement):
                     if (clip := self._torch_clip(call, statement, order)) is not None:
                         grad_edits.append(clip)
@@ -517,18 +518,20 @@ class _StepFinder(ScopedVisitor):
 
     def _optimizers_stepped_in_a_loop(
         self, flat: list, backwards: list[BackwardCall]
-    ) -> tuple[cst.For, list[OptimizerStep]] | None:
+    ) -> tuple[list[cst.For], list[OptimizerStep]] | None:
         """`for optimizer in optimizers: optimizer.step()` after a backward of
-        the block (XLM's trainer, multi-optimizer research code): the loop and
-        the steps in it, each of the loop's own target."""
+        the block (XLM's trainer, multi-optimizer research code): every such
+        loop, and the steps in them, each of its loop's own target."""
         first = backwards[0].order
+        loops: list[cst.For] = []
+        found: list[OptimizerStep] = []
         for order, (_, statement, _) in enumerate(flat):
             if order <= first or not isinstance(statement, cst.For):
                 continue
             target = dotted_name(statement.target)
             if target is None or not isinstance(statement.body, cst.IndentedBlock):
                 continue
-            found = [
+            here = [
                 OptimizerStep(call, call.func.value, statement, order, has_closure=bool(call.args))
                 for line in statement.body.body
                 for call in calls_in_line(line)
@@ -536,26 +539,38 @@ class _StepFinder(ScopedVisitor):
                 and dotted_name(call.func.value) == target
                 and self._is_optimizer(call.func.value)  # not `for env in envs: env.step()`
             ]
-            if found:
-                return statement, found
-        return None
+            if here:  # every such loop: one per branch (XLM's FP32 and AMP paths)
+                loops.append(statement)
+                found += here
+        return (loops, found) if found else None
 
     def _add_looped_step(self, block, owner, backwards, grad_edits, flat, looped) -> None:
         """Such a step, reported with why it is not rewritten; one that is mixed
         precision already stays the misuse rules' business (none of them reads
         optimizers stepped in a loop yet), and is not added."""
-        loop, steps = looped
+        loops, steps = looped
         self._add_step(block, owner, backwards, steps, grad_edits, flat)
         step = self.steps[-1]
         if step.skip in SILENT_SKIPS:
             self.steps.pop()
             return
-        header = f"for {self.module.code_for_node(loop.target)} in {self.module.code_for_node(loop.iter)}"
+        if step.skip is None and len(loops) > 1:
+            step.skip = (
+                f"the optimizers are stepped in {len(loops)} loops, on paths "
+                "amplint does not pair with their scaler.update(): step each through one "
+                "GradScaler by hand (`scaler.step(opt)` in each loop, one `scaler.update()` "
+                "after the loop that ran, `scaler.unscale_(opt)` for each before a clip)"
+            )
+            return
+        once = next((loop for loop in loops if not _iterates_again(loop.iter)), None)
+        if step.skip is not None or once is None:
+            return  # each steps through the scaler in its loop, one update after it
+        header = f"for {self.module.code_for_node(once.target)} in {self.module.code_for_node(once.iter)}"
         step.skip = (
-            f"the optimizers are stepped in a loop (`{header}: ...step()`); amplint rewrites "
-            "a step of named optimizers: step each through one GradScaler (`scaler.step(opt)` "
-            "in the loop, one `scaler.update()` after it, `scaler.unscale_(opt)` for each "
-            "before a clip)"
+            f"the optimizers are stepped in a loop (`{header}: ...step()`) over what may not "
+            "iterate twice, and an unscale_ before a clip needs a loop of its own: step each "
+            "through one GradScaler by hand (`scaler.step(opt)` in the loop, one "
+            "`scaler.update()` after it, `scaler.unscale_(opt)` for each before a clip)"
         )
 
     def _backward_helper(self, flat: list, steps: list[OptimizerStep]) -> cst.Call | None:
@@ -837,6 +852,15 @@ class _StepFinder(ScopedVisitor):
         return dotted_name(argument) in self.roles.backward_functions
 
 
+def _iterates_again(iterable: cst.BaseExpression) -> bool:
+    """Whether a second loop over `iterable` sees what the first saw: a name,
+    an attribute, a subscript, a list or tuple display, or a dict's view
+    (`self.optimizers.values()`); not a generator or another call."""
+    if isinstance(iterable, (cst.Name, cst.Attribute, cst.Subscript, cst.List, cst.Tuple)):
+        return True
+    return method_name(iterable) in ("values", "keys") if isinstance(iterable, cst.Call) else False
+
+
 def _ifs_above(block: cst.CSTNode, statement: cst.CSTNode) -> list[cst.If]:
     """The `if` statements between `block` and `statement`, outermost first."""
     path: list[cst.CSTNode] = []
@@ -905,7 +929,8 @@ def is_scaler(receiver: cst.BaseExpression) -> bool:
 
 
 class _NestedCalls(Visitor):
-    """Every call in a line, in source order (not those of a lambda)."""
+    """Every call in a line or loop, in source order (not those of a lambda or
+    a def)."""
 
     def __init__(self) -> None:
         self.calls: list[cst.Call] = []
@@ -920,6 +945,9 @@ class _NestedCalls(Visitor):
         self.calls.append(node)
 
     def visit_Lambda(self, node: cst.Lambda) -> bool:
+        return False
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
         return False
 
 

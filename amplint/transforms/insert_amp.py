@@ -652,13 +652,19 @@ class InsertAmp:
             )
             for next_step in following:
                 optimizer = self.code(next_step.optimizer)
+                unscale = f"{scaler}.unscale_({optimizer})"
+                loop = next_step.statement
+                if isinstance(loop, cst.For) and self.code(loop.target) == optimizer:
+                    # Optimizers stepped in a loop: unscaled in a loop of their own.
+                    optimizer = f"for {optimizer} in {self.code(loop.iter)}"
+                    unscale = f"{optimizer}:\n    {unscale}"
                 if optimizer in unscaled:
                     continue
                 unscaled.add(optimizer)
                 self._insert(
                     plan.before,
                     _unscale_anchor(step, edit, [e for e in edits if e.order < next_step.order]),
-                    [f"{scaler}.unscale_({optimizer})"],
+                    [unscale],
                 )
 
     def _clip_in_scaled_space(self, edit: GradEdit) -> None:

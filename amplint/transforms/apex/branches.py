@@ -207,7 +207,7 @@ class ApexBranches:
                 in_else = inside is holder.orelse
                 apex_block = holder.orelse.body if in_else else holder.body
                 kept_block = holder.body if in_else else holder.orelse.body
-                if id(holder) in dropped or not self._only_apex(apex_block.body):
+                if id(holder) in dropped or not self._only_apex(apex_block.body, kept_block.body):
                     continue
                 if any(self._inside(other, kept_block) for other in self.uses):
                     continue
@@ -221,17 +221,44 @@ class ApexBranches:
             id(ancestor) in statements for ancestor in use.ancestors
         )
 
-    def _only_apex(self, statements: Sequence[cst.BaseStatement]) -> bool:
+    def _only_apex(
+        self, statements: Sequence[cst.BaseStatement], kept: Sequence[cst.BaseStatement]
+    ) -> bool:
         """Whether every statement is apex's half of a step (scale_loss, a clip of
-        master_params) that the other branch does in FP32; an `amp.initialize`
-        is never dropped, it becomes the scaler."""
+        master_params) that the other branch, `kept`, does in FP32: an apex
+        statement itself, or a loop or `if` the other branch has too (same
+        header) holding only such statements.  An `if` of apex's own (XLM's
+        accumulation, `if n_iter % accumulate == 0:`) is work the FP32 branch
+        does not do, and keeps the branch.  An `amp.initialize` is never
+        dropped: it becomes the scaler."""
         step_work = [use for use in self.uses if use.member in _STEP_MEMBERS]
-        return all(
-            any(use.statement is statement or statement in use.ancestors for use in step_work)
-            and not any(
-                use.statement is statement or statement in use.ancestors
-                for use in self.uses
-                if use.member not in _STEP_MEMBERS
-            )
+        if any(
+            use.statement is statement or statement in use.ancestors
+            for use in self.uses
+            if use.member not in _STEP_MEMBERS
             for statement in statements
-        )
+        ):
+            return False
+        counterparts = {self._header(k): k for k in kept if self._header(k) is not None}
+        for statement in statements:
+            if any(use.statement is statement for use in step_work):
+                continue
+            counterpart = counterparts.get(self._header(statement))
+            if (
+                counterpart is None
+                or not isinstance(statement.body, cst.IndentedBlock)
+                or not isinstance(counterpart.body, cst.IndentedBlock)
+                or getattr(statement, "orelse", None) is not None
+                or not self._only_apex(statement.body.body, counterpart.body.body)
+            ):
+                return False
+        return True
+
+    def _header(self, statement: cst.BaseStatement) -> str | None:
+        """`for name in names` / `if clip > 0` / `while ...`: a compound
+        statement's header, as written; None for any other statement."""
+        if isinstance(statement, cst.For):
+            return f"for {self.code(statement.target)} in {self.code(statement.iter)}"
+        if isinstance(statement, (cst.If, cst.While)):
+            return f"{type(statement).__name__} {self.code(statement.test)}"
+        return None

@@ -222,13 +222,18 @@ class _Migrator(ApexBranches):
             raise MigrationBlocked(obstacle)
         dropped = self._keep_fp32_branches()
         self._drop_import_fallbacks()
+        replaced: set[str] = set()
         for use in self.uses:
             if not any(id(ancestor) in dropped for ancestor in use.ancestors):
                 self._migrate(use)
             elif use.member == "scale_loss" and use.call is not None and use.call.args:
                 # In an apex-only branch the FP32 branch replaces; its step must
-                # still end up scaled.
-                self.losses.append(self.code(atom(use.call.args[0].value)))
+                # still end up scaled, once for however many scale_loss the
+                # apex branch had (XLM's: one at the step, one between steps).
+                loss = self.code(atom(use.call.args[0].value))
+                if loss not in replaced:
+                    replaced.add(loss)
+                    self.losses.append(loss)
         if self.program is not None and self.program.obstacles:
             raise MigrationBlocked(self.program.obstacles[0])
         if self.inference_only and not self.initializations and not self.scaler_scopes:
