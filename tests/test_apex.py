@@ -1629,3 +1629,56 @@ def test_apex_first_api_init_names_what_to_write() -> None:
         'process as O1 does: run the forward passes under `torch.autocast("cuda", '
         "dtype=torch.float16)` instead, and scale a training loss with a torch.amp.GradScaler)"
     ) in finding
+
+
+_APEX_ONLY_ACCUMULATION = dedent("""
+    import sys
+
+    import torch
+    from apex import amp
+
+
+    def main(fp32, accumulate):
+        torch.manual_seed(0)
+        model = torch.nn.Linear(8, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+        for step in range(6):
+            inputs, targets = torch.randn(4, 8), torch.randn(4, 1)
+            loss = torch.nn.functional.mse_loss(model(inputs), targets)
+            if fp32:
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+            else:
+                if step % accumulate == 0:
+                    with amp.scale_loss(loss, optimizer) as scaled_loss:
+                        scaled_loss.backward()
+                    optimizer.step()
+                    optimizer.zero_grad()
+                else:
+                    with amp.scale_loss(loss, optimizer, delay_unscale=True) as scaled_loss:
+                        scaled_loss.backward()
+            print("loss", loss.item())
+
+
+    if __name__ == "__main__":
+        main("--fp32" in sys.argv, 2)
+    """)
+
+
+@pytest.mark.slow
+def test_an_apex_branch_with_accumulation_the_fp32_branch_lacks_is_kept(tmp_path: Path) -> None:
+    """The accumulation under `if step % accumulate == 0:` is apex's branch's
+    own: it is migrated in place, not replaced by the FP32 branch, and each
+    stepping path updates the scaler after its step (a micro-step that steps
+    nothing must not: GradScaler.update() raises there)."""
+    pytest.importorskip("torch")
+    migrated = fixed(_APEX_ONLY_ACCUMULATION, CPU_FLOAT16)
+    assert "if step % accumulate == 0:" in migrated
+    assert migrated.count("scaler.update()") == 2
+    script = tmp_path / "train.py"
+    script.write_text(migrated, encoding="utf-8")
+    seen = _run_migrated(script)
+    assert seen["scaler_enabled"] == [True] and seen["scaled"] == 6
+    assert _run_migrated(script, "--fp32")["scaled"] == 6

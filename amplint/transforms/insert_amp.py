@@ -603,7 +603,19 @@ class InsertAmp:
                 ),
             )
         last_step = max(step.steps, key=lambda s: s.order)
-        self._insert(plan.after, self._update_anchor(last_step), [f"{scaler}.update()"])
+        exclusive = len(step.steps) > 1 and all(
+            step.exclusive(a.order, b.order)
+            for i, a in enumerate(step.steps)
+            for b in step.steps[i + 1 :]
+        )
+        if exclusive:
+            # Steps on paths no iteration shares (`if fp32: ... step() else: if
+            # accumulate: ... step()`): an update after each, since a path that
+            # steps nothing (a micro-step) must not update.
+            for each in step.steps:
+                self._insert(plan.after, each.statement, [f"{scaler}.update()"])
+        else:
+            self._insert(plan.after, self._update_anchor(last_step), [f"{scaler}.update()"])
         # A path that steps and then leaves (`continue` after a warm-up step)
         # never reaches that update; the next step would raise.
         for order, statement in enumerate(step.statements):

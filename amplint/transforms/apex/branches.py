@@ -244,15 +244,25 @@ class ApexBranches:
             if any(use.statement is statement for use in step_work):
                 continue
             counterpart = counterparts.get(self._header(statement))
-            if (
-                counterpart is None
-                or not isinstance(statement.body, cst.IndentedBlock)
-                or not isinstance(counterpart.body, cst.IndentedBlock)
-                or getattr(statement, "orelse", None) is not None
-                or not self._only_apex(statement.body.body, counterpart.body.body)
-            ):
+            if counterpart is None or not self._same_shape(statement, counterpart):
                 return False
         return True
+
+    def _same_shape(self, statement: cst.BaseStatement, counterpart: cst.BaseStatement) -> bool:
+        """Whether `statement` and the FP32 branch's `counterpart`, of one header,
+        hold apex's half and the FP32 half of the same work, `else` included."""
+        if not isinstance(statement.body, cst.IndentedBlock) or not isinstance(
+            counterpart.body, cst.IndentedBlock
+        ):
+            return False
+        if not self._only_apex(statement.body.body, counterpart.body.body):
+            return False
+        orelse, other = getattr(statement, "orelse", None), getattr(counterpart, "orelse", None)
+        if orelse is None or other is None:
+            return orelse is None and other is None
+        if isinstance(orelse, cst.Else) and isinstance(other, cst.Else):
+            return self._same_shape(orelse, other)
+        return self._only_apex([orelse], [other])
 
     def _header(self, statement: cst.BaseStatement) -> str | None:
         """`for name in names` / `if clip > 0` / `while ...`: a compound
