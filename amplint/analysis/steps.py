@@ -555,6 +555,9 @@ class _StepFinder(ScopedVisitor):
             self.steps.pop()
             return
         if step.skip is None and len(loops) > 1:
+            # XLM's optimize(): a loop on its FP32 path and one under its
+            # accumulation test, in a method whose scaler an `init_amp` the
+            # caller may skip makes: not decided here.
             step.skip = (
                 f"the optimizers are stepped in {len(loops)} loops, on paths "
                 "amplint does not pair with their scaler.update(): step each through one "

@@ -649,7 +649,7 @@ class InsertAmp:
         # An edit may be of any optimizer stepped after it before the next
         # backward (`clip(head_params); opt.step(); head_opt.step()`): each of
         # them is unscaled before it, which costs nothing for one it leaves alone.
-        unscaled: set[str] = set()
+        unscaled: set[tuple[str, frozenset]] = set()
         for edit in edits:
             next_backward = min(
                 (b.order for b in step.backwards if b.order > edit.order), default=None
@@ -670,9 +670,12 @@ class InsertAmp:
                     # Optimizers stepped in a loop: unscaled in a loop of their own.
                     optimizer = f"for {optimizer} in {self.code(loop.iter)}"
                     unscale = f"{optimizer}:\n    {unscale}"
-                if optimizer in unscaled:
+                # Once per optimizer on each path: two branches that step it
+                # (XLM's FP32 path and its accumulation path) unscale it each.
+                key = (optimizer, step.paths[next_step.order])
+                if key in unscaled:
                     continue
-                unscaled.add(optimizer)
+                unscaled.add(key)
                 self._insert(
                     plan.before,
                     _unscale_anchor(step, edit, [e for e in edits if e.order < next_step.order]),
