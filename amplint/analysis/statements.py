@@ -309,7 +309,7 @@ class _GradReads(Visitor):
         self.found = False
 
     def visit_Comparison(self, node: cst.Comparison) -> bool:
-        return not any(_is_none(target.comparator) for target in node.comparisons)
+        return not any(is_none(target.comparator) for target in node.comparisons)
 
     def visit_Assign(self, node: cst.Assign) -> bool:
         self.walk(node.value)
@@ -332,5 +332,6 @@ def reads_gradients(statement: cst.CSTNode) -> bool:
     return reads.found
 
 
-def _is_none(node: cst.BaseExpression) -> bool:
+def is_none(node: cst.BaseExpression) -> bool:
+    """Whether `node` is the name `None`."""
     return isinstance(node, cst.Name) and node.value == "None"

@@ -12,6 +12,7 @@ import libcst as cst
 
 from amplint.analysis.apex import ApexUse, is_apex
 from amplint.analysis.imports import dotted_name
+from amplint.analysis.statements import is_none
 from amplint.analysis.visitor import descendants
 from amplint.transforms.apex.common import code_of
 from amplint.transforms.imports import IMPORT_ERRORS, local_name
@@ -50,7 +51,7 @@ def is_none_test(test: cst.BaseExpression, names: set[int]) -> bool:
         and id(test.left) in names
         and len(test.comparisons) == 1
         and isinstance(test.comparisons[0].operator, (cst.Is, cst.IsNot))
-        and _is_none(test.comparisons[0].comparator)
+        and is_none(test.comparisons[0].comparator)
     )
 
 
@@ -136,7 +137,7 @@ def imports_amp_under_if(statement: cst.If) -> bool:
         isinstance(line, cst.SimpleStatementLine)
         and all(
             isinstance(small, cst.Assign)
-            and _is_none(small.value)
+            and is_none(small.value)
             and {dotted_name(t.target) for t in small.targets} <= imported
             for small in line.body
         )
@@ -220,7 +221,3 @@ def without_apex_comments(lines: Sequence[cst.EmptyLine]) -> list[cst.EmptyLine]
     return [
         line for line in lines if not _APEX_WORD.search(line.comment.value if line.comment else "")
     ]
-
-
-def _is_none(node: cst.BaseExpression) -> bool:
-    return isinstance(node, cst.Name) and node.value == "None"
