@@ -1682,3 +1682,63 @@ def test_an_apex_branch_with_accumulation_the_fp32_branch_lacks_is_kept(tmp_path
     seen = _run_migrated(script)
     assert seen["scaler_enabled"] == [True] and seen["scaled"] == 6
     assert _run_migrated(script, "--fp32")["scaled"] == 6
+
+
+# amp.initialize in a method the caller may skip (XLM's `init_amp`).
+_INIT_AMP_METHOD = dedent("""
+    import sys
+
+    import torch
+    from torch import nn
+    from apex import amp
+
+
+    class Trainer:
+        def __init__(self, model, optimizer, fp16):
+            self.model = model
+            self.optimizer = optimizer
+            if fp16:
+                self.init_amp()
+
+        def init_amp(self):
+            self.model, self.optimizer = amp.initialize(self.model, self.optimizer, opt_level="O1")
+
+        def step(self, x, y):
+            self.optimizer.zero_grad()
+            loss = nn.functional.mse_loss(self.model(x), y)
+            with amp.scale_loss(loss, self.optimizer) as scaled_loss:
+                scaled_loss.backward()
+            self.optimizer.step()
+            return loss.item()
+
+
+    if __name__ == "__main__":
+        torch.manual_seed(0)
+        model = nn.Linear(6, 1)
+        trainer = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), "--fp16" in sys.argv)
+        x, y = torch.randn(16, 6), torch.randn(16, 1)
+        for _ in range(3):
+            print("loss", trainer.step(x, y))
+    """)
+
+
+@pytest.mark.slow
+def test_initialize_in_a_method_the_caller_may_skip_leaves_a_scaler_off_until_then(
+    tmp_path: Path,
+) -> None:
+    """Until `init_amp()` runs, apex's state was inactive and scale_loss passed
+    the loss through; the migrated `__init__` makes the scaler off, init_amp
+    replaces it, and autocast asks it.  Without the default, the run with fp16
+    off raised AttributeError on `self.scaler`."""
+    pytest.importorskip("torch")
+    migrated = fixed(_INIT_AMP_METHOD, CPU_FLOAT16)
+    assert '        self.scaler = torch.amp.GradScaler("cpu", enabled=False)\n' in migrated
+    assert migrated.index("enabled=False)") < migrated.index("self.model = model")
+    assert "enabled=self.scaler.is_enabled()" in migrated
+    script = tmp_path / "train.py"
+    script.write_text(migrated, encoding="utf-8")
+    off = _run_migrated(script)
+    assert off["scaler_enabled"] == [False] and off["scaled"] == 3
+    on = _run_migrated(script, "--fp16")
+    assert on["scaler_enabled"] == [False, True] and on["scaled"] == 3
+    assert on["autocast"] == [["cpu", "torch.float16"]] * 3

@@ -180,6 +180,8 @@ class _Migrator(ApexBranches):
         # scaler, or that it is made before.
         self.made_at: dict[int, cst.BaseStatement] = {}
         self.inference_only = False  # an amp.initialize with no optimizer was migrated
+        # A scaler made off in `__init__` until a method running amp.initialize replaces it.
+        self.off_until_initialized = False
         # The element count of each `amp.initialize(...)` that stands for what
         # it returns (`return amp.initialize(model, optimizer)`), by id.
         self.returned_arity: dict[int, int] = {}
@@ -457,8 +459,9 @@ class _Migrator(ApexBranches):
                 for scope in self.scaler_scopes:
                     self.reach.expression(scope)
                 through_builders = self._through_builders()  # may refuse: plan before writing
+                defaults = self._off_until_initialized()
                 self.reach.thread(self.book)
-                for node, rewrite in through_builders:
+                for node, rewrite in through_builders + defaults:
                     self.book.rewrite(node, rewrite)
                 return
             except MigrationBlocked:
@@ -475,6 +478,53 @@ class _Migrator(ApexBranches):
             functions = {id(s): s for s in init_scopes if isinstance(s, cst.FunctionDef)}
             for function in functions.values():
                 self._declare_global(function)
+
+    def _off_until_initialized(self) -> list[tuple[cst.CSTNode, Callable]]:
+        """amp.initialize in a method other than `__init__` (`init_amp`, which
+        the caller may skip when fp16 is off): until it runs, apex's state was
+        there and inactive, and `amp.scale_loss` passed the loss through.  The
+        counterpart is a GradScaler made off in `__init__`, which that method
+        replaces; every other method's autocast then asks the scaler."""
+        planned: list[tuple[cst.CSTNode, Callable]] = []
+        for init in self.initializations:
+            place = self.reach.place(init.use.scope, self.facts.module)
+            if not isinstance(place.top, cst.ClassDef) or place.method is None:
+                continue
+            if place.method.name.value == "__init__":
+                continue
+            body = place.top.body
+            constructor = next(
+                (
+                    statement
+                    for statement in (body.body if isinstance(body, cst.IndentedBlock) else ())
+                    if isinstance(statement, cst.FunctionDef) and statement.name.value == "__init__"
+                ),
+                None,
+            )
+            name = place.top.name.value
+            if (
+                constructor is None
+                or not constructor.params.params
+                or not isinstance(constructor.body, cst.IndentedBlock)
+            ):
+                raise MigrationBlocked(
+                    f"`{name}.{place.method.name.value}` makes the GradScaler, and `{name}` has "
+                    "no `__init__` of its own to make one, off, for when it is not called"
+                )
+            this = constructor.params.params[0].name.value
+            device = self.settings.device_type
+            default = cst.parse_statement(
+                f'{this}.{self.scaler} = {self.torch}.amp.GradScaler("{device}", enabled=False)\n'
+            )
+
+            def with_default(block: cst.IndentedBlock, default=default) -> cst.IndentedBlock:
+                statements = list(block.body)
+                at = 1 if statements and is_docstring(statements[0]) else 0
+                return block.with_changes(body=[*statements[:at], default, *statements[at:]])
+
+            planned.append((constructor.body, with_default))
+            self.off_until_initialized = True
+        return planned
 
     def _through_builders(self) -> list[tuple[cst.CSTNode, Callable]]:
         """The rewrites by which this module's builders return the scaler and
@@ -808,7 +858,7 @@ class _Migrator(ApexBranches):
         """autocast's `enabled=`: the condition amp.initialize ran under where the
         step sees it, else whether the scaler it reaches is enabled."""
         conditions = {conjunction(init.conditions) for init in self.initializations}
-        if self.initializations and conditions == {None}:
+        if self.initializations and conditions == {None} and not self.off_until_initialized:
             return None
         if len(conditions) == 1 and self._in_initializing_scope(function, module):
             return conditions.pop()
