@@ -1742,3 +1742,93 @@ def test_initialize_in_a_method_the_caller_may_skip_leaves_a_scaler_off_until_th
     on = _run_migrated(script, "--fp16")
     assert on["scaler_enabled"] == [False, True] and on["scaled"] == 3
     assert on["autocast"] == [["cpu", "torch.float16"]] * 3
+
+
+# XLM's trainer in small: init_amp() only when amp >= 0; optimize(loss) steps the
+# optimizers in a loop on its FP32 path and in another on its accumulation path.
+_XLM_SHAPED = dedent("""
+    import sys
+
+    import torch
+    from torch import nn
+    from torch.nn.utils import clip_grad_norm_
+    import apex
+
+
+    class Trainer:
+        def __init__(self, amp, accumulate):
+            self.amp, self.accumulate, self.n_iter = amp, accumulate, 0
+            self.encoder, self.decoder = nn.Linear(6, 8), nn.Linear(8, 3)
+            self.optimizers = {
+                name: torch.optim.SGD(getattr(self, name).parameters(), lr=0.1)
+                for name in ("encoder", "decoder")
+            }
+            if amp >= 0:
+                self.init_amp()
+
+        def init_amp(self):
+            names = list(self.optimizers)
+            models, optimizers = apex.amp.initialize(
+                [self.encoder, self.decoder],
+                [self.optimizers[k] for k in names],
+                opt_level="O%i" % self.amp,
+            )
+            self.encoder, self.decoder = models
+            self.optimizers = dict(zip(names, optimizers))
+
+        def optimize(self, loss):
+            names = list(self.optimizers)
+            optimizers = [self.optimizers[k] for k in names]
+            if self.amp == -1:
+                for optimizer in optimizers:
+                    optimizer.zero_grad()
+                loss.backward()
+                for name in names:
+                    clip_grad_norm_(getattr(self, name).parameters(), 1.0)
+                for optimizer in optimizers:
+                    optimizer.step()
+            else:
+                if self.n_iter % self.accumulate == 0:
+                    with apex.amp.scale_loss(loss, optimizers) as scaled_loss:
+                        scaled_loss.backward()
+                    for name in names:
+                        clip_grad_norm_(apex.amp.master_params(self.optimizers[name]), 1.0)
+                    for optimizer in optimizers:
+                        optimizer.step()
+                        optimizer.zero_grad()
+                else:
+                    with apex.amp.scale_loss(loss, optimizers, delay_unscale=True) as scaled_loss:
+                        scaled_loss.backward()
+            self.n_iter += 1
+
+        def classify_step(self, x, y):
+            loss = nn.functional.cross_entropy(self.decoder(self.encoder(x)), y)
+            self.optimize(loss)
+            return loss.item()
+
+
+    if __name__ == "__main__":
+        torch.manual_seed(0)
+        trainer = Trainer(int(sys.argv[1]), 2)
+        x, y = torch.randn(16, 6), torch.randint(0, 3, (16,))
+        for _ in range(6):
+            print("loss", trainer.classify_step(x, y))
+    """)
+
+
+@pytest.mark.slow
+def test_an_xlm_shaped_trainer_migrates_and_runs_each_path(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    migrated = fixed_unsafe(_XLM_SHAPED, CPU_FLOAT16)
+    assert "apex" not in migrated
+    assert migrated.count("self.scaler.update()") == 2  # one after each path's loop
+    assert migrated.count("self.scaler.unscale_(optimizer)") == 2
+    script = tmp_path / "train.py"
+    script.write_text(migrated, encoding="utf-8")
+    fp32 = _run_migrated(script, "-1")  # no init_amp: the scaler made off in __init__
+    assert fp32["scaler_enabled"] == [False] and fp32["scaled"] == 6
+    o0 = _run_migrated(script, "0")
+    assert o0["scaler_enabled"] == [False, False]
+    o1 = _run_migrated(script, "1")  # accumulation over 2: 3 steps, 3 micro-steps
+    assert o1["scaler_enabled"] == [False, True] and o1["scaled"] == 6
+    assert o1["autocast"] == [["cpu", "torch.float16"]] * 6

@@ -334,9 +334,9 @@ def test_a_loop_stepping_environments_or_a_scaled_loop_is_no_fp32_step() -> None
     assert amp001_messages(scaled) == []
 
 
-def test_optimizers_stepped_in_loops_on_two_paths_are_declined() -> None:
-    """XLM's optimize(): a loop of steps on the FP32 path and another under the
-    accumulation test; where one scaler.update() goes for both is not decided."""
+def test_optimizers_stepped_in_loops_on_two_paths_each_update_after_their_loop() -> None:
+    """XLM's optimize(): a loop of steps on each of two exclusive paths; the
+    path that runs updates after its loop."""
     source = LOOPED_FUNCTION.replace(
         "        for optimizer in optimizers:\n            optimizer.step()\n",
         "        if model.training:\n"
@@ -345,10 +345,20 @@ def test_optimizers_stepped_in_loops_on_two_paths_are_declined() -> None:
         "            for optimizer in optimizers:\n                optimizer.step()\n",
     )
     assert "if model.training:" in source
+    migrated = fixed(source)
+    loop = "for optimizer in optimizers:\n                scaler.step(optimizer)\n"
+    assert migrated.count(loop + "            scaler.update()\n") == 2
+    assert amp001_messages(migrated) == []
+
+
+def test_optimizers_stepped_in_two_loops_one_iteration_runs_are_declined() -> None:
+    source = LOOPED_FUNCTION.replace(
+        "        for optimizer in optimizers:\n            optimizer.step()\n",
+        "        for optimizer in optimizers:\n            optimizer.step()\n" * 2,
+    )
     assert_declined(
         source,
-        "the optimizers are stepped in 2 loops, on paths amplint does not pair with their "
-        "scaler.update(): step each through one GradScaler by hand (`scaler.step(opt)` in "
-        "each loop, one `scaler.update()` after the loop that ran, `scaler.unscale_(opt)` "
-        "for each before a clip)",
+        "the optimizers are stepped in 2 loops that one iteration runs in turn: step each "
+        "through one GradScaler by hand (`scaler.step(opt)` once per optimizer, one "
+        "`scaler.update()` after them, `scaler.unscale_(opt)` for each before a clip)",
     )

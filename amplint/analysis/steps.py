@@ -554,15 +554,19 @@ class _StepFinder(ScopedVisitor):
         if step.skip in SILENT_SKIPS:
             self.steps.pop()
             return
-        if step.skip is None and len(loops) > 1:
-            # XLM's optimize(): a loop on its FP32 path and one under its
-            # accumulation test, in a method whose scaler an `init_amp` the
-            # caller may skip makes: not decided here.
+        if step.skip is None and not all(
+            step.exclusive(a.order, b.order)
+            for a in step.steps
+            for b in step.steps
+            if a.statement is not b.statement
+        ):
+            # Two loops one iteration runs both of: each optimizer would step
+            # twice through the scaler before its update, which raises.
             step.skip = (
-                f"the optimizers are stepped in {len(loops)} loops, on paths "
-                "amplint does not pair with their scaler.update(): step each through one "
-                "GradScaler by hand (`scaler.step(opt)` in each loop, one `scaler.update()` "
-                "after the loop that ran, `scaler.unscale_(opt)` for each before a clip)"
+                f"the optimizers are stepped in {len(loops)} loops that one iteration runs "
+                "in turn: step each through one GradScaler by hand (`scaler.step(opt)` once "
+                "per optimizer, one `scaler.update()` after them, `scaler.unscale_(opt)` for "
+                "each before a clip)"
             )
             return
         once = next((loop for loop in loops if not _iterates_again(loop.iter)), None)
