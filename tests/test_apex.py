@@ -1832,3 +1832,23 @@ def test_an_xlm_shaped_trainer_migrates_and_runs_each_path(tmp_path: Path) -> No
     o1 = _run_migrated(script, "1")  # accumulation over 2: 3 steps, 3 micro-steps
     assert o1["scaler_enabled"] == [False, True] and o1["scaled"] == 6
     assert o1["autocast"] == [["cpu", "torch.float16"]] * 6
+
+
+def test_a_subclass_calling_the_step_method_keeps_the_migration_back() -> None:
+    """XLM's EncDecTrainer calls `self.optimize(loss)` too: autocast would go only
+    at the calls in `Trainer`, and the subclass's steps would lose the float16
+    apex gave them."""
+    text = _XLM_SHAPED.replace(
+        'if __name__ == "__main__":',
+        "class TranslationTrainer(Trainer):\n"
+        "    def translate_step(self, x, y):\n"
+        "        loss = nn.functional.cross_entropy(self.decoder(self.encoder(x)), y)\n"
+        "        self.optimize(loss)\n\n\n"
+        'if __name__ == "__main__":',
+    )
+    assert fixed_unsafe(text) == text
+    assert any(
+        "`TranslationTrainer.translate_step` of a subclass of `Trainer` call "
+        "`self.optimize(...)`: apex ran their forward passes in float16" in finding
+        for finding in findings(text)
+    )
