@@ -1852,3 +1852,20 @@ def test_a_subclass_calling_the_step_method_keeps_the_migration_back() -> None:
         "`self.optimize(...)`: apex ran their forward passes in float16" in finding
         for finding in findings(text)
     )
+
+
+def test_a_def_nested_in_a_builder_keeps_its_own_return() -> None:
+    text = _SETUP_AND_TRAIN.replace(
+        "    return amp.initialize(",
+        '    def describe():\n        return "sgd"\n\n    return amp.initialize(',
+    ) + dedent(
+        """
+
+        def main(model, optimizer, loader, criterion):
+            model, optimizer = setup(model, optimizer)
+            train(model, optimizer, loader, criterion)
+        """
+    )
+    migrated = fixed(text)
+    assert '        return "sgd"\n' in migrated
+    assert "    return model, optimizer, scaler\n" in migrated

@@ -66,6 +66,8 @@ def return_scaler(
     made = next(i for i, statement in enumerate(body) if statement is made_at)
     planned: Planned = []
     for position, statement in enumerate(body):
+        if isinstance(statement, _NESTED):
+            continue  # a def in the builder returns for itself
         for returned in _own_returns(statement):
             value = scaler if position >= made else "None"
             planned.append((returned, lambda node, value=value: _with_element(node, value)))
