@@ -17,6 +17,7 @@ import libcst as cst
 
 from amplint.analysis.imports import ImportMap, dotted_name
 from amplint.analysis.scopes import Scope, ScopedVisitor
+from amplint.analysis.statements import positional_args
 from amplint.analysis.visitor import descendants
 
 APEX_AMP = "apex.amp"
@@ -298,7 +299,7 @@ def initializes_for_inference(use: ApexUse) -> bool:
     call = use.call
     if use.member != "initialize" or call is None:
         return False
-    positional = [arg for arg in call.args if arg.keyword is None and not arg.star]
+    positional = positional_args(call)
     if any(arg.keyword is not None and arg.keyword.value == "optimizers" for arg in call.args):
         return False
     return len(positional) < 2 or (

@@ -49,7 +49,7 @@ def caller_regions(
     # Where a call passes it by position (after self); None: by keyword only.
     position = positional.index(loss.value) - 1 if loss.value in positional[1:] else None
     regions: list[ForwardRegion] = []
-    for method in _methods(class_def):
+    for method in methods(class_def):
         if method is function or not method.params.params:
             continue
         me = method.params.params[0].name.value
@@ -80,7 +80,8 @@ def caller_regions(
     return regions
 
 
-def _methods(class_def: cst.ClassDef) -> Iterator[cst.FunctionDef]:
+def methods(class_def: cst.ClassDef) -> Iterator[cst.FunctionDef]:
+    """The defs of `class_def`'s own body."""
     if isinstance(class_def.body, cst.IndentedBlock):
         for statement in class_def.body.body:
             if isinstance(statement, cst.FunctionDef):

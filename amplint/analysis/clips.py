@@ -13,7 +13,7 @@ from __future__ import annotations
 import libcst as cst
 
 from amplint.analysis.imports import dotted_name
-from amplint.analysis.statements import method_name
+from amplint.analysis.statements import method_name, positional_args
 from amplint.analysis.visitor import descendants
 
 # The keyword of each clip's threshold; it comes after the parameters in the
@@ -36,7 +36,7 @@ def clip_threshold(call: cst.Call, method: bool) -> cst.Arg | None:
     for arg in call.args:
         if arg.keyword is not None and arg.keyword.value == keyword:
             return arg
-    positional = [arg for arg in call.args if arg.keyword is None and not arg.star]
+    positional = positional_args(call)
     index = 0 if method else 1
     return positional[index] if len(positional) > index else None
 

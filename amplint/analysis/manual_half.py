@@ -20,7 +20,7 @@ from amplint.analysis.autocast import disabled, keyword_value
 from amplint.analysis.imports import ImportMap, dotted_name
 from amplint.analysis.regions import FLOAT16, step_regions
 from amplint.analysis.scopes import Scope
-from amplint.analysis.statements import method_name
+from amplint.analysis.statements import method_name, positional_args
 from amplint.analysis.steps import StepScan
 from amplint.analysis.visitor import Visitor
 
@@ -45,7 +45,7 @@ def without_cast(call: cst.Call, imports: ImportMap, scope: Scope) -> cst.BaseEx
     if method != "to":
         return None
     dtype = keyword_value(call, "dtype")
-    positional = [arg for arg in call.args if arg.keyword is None and not arg.star]
+    positional = positional_args(call)
     if dtype is None and positional and imports.resolve(positional[-1].value, scope) in FLOAT16:
         dtype = positional[-1].value
     if dtype is None or imports.resolve(dtype, scope) not in FLOAT16:

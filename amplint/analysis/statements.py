@@ -335,3 +335,8 @@ def reads_gradients(statement: cst.CSTNode) -> bool:
 def is_none(node: cst.BaseExpression) -> bool:
     """Whether `node` is the name `None`."""
     return isinstance(node, cst.Name) and node.value == "None"
+
+
+def positional_args(call: cst.Call) -> list[cst.Arg]:
+    """The arguments of `call` given by position (not `*args`)."""
+    return [arg for arg in call.args if arg.keyword is None and not arg.star]

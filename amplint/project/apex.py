@@ -193,11 +193,29 @@ def apex_program(view: ProjectView) -> ApexProgram | None:
             every_facts[path] = found
     component = _program(imports, every_facts, view.path.resolve())
     facts = {path: found for path, found in every_facts.items() if path in component}
-    for path in facts:
+    for path in component:  # with the callers of takers without apex
         view.note(path)
+    return _assembled(index, facts, component, lambda path: index.module(path).text)
+
+
+def text_program(text: str) -> ApexProgram | None:
+    """The migration of a module known only as text (standard input, a test):
+    a program of that one module, at TEXT_PATH."""
+    facts = _apex_facts(_Module(TEXT_PATH, "", text, ""))
+    if facts is None:
+        return None
+    return _assembled(None, {TEXT_PATH: facts}, {TEXT_PATH}, lambda _: text)
+
+
+def _assembled(
+    index: ProjectIndex | None,
+    facts: dict[Path, _ApexFacts],
+    component: set[Path],
+    text_of: Callable[[Path], str],
+) -> ApexProgram:
+    """The program of the apex modules `facts` and the other modules of
+    `component`, whose texts `text_of` gives."""
     takers, obstacles, builders, receivers = _takers(index, facts, component)
-    for path in component - set(facts):  # callers of takers without apex
-        view.note(path)
     return ApexProgram(
         modules=tuple(sorted(facts)),
         initializers=tuple(
@@ -208,27 +226,7 @@ def apex_program(view: ProjectView) -> ApexProgram | None:
             )
         ),
         takers=frozenset(takers),
-        scaler_names={path: free_name(SCALER_NAMES, index.module(path).text) for path in facts},
-        obstacles=tuple(obstacles),
-        builders=frozenset(builders),
-        receivers=frozenset(receivers),
-    )
-
-
-def text_program(text: str) -> ApexProgram | None:
-    """The migration of a module known only as text (standard input, a test):
-    a program of that one module, at TEXT_PATH."""
-    facts = _apex_facts(_Module(TEXT_PATH, "", text, ""))
-    if facts is None:
-        return None
-    takers, obstacles, builders, receivers = _takers(None, {TEXT_PATH: facts}, {TEXT_PATH})
-    return ApexProgram(
-        modules=(TEXT_PATH,),
-        initializers=(
-            (TEXT_PATH,) if any(d.initializes for d in facts.definitions.values()) else ()
-        ),
-        takers=frozenset(takers),
-        scaler_names={TEXT_PATH: free_name(SCALER_NAMES, text)},
+        scaler_names={path: free_name(SCALER_NAMES, text_of(path)) for path in facts},
         obstacles=tuple(obstacles),
         builders=frozenset(builders),
         receivers=frozenset(receivers),

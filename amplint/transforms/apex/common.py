@@ -21,10 +21,6 @@ def keyword_args(call: cst.Call) -> dict[str, cst.Arg]:
     return {arg.keyword.value: arg for arg in call.args if arg.keyword is not None}
 
 
-def positional_args(call: cst.Call) -> list[cst.Arg]:
-    return [arg for arg in call.args if arg.keyword is None and not arg.star]
-
-
 def atom(node: cst.BaseExpression) -> cst.BaseExpression:
     """`node`, parenthesized unless it binds tighter than an attribute access."""
     if isinstance(node, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)) or node.lpar:

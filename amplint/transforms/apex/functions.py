@@ -17,13 +17,12 @@ import libcst as cst
 
 from amplint.analysis import ModuleFacts
 from amplint.analysis.apex import ApexScan, ApexUse, AutogradFunction, assigned_names, calls_to
-from amplint.analysis.statements import string_value
+from amplint.analysis.statements import positional_args, string_value
 from amplint.config import Settings
 from amplint.transforms.apex.common import (
     MigrationBlocked,
     atom,
     keyword_args,
-    positional_args,
 )
 from amplint.transforms.edits import EditBook
 from amplint.transforms.imports import is_docstring

@@ -48,9 +48,17 @@ from amplint.analysis.apex import (
     scaler_setting,
     squeezed,
 )
+from amplint.analysis.caller_forward import methods
 from amplint.analysis.scopes import Scope
+from amplint.analysis.steps import TrainingStep
 from amplint.analysis.visitor import descendants
-from amplint.analysis.statements import if_condition, method_name, name_use, string_value
+from amplint.analysis.statements import (
+    if_condition,
+    method_name,
+    name_use,
+    positional_args,
+    string_value,
+)
 from amplint.config import Settings
 from amplint.diagnostics import Edit
 from amplint.names import SCALER_NAMES, free_name
@@ -62,12 +70,13 @@ from amplint.transforms.apex.common import (
     atom,
     code_of,
     keyword_args,
-    positional_args,
 )
 from amplint.transforms.apex.functions import FunctionCasts
 from amplint.transforms.apex.op_lists import list_edit_changes
 from amplint.transforms.apex.reach import ScalerReach, places
 from amplint.transforms.apex.statements import (
+    own_init,
+    with_first,
     backward_of,
     block_holding,
     holds_only,
@@ -84,7 +93,6 @@ from amplint.transforms.edits import EditBook, apply_edits
 from amplint.transforms.imports import (
     ensure_functools_imported,
     ensure_torch_imported,
-    is_docstring,
     tidy_apex_imports,
 )
 from amplint.transforms.insert_amp import (
@@ -492,15 +500,7 @@ class _Migrator(ApexBranches):
                 continue
             if place.method.name.value == "__init__":
                 continue
-            body = place.top.body
-            constructor = next(
-                (
-                    statement
-                    for statement in (body.body if isinstance(body, cst.IndentedBlock) else ())
-                    if isinstance(statement, cst.FunctionDef) and statement.name.value == "__init__"
-                ),
-                None,
-            )
+            constructor = own_init(place.top)
             name = place.top.name.value
             if (
                 constructor is None
@@ -517,12 +517,9 @@ class _Migrator(ApexBranches):
                 f'{this}.{self.scaler} = {self.torch}.amp.GradScaler("{device}", enabled=False)\n'
             )
 
-            def with_default(block: cst.IndentedBlock, default=default) -> cst.IndentedBlock:
-                statements = list(block.body)
-                at = 1 if statements and is_docstring(statements[0]) else 0
-                return block.with_changes(body=[*statements[:at], default, *statements[at:]])
-
-            planned.append((constructor.body, with_default))
+            planned.append(
+                (constructor.body, lambda block, default=default: with_first(block, default))
+            )
             self.off_until_initialized = True
         return planned
 
@@ -675,13 +672,7 @@ class _Migrator(ApexBranches):
 
     def _declare_global(self, function: cst.FunctionDef) -> None:
         declaration = cst.SimpleStatementLine([cst.Global([cst.NameItem(cst.Name(self.scaler))])])
-
-        def declare(block: cst.IndentedBlock) -> cst.IndentedBlock:
-            body = list(block.body)
-            position = 1 if body and is_docstring(body[0]) else 0
-            return block.with_changes(body=[*body[:position], declaration, *body[position:]])
-
-        self.book.rewrite(function.body, declare)
+        self.book.rewrite(function.body, lambda block: with_first(block, declaration))
 
     # -- amp.scale_loss ------------------------------------------------------------
     def _scale_loss(self, use: ApexUse) -> None:
@@ -894,7 +885,7 @@ class _Migrator(ApexBranches):
         return self.reach.initializing == {top}
 
 
-def _callers_in_subclasses(step, module: cst.Module) -> str | None:
+def _callers_in_subclasses(step: TrainingStep, module: cst.Module) -> str | None:
     """Why a step whose forward passes are at the callers of its method
     (`self.optimize(loss)`) cannot migrate: subclasses in the module call it
     too.  apex ran their forward passes in float16; autocast goes only at the
@@ -908,9 +899,8 @@ def _callers_in_subclasses(step, module: cst.Module) -> str | None:
             isinstance(arg.value, cst.Name) and arg.value.value == base for arg in statement.bases
         ):
             continue
-        body = statement.body.body if isinstance(statement.body, cst.IndentedBlock) else ()
-        for method in body:
-            if not isinstance(method, cst.FunctionDef) or not method.params.params:
+        for method in methods(statement):
+            if not method.params.params:
                 continue
             me = method.params.params[0].name.value
             if any(

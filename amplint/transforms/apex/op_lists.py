@@ -13,8 +13,8 @@ from __future__ import annotations
 import libcst as cst
 
 from amplint.analysis.apex import ApexUse
-from amplint.analysis.statements import string_value
-from amplint.transforms.apex.common import MigrationBlocked, positional_args
+from amplint.analysis.statements import positional_args, string_value
+from amplint.transforms.apex.common import MigrationBlocked
 
 # torch.autocast's CUDA lists ("CUDA Ops that can autocast to float16 / float32"
 # in torch.amp's docs); any other op runs in the dtype of its inputs.

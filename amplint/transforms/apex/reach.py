@@ -18,6 +18,7 @@ from amplint.analysis.scopes import Scope, ScopedVisitor
 from amplint.analysis.visitor import children
 from amplint.project.apex import ApexProgram, Taker
 from amplint.transforms.apex.common import MigrationBlocked
+from amplint.transforms.apex.statements import own_init, with_first
 from amplint.transforms.arguments import insert_argument, keyword_argument
 from amplint.transforms.edits import EditBook
 from amplint.transforms.imports import is_docstring
@@ -153,18 +154,7 @@ class ScalerReach:
         if f".{scaler}" in self.facts.module.code_for_node(definition):
             raise MigrationBlocked(f"`{name}` has an attribute `{scaler}` already")
         body = definition.body
-        init = (
-            next(
-                (
-                    s
-                    for s in body.body
-                    if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"
-                ),
-                None,
-            )
-            if isinstance(body, cst.IndentedBlock)
-            else None
-        )
+        init = own_init(definition)
         if init is not None:
             if not init.params.params or not isinstance(init.body, cst.IndentedBlock):
                 raise MigrationBlocked(f"`{name}.__init__` has no `self` to keep the GradScaler on")
@@ -172,12 +162,9 @@ class ScalerReach:
             keep = cst.parse_statement(f"{this}.{scaler} = {scaler}\n")
 
             def taking(node: cst.FunctionDef) -> cst.FunctionDef:
-                statements = list(node.body.body)
-                at = 1 if statements and is_docstring(statements[0]) else 0
-                statements.insert(at, keep)
                 return node.with_changes(
                     params=with_keyword_only(node.params, scaler),
-                    body=node.body.with_changes(body=statements),
+                    body=with_first(node.body, keep),
                 )
 
             return init, taking

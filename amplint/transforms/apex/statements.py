@@ -15,7 +15,7 @@ from amplint.analysis.imports import dotted_name
 from amplint.analysis.statements import is_none
 from amplint.analysis.visitor import descendants
 from amplint.transforms.apex.common import code_of
-from amplint.transforms.imports import IMPORT_ERRORS, local_name
+from amplint.transforms.imports import IMPORT_ERRORS, is_docstring, local_name
 
 # A comment about apex, over a statement the migration replaces, describes what is gone.
 _APEX_WORD = re.compile(r"\bapex\b", re.I)
@@ -221,3 +221,21 @@ def without_apex_comments(lines: Sequence[cst.EmptyLine]) -> list[cst.EmptyLine]
     return [
         line for line in lines if not _APEX_WORD.search(line.comment.value if line.comment else "")
     ]
+
+
+def with_first(block: cst.IndentedBlock, statement: cst.BaseStatement) -> cst.IndentedBlock:
+    """`block` with `statement` first, after its docstring if it has one."""
+    body = list(block.body)
+    at = 1 if body and is_docstring(body[0]) else 0
+    return block.with_changes(body=[*body[:at], statement, *body[at:]])
+
+
+def own_init(class_def: cst.ClassDef) -> cst.FunctionDef | None:
+    """The `__init__` that `class_def` defines itself, if any."""
+    body = class_def.body
+    if not isinstance(body, cst.IndentedBlock):
+        return None
+    return next(
+        (s for s in body.body if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"),
+        None,
+    )
