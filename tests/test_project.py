@@ -321,7 +321,7 @@ def test_kernels_made_autocast_aware_or_outside_the_program_do_not(tmp_path: Pat
 
 
 def test_loss_helpers_are_found_without_parsing_the_whole_module() -> None:
-    from amplint.project import _definitions_mentioning
+    from amplint.project.source import definitions_mentioning
 
     text = dedent("""
         import torch.nn.functional as F
@@ -345,17 +345,17 @@ def test_loss_helpers_are_found_without_parsing_the_whole_module() -> None:
         class Plain:
             pass
         """)
-    found = _definitions_mentioning(text, frozenset({"binary_cross_entropy"}))
+    found = definitions_mentioning(text, frozenset({"binary_cross_entropy"}))
     assert {name: node.lineno for name, node in found.items()} == {"bce": 9, "vae_loss": 13}
     # A docstring's lines at column 0 are inside the def, not a new statement.
     noted = text.replace(
         "    return bce(recon, x) + 1", '    """\nNote.\n"""\n    return bce(recon, x)'
     )
-    found = _definitions_mentioning(noted, frozenset({"binary_cross_entropy"}))
+    found = definitions_mentioning(noted, frozenset({"binary_cross_entropy"}))
     assert sorted(found) == ["bce", "vae_loss"]
     # Quotes the count cannot pair: the caller parses the whole module.
     unpaired = noted.replace('"""\n    return', "'''\n    return")
-    assert _definitions_mentioning(unpaired, frozenset({"binary_cross_entropy"})) is None
+    assert definitions_mentioning(unpaired, frozenset({"binary_cross_entropy"})) is None
 
 
 def test_kernels_reached_through_a_module_importing_the_step_count(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ from amplint.analysis.imports import ImportMap, dotted_name
 from amplint.analysis.scopes import Scope, ScopedVisitor
 from amplint.analysis.statements import method_name
 from amplint.analysis.visitor import Visitor
-from amplint.project import LossHelper
+from amplint.project.losses import LossHelper
 
 OPTIMIZER_NAME = re.compile(r"optim|^opt($|[_\dA-Z]|[dg]$)", re.I)
 SCHEDULER_NAME = re.compile(r"sched", re.I)

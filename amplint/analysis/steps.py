@@ -39,7 +39,7 @@ from amplint.analysis.statements import (
     name_use,
 )
 from amplint.analysis.visitor import Visitor, children, holds
-from amplint.project import LossHelper
+from amplint.project.losses import LossHelper
 from amplint.triggers import SCALER_NAME
 
 Loop = Union[cst.For, cst.While]

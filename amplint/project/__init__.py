@@ -16,13 +16,14 @@ import ast
 import hashlib
 import os
 import re
-import warnings
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Sequence, TypeVar
 
 from amplint.files import DEFAULT_EXCLUDES, readable_file, real_path
+from amplint.project.losses import LossHelper, loss_helpers_in
+from amplint.project.source import ModuleSource, dotted_expression, last_name
 from amplint.project.configs import (
     LAUNCH_SUFFIXES,
     LaunchPrecision,
@@ -149,7 +150,7 @@ class CustomKernel:
     line: int
 
 
-def custom_kernel_in(module: _Module) -> CustomKernel | None:
+def custom_kernel_in(module: ModuleSource) -> CustomKernel | None:
     """Where `module` compiles kernels on import without `custom_fwd`, or None."""
     if "cpp_extension" not in module.text or "custom_fwd" in module.text:
         return None
@@ -164,53 +165,10 @@ def custom_kernel_in(module: _Module) -> CustomKernel | None:
         if (
             isinstance(statement, (ast.Assign, ast.AnnAssign, ast.Expr))
             and isinstance(value, ast.Call)
-            and _last_name(value.func) in ("load", "load_inline")
+            and last_name(value.func) in ("load", "load_inline")
         ):
             return CustomKernel(module.path, statement.lineno)
     return None
-
-
-@dataclass(frozen=True)
-class LossHelper:
-    """A def or class of a project module that computes a loss which raises
-    under CUDA autocast (`vae_loss` calling `F.binary_cross_entropy`)."""
-
-    path: Path
-    line: int
-    loss: str  # as the helper calls it: "BCELoss", "binary_cross_entropy"
-    is_class: bool  # its instances compute the loss; else calling it does
-    where: str = ""  # "losses.py:6", relative to the project root
-
-    @property
-    def description(self) -> str:
-        return f"{self.loss}, {self.where}" if self.where else self.loss
-
-
-# The autocast-unsafe losses as a helper's own code calls them (the last part
-# of the name: `nn.BCELoss()`, `F.binary_cross_entropy(...)`).
-_UNSAFE_LOSS_CALLS = frozenset({"BCELoss", "binary_cross_entropy"})
-
-
-@dataclass
-class _Module:
-    path: Path
-    name: str  # dotted, relative to the project root
-    text: str
-    digest: str
-    _tree: ast.Module | None = field(default=None, repr=False)
-    _parsed: bool = False
-
-    @property
-    def tree(self) -> ast.Module | None:
-        if not self._parsed:
-            self._parsed = True
-            try:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    self._tree = ast.parse(self.text)
-            except (SyntaxError, ValueError, RecursionError, MemoryError):
-                self._tree = None
-        return self._tree
 
 
 class ProjectIndex:
@@ -223,7 +181,7 @@ class ProjectIndex:
         self._launch_files: list[Path] = []  # accelerate configs, launch scripts
         self._launch: list[LaunchPrecision] | None = None
         # path -> ((mtime, size) when read, the module or None if unreadable)
-        self._modules: dict[Path, tuple[tuple[int, int] | None, _Module | None]] = {}
+        self._modules: dict[Path, tuple[tuple[int, int] | None, ModuleSource | None]] = {}
         self._fsdp: list[FsdpUse] | None = None
         self._by_name: dict[str, list[Path]] | None = None
         self._loss_helpers: dict[str, dict[str, LossHelper]] = {}  # by module digest
@@ -258,7 +216,7 @@ class ProjectIndex:
                     break
         return self._paths
 
-    def module(self, path: Path) -> _Module | None:
+    def module(self, path: Path) -> ModuleSource | None:
         """The module at `path`, read again when the file changed since (an
         index may outlive one run: an editor, a test calling the CLI twice)."""
         try:
@@ -278,7 +236,7 @@ class ProjectIndex:
             self._modules[path] = known = (version, module)
         return known[1]
 
-    def _read(self, path: Path, stat: os.stat_result | None) -> _Module | None:
+    def _read(self, path: Path, stat: os.stat_result | None) -> ModuleSource | None:
         # A FIFO named like a module would block the read forever (as
         # discovery knows); a huge file is not a module anyone wrote.
         if stat is None or not readable_file(stat):
@@ -288,7 +246,7 @@ class ProjectIndex:
             text = data.decode("utf-8-sig")
         except (OSError, UnicodeDecodeError):
             return None
-        return _Module(path, _dotted(path, self.root), text, hashlib.sha256(data).hexdigest())
+        return ModuleSource(path, _dotted(path, self.root), text, hashlib.sha256(data).hexdigest())
 
     def relative(self, path: Path) -> str:
         """`path` as the user reads it: relative to the project root."""
@@ -348,7 +306,7 @@ class ProjectIndex:
             self._kernels = self._in_every_module(custom_kernel_in)
         return self._kernels
 
-    def _in_every_module(self, finder: Callable[[_Module], T | None]) -> list[T]:
+    def _in_every_module(self, finder: Callable[[ModuleSource], T | None]) -> list[T]:
         """What `finder` answers for each readable module of the project."""
         found = []
         for path in self.paths:
@@ -425,46 +383,10 @@ class ProjectIndex:
         beside = [path for path in candidates if path.parent == importer.resolve().parent]
         return (beside or candidates or [_on_script_path(self.root, spelled)])[0]
 
-    def _helpers_of(self, module: _Module) -> dict[str, LossHelper]:
-        """The top-level defs and classes of `module` computing an unsafe loss,
-        also through another def of the same module."""
+    def _helpers_of(self, module: ModuleSource) -> dict[str, LossHelper]:
         found = self._loss_helpers.get(module.digest)
-        if found is not None:
-            return found
-        found = {}
-        if any(loss in module.text for loss in _UNSAFE_LOSS_CALLS):
-            definitions = _definitions_mentioning(module.text, _UNSAFE_LOSS_CALLS)
-            if definitions is None and module.tree is not None:
-                definitions = {
-                    node.name: node
-                    for node in module.tree.body
-                    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
-                }
-
-            def loss_of(name: str, seen: set[str]) -> str | None:
-                seen.add(name)
-                definition = definitions[name]
-                if isinstance(definition, ast.ClassDef):
-                    for base in definition.bases:
-                        if _last_name(base) in _UNSAFE_LOSS_CALLS:
-                            return _last_name(base)
-                for node in ast.walk(definition):
-                    if not isinstance(node, ast.Call):
-                        continue
-                    called = _last_name(node.func)
-                    if called in _UNSAFE_LOSS_CALLS:
-                        return called
-                    if isinstance(node.func, ast.Name) and called in definitions:
-                        if called not in seen and (loss := loss_of(called, seen)):
-                            return loss
-                return None
-
-            for name, definition in (definitions or {}).items():
-                loss = loss_of(name, set())
-                if loss is not None:
-                    is_class = isinstance(definition, ast.ClassDef)
-                    found[name] = LossHelper(module.path, definition.lineno, loss, is_class)
-        self._loss_helpers[module.digest] = found
+        if found is None:
+            found = self._loss_helpers[module.digest] = loss_helpers_in(module)
         return found
 
     def imports(self, importer: Path, imported: Path) -> bool:
@@ -647,14 +569,14 @@ def _dotted(path: Path, root: Path) -> str:
     return ".".join(parts)
 
 
-def _absolute(node: ast.ImportFrom, importer: _Module) -> str:
+def _absolute(node: ast.ImportFrom, importer: ModuleSource) -> str:
     """The module an ``from X import ...`` reads, relative dots resolved."""
     if not node.level:
         return node.module or ""
     return _from_package(importer, node.level, node.module or "")
 
 
-def _from_package(importer: _Module, level: int, rest: str) -> str:
+def _from_package(importer: ModuleSource, level: int, rest: str) -> str:
     """`rest` imported with `level` leading dots from `importer`: `from ..x import`."""
     package = importer.name.split(".") if importer.name else []
     if importer.path.name != "__init__.py":
@@ -678,14 +600,14 @@ def _on_script_path(root: Path, spelled: str) -> Path | None:
     return None
 
 
-def _names_module(spelled: str, target: _Module) -> bool:
+def _names_module(spelled: str, target: ModuleSource) -> bool:
     """Whether an import of `spelled` can mean `target`: scripts import their
     neighbours by bare name, packages by a dotted path that may start below
     the project root."""
     return bool(spelled) and (target.name == spelled or target.name.endswith("." + spelled))
 
 
-def _bindings(module: _Module, target: _Module):
+def _bindings(module: ModuleSource, target: ModuleSource):
     """Each import in `module` of `target`, as (what is imported, the local
     name): (None, name) binds the module itself, (attr, name) one of its names."""
     for node in ast.walk(module.tree):
@@ -703,7 +625,7 @@ def _bindings(module: _Module, target: _Module):
                     yield None, alias.asname or alias.name
 
 
-def _calls_of(module: _Module, target: _Module, function: str) -> list[CallSite]:
+def _calls_of(module: ModuleSource, target: ModuleSource, function: str) -> list[CallSite]:
     """Calls in `module` of `function` defined in `target`."""
     direct: set[str] = set()  # local names bound to the function itself
     via_module: set[str] = set()  # local names bound to the target module
@@ -720,7 +642,7 @@ def _calls_of(module: _Module, target: _Module, function: str) -> list[CallSite]
         if (isinstance(func, ast.Name) and func.id in direct) or (
             isinstance(func, ast.Attribute)
             and func.attr == function
-            and _dotted_expression(func.value) in via_module
+            and dotted_expression(func.value) in via_module
         ):
             sites.append(CallSite(module.path, node.lineno, caller))
     return sites
@@ -737,84 +659,3 @@ def _calls_with_callers(tree: ast.Module):
             if isinstance(child, ast.Call):
                 yield caller, child
             stack.append((caller, child))
-
-
-_DEFINITION = re.compile(r"(?:async\s+)?def\s+(\w+)|class\s+(\w+)")
-_TRIPLE_QUOTE = re.compile(r"\"\"\"|\'\'\'")
-
-
-def _definitions_mentioning(
-    text: str, words: frozenset[str]
-) -> dict[str, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef] | None:
-    """The top-level defs and classes of `text` that mention one of `words`,
-    or call by name one that does, each parsed alone with the module's line
-    numbers: a library module that defines `binary_cross_entropy` among a
-    thousand other functions is not parsed whole.  Lines inside a string
-    spanning lines never start a block.  None where the text does not split
-    into blocks that parse alone; the caller parses the module then."""
-    blocks: dict[str, tuple[int, str]] = {}
-    start: int | None = None
-    lines: list[str] = []
-    name: str | None = None
-    string: str | None = None  # the triple quote a string spanning lines opened
-    for number, line in enumerate([*text.splitlines(keepends=True), "end\n"], 1):
-        inside = string is not None
-        for quote in _TRIPLE_QUOTE.findall(line):
-            string = quote if string is None else None if quote == string else string
-        if inside or not line.strip() or line[0] in " \t#)]}":
-            if start is not None:
-                lines.append(line)
-            continue
-        match = _DEFINITION.match(line)
-        if start is not None and name is None and (line.startswith("@") or match):
-            lines.append(line)  # decorators, then their def
-        else:
-            if name is not None:
-                blocks[name] = (start, "".join(lines))
-            start, lines, name = None, [], None
-            if line.startswith("@") or match:
-                start, lines = number, [line]
-        if match and name is None and start is not None:
-            name = match.group(1) or match.group(2)
-    if string is not None:
-        return None  # quotes this count cannot pair
-    wanted = {name for name, (_, block) in blocks.items() if any(w in block for w in words)}
-    while True:  # and the defs calling those, as far as the calls go
-        callers = {
-            name
-            for name, (_, block) in blocks.items()
-            if name not in wanted
-            and any(re.search(rf"\b{re.escape(w)}\s*\(", block) for w in wanted)
-        }
-        if not callers:
-            break
-        wanted |= callers
-    found = {}
-    for name in wanted:
-        first, block = blocks[name]
-        try:
-            tree = ast.parse(block)
-        except (SyntaxError, ValueError, RecursionError, MemoryError):
-            return None
-        if len(tree.body) != 1 or getattr(tree.body[0], "name", None) != name:
-            return None
-        found[name] = ast.increment_lineno(tree, first - 1).body[0]
-    return found
-
-
-def _last_name(node: ast.AST) -> str | None:
-    """`BCELoss` of `nn.BCELoss`, of `torch.nn.BCELoss` or of `BCELoss`."""
-    if isinstance(node, ast.Attribute):
-        return node.attr
-    if isinstance(node, ast.Name):
-        return node.id
-    return None
-
-
-def _dotted_expression(node: ast.AST) -> str | None:
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        base = _dotted_expression(node.value)
-        return None if base is None else f"{base}.{node.attr}"
-    return None

@@ -29,13 +29,8 @@ from pathlib import Path
 from typing import Callable
 
 from amplint.names import SCALER_NAMES, free_name
-from amplint.project import (
-    ProjectIndex,
-    ProjectView,
-    _bindings,
-    _dotted_expression,
-    _Module,
-)
+from amplint.project import ProjectIndex, ProjectView, _bindings
+from amplint.project.source import ModuleSource, dotted_expression
 
 # apex.amp members that read or change the loss scaler's state; their users
 # need the GradScaler after the migration.
@@ -107,7 +102,7 @@ class _ApexFacts:
     definitions: dict[str, _Definition]  # `<module>` for the statements outside any
 
 
-def _apex_facts(module: _Module) -> _ApexFacts | None:
+def _apex_facts(module: ModuleSource) -> _ApexFacts | None:
     """How `module` uses apex.amp, from its imports; None when it does not."""
     if "apex" not in module.text or module.tree is None:
         return None
@@ -163,7 +158,7 @@ def _apex_facts(module: _Module) -> _ApexFacts | None:
                 definition.uses_state |= member in STATE_MEMBERS
                 definition.initializes |= member == "initialize"
             if isinstance(node, ast.Call):
-                callee = _dotted_expression(node.func)
+                callee = dotted_expression(node.func)
                 if callee is not None:
                     definition.calls.add(callee)
         if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -201,7 +196,7 @@ def apex_program(view: ProjectView) -> ApexProgram | None:
 def text_program(text: str) -> ApexProgram | None:
     """The migration of a module known only as text (standard input, a test):
     a program of that one module, at TEXT_PATH."""
-    facts = _apex_facts(_Module(TEXT_PATH, "", text, ""))
+    facts = _apex_facts(ModuleSource(TEXT_PATH, "", text, ""))
     if facts is None:
         return None
     return _assembled(None, {TEXT_PATH: facts}, {TEXT_PATH}, lambda _: text)
@@ -380,7 +375,7 @@ def _called_takers(
     return found
 
 
-def _calls_taker(index: ProjectIndex, module: _Module, taker: Taker) -> bool:
+def _calls_taker(index: ProjectIndex, module: ModuleSource, taker: Taker) -> bool:
     """Whether `module` calls `taker`, through the names it imports it by."""
     target = index.module(taker.path)
     if target is None or module.tree is None:
@@ -392,7 +387,7 @@ def _calls_taker(index: ProjectIndex, module: _Module, taker: Taker) -> bool:
         elif imported == taker.name:  # `from utils import save_checkpoint`
             spellings.add(local)
     return any(
-        isinstance(node, ast.Call) and _dotted_expression(node.func) in spellings
+        isinstance(node, ast.Call) and dotted_expression(node.func) in spellings
         for node in ast.walk(module.tree)
     )
 

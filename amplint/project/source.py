@@ -1,0 +1,129 @@
+"""A project module's source, and what can be read from it without parsing it whole."""
+
+from __future__ import annotations
+
+import ast
+import re
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+Definition = ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
+
+
+@dataclass
+class ModuleSource:
+    """A project module as the index read it: its text, and its `ast` tree on
+    first use (None where it does not parse)."""
+
+    path: Path
+    name: str  # dotted, relative to the project root
+    text: str
+    digest: str
+    _tree: ast.Module | None = field(default=None, repr=False)
+    _parsed: bool = False
+
+    @property
+    def tree(self) -> ast.Module | None:
+        if not self._parsed:
+            self._parsed = True
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    self._tree = ast.parse(self.text)
+            except (SyntaxError, ValueError, RecursionError, MemoryError):
+                self._tree = None
+        return self._tree
+
+
+_DEFINITION = re.compile(r"(?:async\s+)?def\s+(\w+)|class\s+(\w+)")
+_TRIPLE_QUOTE = re.compile(r"\"\"\"|\'\'\'")
+
+
+def definitions_mentioning(text: str, words: frozenset[str]) -> dict[str, Definition] | None:
+    """The top-level defs and classes of `text` that mention one of `words`,
+    or call by name one that does, each parsed alone with the module's line
+    numbers: a library module that defines `binary_cross_entropy` among a
+    thousand other functions is not parsed whole.  Lines inside a string
+    spanning lines never start a block.  None where the text does not split
+    into blocks that parse alone; the caller parses the module then."""
+    blocks: dict[str, tuple[int, str]] = {}
+    start: int | None = None
+    lines: list[str] = []
+    name: str | None = None
+    string: str | None = None  # the triple quote a string spanning lines opened
+    for number, line in enumerate([*text.splitlines(keepends=True), "end\n"], 1):
+        inside = string is not None
+        for quote in _TRIPLE_QUOTE.findall(line):
+            string = quote if string is None else None if quote == string else string
+        if inside or not line.strip() or line[0] in " \t#)]}":
+            if start is not None:
+                lines.append(line)
+            continue
+        match = _DEFINITION.match(line)
+        if start is not None and name is None and (line.startswith("@") or match):
+            lines.append(line)  # decorators, then their def
+        else:
+            if name is not None:
+                blocks[name] = (start, "".join(lines))
+            start, lines, name = None, [], None
+            if line.startswith("@") or match:
+                start, lines = number, [line]
+        if match and name is None and start is not None:
+            name = match.group(1) or match.group(2)
+    if string is not None:
+        return None  # quotes this count cannot pair
+    wanted = {name for name, (_, block) in blocks.items() if any(w in block for w in words)}
+    while True:  # and the defs calling those, as far as the calls go
+        callers = {
+            name
+            for name, (_, block) in blocks.items()
+            if name not in wanted
+            and any(re.search(rf"\b{re.escape(w)}\s*\(", block) for w in wanted)
+        }
+        if not callers:
+            break
+        wanted |= callers
+    found = {}
+    for name in wanted:
+        first, block = blocks[name]
+        try:
+            tree = ast.parse(block)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return None
+        if len(tree.body) != 1 or getattr(tree.body[0], "name", None) != name:
+            return None
+        found[name] = ast.increment_lineno(tree, first - 1).body[0]
+    return found
+
+
+def last_name(node: ast.AST) -> str | None:
+    """`BCELoss` of `nn.BCELoss`, of `torch.nn.BCELoss` or of `BCELoss`."""
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    if isinstance(node, ast.Name):
+        return node.id
+    return None
+
+
+def dotted_expression(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        base = dotted_expression(node.value)
+        return None if base is None else f"{base}.{node.attr}"
+    return None
+
+
+def top_level_definitions(module: ModuleSource, words: frozenset[str]) -> dict[str, Definition]:
+    """The top-level defs and classes of `module` that mention one of `words`
+    or call one that does (see definitions_mentioning); every one of them
+    where its text does not split into blocks."""
+    found = definitions_mentioning(module.text, words)
+    if found is None and module.tree is not None:
+        found = {
+            node.name: node
+            for node in module.tree.body
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+        }
+    return found or {}
