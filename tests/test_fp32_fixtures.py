@@ -178,3 +178,39 @@ def test_optimizers_stepped_in_a_loop_are_unscaled_in_a_loop_before_the_clips(
 
     assert follows(printed_losses(right))
     assert not follows(printed_losses(wrong))
+
+
+@pytest.mark.slow
+def test_a_norm_logged_on_every_micro_step_is_the_fp32_norm_under_a_real_scaler(
+    tmp_path: Path, torch_installed
+) -> None:
+    """The project's `get_grad_norm` (a p-norm by hand) logs the norm of the
+    gradients on every micro-step, where they are still scaled: the rewrite
+    divides its result by the scale, and under a real CPU scaler (65536) the
+    logged norms follow the FP32 run's.  Without the division they are 65536
+    times larger."""
+    script = FIXTURES / "fp32_steps" / "norm_log_every_micro_step.py"
+    rewritten = fixed(script.read_text(encoding="utf-8"), FP16_CPU)
+    divided = "get_grad_norm(model.parameters()) / scaler.get_scale()"
+    assert divided in rewritten and "unscale_" not in rewritten
+    right, wrong = tmp_path / "right.py", tmp_path / "wrong.py"
+    right.write_text(rewritten, encoding="utf-8")
+    wrong.write_text(rewritten.replace(divided, "get_grad_norm(model.parameters())"))
+
+    def norms(path: Path) -> list[float]:
+        printed = subprocess.run(
+            [sys.executable, path.name], cwd=path.parent, capture_output=True, text=True
+        )
+        assert printed.returncode == 0, printed.stderr[-2000:]
+        return [float(line.split()[1]) for line in printed.stdout.splitlines() if "norm" in line]
+
+    fp32 = norms(script)
+
+    def follows(logged: list[float]) -> bool:
+        return len(logged) == len(fp32) and all(
+            abs(a - b) <= 0.02 * abs(a) for a, b in zip(fp32, logged)
+        )
+
+    assert follows(norms(right))
+    assert not follows(norms(wrong))
+    assert printed_losses(right)[-1] < printed_losses(right)[0]

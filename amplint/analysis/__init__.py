@@ -57,6 +57,8 @@ from amplint.analysis.steps import StepScan, find_training_steps
 from amplint.diagnostics import Span
 from amplint.project.apex import TEXT_PATH, ApexProgram, apex_program, text_program
 from amplint.project import CustomKernel, FsdpUse, LossHelper, ProjectView, fsdp_use_in
+from amplint.project.gradient_norms import gradient_norms_in
+from amplint.project.source import ModuleSource
 from amplint.triggers import DEPRECATED_STATE_SPELLED, FRAMEWORK_SPELLED
 
 
@@ -131,7 +133,12 @@ class ModuleFacts:
 
     @cached_property
     def training_steps(self) -> StepScan:
-        return find_training_steps(self.module, self.imports, self.project_loss_helpers)
+        return find_training_steps(
+            self.module,
+            self.imports,
+            self.project_loss_helpers,
+            lambda: self.project_gradient_norms,
+        )
 
     @cached_property
     def proven_device(self) -> ProvenDevice | None:
@@ -170,14 +177,28 @@ class ModuleFacts:
         a loss CUDA autocast refuses, by the name a call spells them."""
         if self.project is None:
             return {}
-        # torch's own losses are known by name (analysis/autocast.py); its
-        # modules are project modules only when the project is torch itself.
-        imported = {
+        return self.project.loss_helpers(self._project_imports)
+
+    @property
+    def _project_imports(self) -> dict[str, str]:
+        """Local name -> what it imports, for the imports that may be of the
+        project's modules.  torch's own losses and norms are known by name; its
+        modules are project modules only when the project is torch itself."""
+        return {
             binding.name: binding.target
             for binding in self.imports.statements
             if binding.target.split(".", 1)[0] != "torch"
         }
-        return self.project.loss_helpers(imported)
+
+    @cached_property
+    def project_gradient_norms(self) -> dict[str, str]:
+        """Functions of this module and of the project modules it imports that
+        compute a norm of the gradients they are given, by the name a call
+        spells them, with where they are (project/gradient_norms.py)."""
+        if self.project is not None:
+            return self.project.gradient_norms(self._project_imports)
+        own = gradient_norms_in(ModuleSource(TEXT_PATH, "", self.text, ""))
+        return {name: f"line {line}" for name, line in own.items()}
 
     @cached_property
     def scaler_uses(self) -> list[ScalerUse]:

@@ -15,7 +15,7 @@ import builtins
 import re
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Iterator, Sequence, Union
+from typing import Callable, Iterator, Sequence, Union
 
 import libcst as cst
 
@@ -38,7 +38,7 @@ from amplint.analysis.statements import (
     method_name,
     name_use,
 )
-from amplint.analysis.visitor import Visitor, children, holds
+from amplint.analysis.visitor import Visitor, children, descendants, holds
 from amplint.project.losses import LossHelper
 from amplint.triggers import SCALER_NAME
 
@@ -144,6 +144,10 @@ class GradEdit:
     # Only reads the gradients (`norm = p.grad.norm()`, for a log): it changes
     # nothing, but must see them unscaled to read what the FP32 step read.
     reads: bool = False
+    # `clip` is the project's function computing a norm of the gradients (a
+    # `get_grad_norm(model.parameters())` for a log): on gradients still scaled
+    # it returns the scale times their norm (project/gradient_norms.py).
+    norm: bool = False
 
 
 @dataclass(eq=False)
@@ -263,11 +267,16 @@ class _StepFinder(ScopedVisitor):
     """Visits every loop and function body once, with the enclosing context."""
 
     def __init__(
-        self, module: cst.Module, imports: ImportMap, project_losses: dict[str, LossHelper]
+        self,
+        module: cst.Module,
+        imports: ImportMap,
+        project_losses: dict[str, LossHelper],
+        gradient_norms: Callable[[], dict[str, str]],
     ) -> None:
         super().__init__()
         self.module = module
         self.imports = imports
+        self._gradient_norms = gradient_norms
         self.roles = module_roles(module, imports, project_losses)
         self.calls = ModelCalls(
             module,
@@ -355,6 +364,14 @@ class _StepFinder(ScopedVisitor):
                 return True
         return False
 
+    def _computes_gradient_norm(self, call: cst.Call) -> bool:
+        """Whether `call` is of a project function that computes a norm of the
+        gradients of the parameters it is given (project/gradient_norms.py)."""
+        name = dotted_name(call.func)
+        if name is None or any(_mentions_grad(arg.value) for arg in call.args):
+            return False  # given gradients, not parameters: `norm([p.grad for p in ps])`
+        return name in self._gradient_norms()
+
     @cached_property
     def _gradient_editors(self) -> set[str]:
         """The module-level functions whose body edits `.grad` in place."""
@@ -416,7 +433,8 @@ class _StepFinder(ScopedVisitor):
                     # The project's own clipper (`clip_gradient(optimizer, c)`,
                     # `clipper.step(model.parameters())`): it may clamp or clip,
                     # which must see unscaled gradients, like torch's own clip.
-                    grad_edits.append(GradEdit(statement, order, clip=call))
+                    norm = self._computes_gradient_norm(call)
+                    grad_edits.append(GradEdit(statement, order, clip=call, norm=norm))
             if isinstance(statement, (cst.SimpleStatementLine, cst.For, cst.While)) and not any(
                 edit.statement is statement for edit in grad_edits
             ):
@@ -994,16 +1012,28 @@ def _framework_owned(call: cst.Call) -> bool:
     return (receiver or "").rsplit(".", 1)[-1] in FRAMEWORK_BACKWARD
 
 
+def _mentions_grad(node: cst.CSTNode) -> bool:
+    return any(
+        isinstance(child, cst.Attribute) and child.attr.value == "grad"
+        for child in descendants(node)
+    )
+
+
 def _base_names(class_def: cst.ClassDef) -> set[str]:
     return {name for base in class_def.bases if (name := dotted_name(base.value)) is not None}
 
 
 def find_training_steps(
-    module: cst.Module, imports: ImportMap, project_losses: dict[str, LossHelper] | None = None
+    module: cst.Module,
+    imports: ImportMap,
+    project_losses: dict[str, LossHelper] | None = None,
+    gradient_norms: Callable[[], dict[str, str]] | None = None,
 ) -> StepScan:
     """The training steps of `module`; `project_losses` are the loss helpers
-    of other project modules it imports (see ProjectView.loss_helpers)."""
-    finder = _StepFinder(module, imports, project_losses or {})
+    of other project modules it imports (see ProjectView.loss_helpers),
+    `gradient_norms` gives, when asked, the functions of the project that
+    compute a norm of the gradients, by the names this module calls them."""
+    finder = _StepFinder(module, imports, project_losses or {}, gradient_norms or dict)
     finder.walk(module)
     _mark_amp_twins(module, finder.steps)
     return StepScan(finder.steps, finder.manual_updates, finder.roles.created)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Callable, Sequence, TypeVar
 
 from amplint.files import DEFAULT_EXCLUDES, readable_file, real_path
+from amplint.project.gradient_norms import gradient_norms_in
 from amplint.project.losses import LossHelper, loss_helpers_in
 from amplint.project.source import ModuleSource, dotted_expression, last_name
 from amplint.project.configs import (
@@ -184,7 +185,8 @@ class ProjectIndex:
         self._modules: dict[Path, tuple[tuple[int, int] | None, ModuleSource | None]] = {}
         self._fsdp: list[FsdpUse] | None = None
         self._by_name: dict[str, list[Path]] | None = None
-        self._loss_helpers: dict[str, dict[str, LossHelper]] = {}  # by module digest
+        # (what was looked for, module digest) -> the definitions found
+        self._definitions: dict[tuple[str, str], dict] = {}
         self._kernels: list[CustomKernel] | None = None
         self._imported: dict[str, list[Path]] = {}  # module digest -> project modules
 
@@ -344,20 +346,41 @@ class ProjectIndex:
         `.losses`) brings of the project's autocast-unsafe loss helpers:
         {"": helper} for a helper itself, {"vae_loss": helper, ...} for the
         module holding them; with the module read to answer, or None."""
+        return self._definitions_imported(importer, target, loss_helpers_in)
+
+    def gradient_norms(self, importer: Path, target: str) -> tuple[Path | None, dict[str, int]]:
+        """What an import in `importer` of `target` brings of the project's
+        functions computing a norm of the gradients (project/gradient_norms.py),
+        by name ("" for the function itself), with their lines."""
+        return self._definitions_imported(importer, target, gradient_norms_in)
+
+    def _definitions_imported(
+        self, importer: Path, target: str, found_in: Callable[[ModuleSource], dict[str, T]]
+    ) -> tuple[Path | None, dict[str, T]]:
+        """What `found_in` finds in the module or the top-level name of a module
+        that an import in `importer` of `target` means: {"": it} for a name,
+        everything found for a module; with the module read, or None."""
         spelled = self._absolute_target(importer, target)
         if spelled is None:
             return None, {}
         path = self._find_module(importer, spelled)
         if path is not None:
             module = self.module(path)
-            return path, self._helpers_of(module) if module is not None else {}
+            return path, self._found(module, found_in) if module is not None else {}
         owner, _, name = spelled.rpartition(".")
         path = self._find_module(importer, owner) if owner else None
         module = self.module(path) if path is not None else None
         if module is None:
             return None, {}
-        helper = self._helpers_of(module).get(name)
-        return path, {"": helper} if helper is not None else {}
+        found = self._found(module, found_in).get(name)
+        return path, {"": found} if found is not None else {}
+
+    def _found(self, module: ModuleSource, found_in: Callable[[ModuleSource], dict[str, T]]):
+        """`found_in(module)`, once per content of the module."""
+        key = (found_in.__name__, module.digest)
+        if key not in self._definitions:
+            self._definitions[key] = found_in(module)
+        return self._definitions[key]
 
     def _absolute_target(self, importer: Path, target: str) -> str | None:
         """`target` with its leading dots resolved against `importer`'s package."""
@@ -382,12 +405,6 @@ class ProjectIndex:
         candidates = self._by_name.get(spelled, [])
         beside = [path for path in candidates if path.parent == importer.resolve().parent]
         return (beside or candidates or [_on_script_path(self.root, spelled)])[0]
-
-    def _helpers_of(self, module: ModuleSource) -> dict[str, LossHelper]:
-        found = self._loss_helpers.get(module.digest)
-        if found is None:
-            found = self._loss_helpers[module.digest] = loss_helpers_in(module)
-        return found
 
     def imports(self, importer: Path, imported: Path) -> bool:
         """Whether the module at `importer` imports the one at `imported`."""
@@ -446,6 +463,25 @@ class ProjectView:
             for name, helper in helpers.items():
                 where = f"{self.relative(helper.path)}:{helper.line}"
                 found[f"{local}.{name}" if name else local] = replace(helper, where=where)
+        return found
+
+    def gradient_norms(self, imported: dict[str, str]) -> dict[str, str]:
+        """The functions of this module, and of the project modules its imports
+        reach (local name -> what it imports), that compute a norm of the
+        gradients they are given, by the name a call spells them
+        (`get_grad_norm`, `utils.get_grad_norm`), with where they are."""
+        found: dict[str, str] = {}
+        own = self.index.module(self.path)
+        if own is not None:
+            for name, line in self.index._found(own, gradient_norms_in).items():
+                found[name] = f"{self.relative(self.path)}:{line}"
+        for local, target in imported.items():
+            path, norms = self.index.gradient_norms(self.path, target)
+            if path is None or path.resolve() == self.path:
+                continue
+            self.note(path)
+            for name, line in norms.items():
+                found[f"{local}.{name}" if name else local] = f"{self.relative(path)}:{line}"
         return found
 
     def fsdp_uses(self) -> list[FsdpUse]:

@@ -645,6 +645,8 @@ class InsertAmp:
         for edit in edits:
             if id(edit) in between and edit.threshold is not None:
                 self._clip_in_scaled_space(edit)
+            elif id(edit) in between and edit.norm:
+                self._divide_by_the_scale(edit)
         edits = [edit for edit in edits if id(edit) not in between]
         # An edit may be of any optimizer stepped after it before the next
         # backward (`clip(head_params); opt.step(); head_opt.step()`): each of
@@ -692,8 +694,15 @@ class InsertAmp:
             threshold.value,
             lambda value: cst.BinaryOperation(_factor(value), cst.Multiply(), scale),
         )
+        if returns_norm(edit.clip):
+            self._divide_by_the_scale(edit)
+
+    def _divide_by_the_scale(self, edit: GradEdit) -> None:
+        """The norm `edit.clip` returns of gradients still scaled, as the FP32
+        step had it: divided by `scaler.get_scale()` (unless unused)."""
+        scale = cst.parse_expression(f"{self.scaler}.get_scale()")
         holder = _line_of(edit.statement, edit.clip)
-        if not returns_norm(edit.clip) or isinstance(holder, cst.Expr):
+        if isinstance(holder, cst.Expr):
             return  # the norm goes unused
         parenthesized = holder is None  # `print(clip(...).item())`, not `norm = clip(...)`
 
@@ -776,10 +785,11 @@ class InsertAmp:
 def micro_step_edit_obstacle(step: TrainingStep, module: cst.Module) -> str | None:
     """Why a GradScaler cannot go into a step that edits its gradients on every
     micro-step of accumulation in a way the scale cannot be carried through
-    (a project's clipper, a clamp by hand), or None.  torch's own clips can:
-    see InsertAmp._clip_in_scaled_space."""
+    (a project's clipper, a clamp by hand), or None.  torch's own clips can
+    (InsertAmp._clip_in_scaled_space), and so can a project function that
+    computes their norm (InsertAmp._divide_by_the_scale)."""
     for edit in step.edits_between_steps():
-        if edit.threshold is not None or not (edit.clip is not None or edit.nonlinear):
+        if edit.threshold is not None or edit.norm or not (edit.clip is not None or edit.nonlinear):
             continue
         shown = module.code_for_node(edit.clip or edit.statement).strip().splitlines()[0]
         if edit.clip is not None:  # the project's own code, given the gradients
