@@ -10,7 +10,10 @@ import libcst as cst
 
 
 def conjunction(pieces: Sequence[str]) -> str | None:
-    """`a and b`, each piece parenthesized where `and` would regroup it."""
+    """`a and b`, each piece parenthesized where `and` would regroup it, and
+    said once: `if opt_level != "O0": amp.initialize(..., opt_level=opt_level)`
+    runs under one condition, not two."""
+    pieces = list(dict.fromkeys(pieces))
     if not pieces:
         return None
     if len(pieces) == 1:

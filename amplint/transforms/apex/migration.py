@@ -794,7 +794,7 @@ class _Migrator(ApexBranches):
 
     # -- the training steps ---------------------------------------------------------
     def _complete_steps(self, module: cst.Module) -> cst.Module:
-        facts = ModuleFacts(module, module.code)
+        facts = ModuleFacts(module, module.code, self.facts.project)
         edits = []
         scaled: list[str] = []
         for step in facts.training_steps.steps:
