@@ -1151,3 +1151,49 @@ def test_numpy_in_the_forward_pass_declines_bfloat16_only() -> None:
         message
     )
     assert "torch.autocast(" in fixed(source)  # float16: NumPy holds it
+
+
+FORWARD_BEFORE_ARMS = dedent("""
+    import torch
+    import torch.nn.functional as F
+
+
+    def train(model, loader, optimizer, accumulation, seen):
+        for i, (x, y) in enumerate(loader):
+            outputs = model(x.cuda())
+            seen.append(outputs.detach().cpu().numpy())
+            if accumulation > 1:
+                loss = F.cross_entropy(outputs, y.cuda()) / accumulation
+                loss.backward()
+                if (i + 1) % accumulation == 0:
+                    optimizer.step()
+                    optimizer.zero_grad()
+            else:
+                loss = F.cross_entropy(outputs, y.cuda())
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+    """)
+
+
+def test_the_model_call_above_the_arms_that_compute_the_loss_gets_autocast_too() -> None:
+    """Swin-Transformer's step: one model call, then a loss in each arm of
+    `if accumulation > 1:`.  Autocast goes around the model call (where the
+    time goes) and around each arm's loss; not around the arm alone."""
+    rewritten = fixed(FORWARD_BEFORE_ARMS)
+    autocast = '    with torch.autocast("cuda", dtype=torch.float16):\n'
+    assert autocast + "            outputs = model(x.cuda())\n" in rewritten
+    assert (
+        "    "
+        + autocast
+        + "                loss = F.cross_entropy(outputs, y.cuda()) / accumulation\n"
+    ) in rewritten
+    assert "    " + autocast + "                loss = F.cross_entropy(outputs, y.cuda())\n" in (
+        rewritten
+    )
+    assert rewritten.count("scaler.update()") == 2
+
+
+def test_numpy_after_the_forward_pass_declines_bfloat16_too() -> None:
+    (message,) = _messages(FORWARD_BEFORE_ARMS, Settings(dtype="bfloat16"))
+    assert "`outputs.detach().cpu().numpy()` hands NumPy a tensor the forward pass" in message

@@ -487,6 +487,37 @@ def forward_region(
         if loss_names and loss_names <= parameters:
             return f"`{shown}` comes from the caller; autocast belongs where the forward pass runs"
         return f"cannot find where `{shown}` is computed in the same block as its backward"
+    return _region_up_to(body, last, lower, runs_model)
+
+
+def feeding_region(
+    body: Sequence[cst.BaseStatement],
+    names: set[str],
+    top: int,
+    lower: int,
+    runs_model: Callable[[cst.CSTNode], bool],
+) -> ForwardRegion | None:
+    """The statements of `body` above `body[top]` (not above `body[lower]`)
+    that run the model to compute `names`, which a forward region nested in
+    `body[top]` reads: `outputs = model(x)` before `if accumulate: loss =
+    criterion(outputs, y) ...`.  The model call is the part that pays; the
+    loss in the arm alone would leave it in float32.  None where no such
+    statement runs a model."""
+    last = next((i for i in range(top - 1, lower - 1, -1) if name_use(body[i]).bound & names), None)
+    if last is None or _ends_forward_search(body[last]):
+        return None
+    region = _region_up_to(body, last, lower, runs_model)
+    return region if any(runs_model(s) for s in region.statements) else None
+
+
+def _region_up_to(
+    body: Sequence[cst.BaseStatement],
+    last: int,
+    lower: int,
+    runs_model: Callable[[cst.CSTNode], bool],
+) -> ForwardRegion:
+    """The region ending at `body[last]`, from the first statement not above
+    `body[lower]` that runs a model towards what it reads."""
     needed = set(name_use(body[last]).read)
     first = last
     for index in range(last - 1, lower - 1, -1):

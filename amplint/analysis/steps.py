@@ -22,7 +22,7 @@ import libcst as cst
 from amplint.analysis.caller_forward import caller_regions
 from amplint.analysis.clips import clip_threshold
 from amplint.analysis.code_text import code_only
-from amplint.analysis.forward import ForwardRegion, ModelCalls, forward_region
+from amplint.analysis.forward import ForwardRegion, ModelCalls, feeding_region, forward_region
 from amplint.analysis.imports import ImportMap, dotted_name
 from amplint.analysis.module_roles import OPTIMIZER_NAME, SCHEDULER_NAME, module_roles
 from amplint.analysis.saved_forward import saved_forward
@@ -716,12 +716,14 @@ class _StepFinder(ScopedVisitor):
             if step.function is not None
             else set()
         )
+        in_suite = False  # the last backward's region is in an `if` arm, not above it
         for index, backward in enumerate(step.backwards):
             previous = step.backwards[index - 1] if index else None
             if (
                 previous is not None
                 and backward.top == previous.top
                 and step.exclusive(previous.order, backward.order)
+                and not in_suite
             ):
                 continue  # `if a: loss.backward() else: ...`: the same statement, one region
             if self.calls.runs_model(backward.loss):
@@ -735,10 +737,24 @@ class _StepFinder(ScopedVisitor):
                 parameters,
                 self.calls.runs_model,
             )
+            in_suite = False
             if isinstance(region, str):
                 # `if i % n_critic == 0:` around the generator's whole step: its
                 # loss is computed in the same suite as its backward.
-                region = self._forward_region_in_suite(step, backward, parameters) or region
+                inner = self._forward_region_in_suite(step, backward, parameters)
+                if inner is not None:
+                    in_suite = True
+                    region = [inner]
+                    # `outputs = model(x)`, then each arm of `if accumulate:`
+                    # computes its loss from `outputs`: that call too.
+                    reads = set().union(*(name_use(s).read for s in inner.statements))
+                    feeding = feeding_region(
+                        step.block.body, reads, backward.top, lower, self.calls.runs_model
+                    )
+                    if feeding is not None and not any(
+                        r.first is feeding.first for r in step.regions
+                    ):
+                        region.insert(0, feeding)
             if isinstance(region, str) and _given(backward.loss, parameters):
                 # `def optimize(self, loss)`: the forward pass is at its callers.
                 if step.forward_at_callers:

@@ -98,18 +98,18 @@ def float16_obstacle(text: str) -> str | None:
 
 
 def _numpy_in_region(step: TrainingStep) -> cst.Call | None:
-    """A `.numpy()` call in a forward region on what the region computed
-    (`output.detach().cpu().numpy()`): NumPy has no bfloat16, so under bfloat16
-    autocast it raises."""
+    """A `.numpy()` call in the step on what a forward region computed
+    (`output.detach().cpu().numpy()`), inside the region or after it:
+    NumPy has no bfloat16, so under bfloat16 autocast it raises."""
+    computed: set[str] = set()
     for region in step.regions:
-        computed: set[str] = set()
         for statement in region.statements:
-            finder = _NumpyCalls()
-            finder.walk(statement)
-            for call in finder.calls:
-                if name_use(call.func.value).read & computed:
-                    return call
             computed |= name_use(statement).bound
+    finder = _NumpyCalls()
+    finder.walk(step.block)
+    for call in finder.calls:
+        if name_use(call.func.value).read & computed:
+            return call
     return None
 
 
