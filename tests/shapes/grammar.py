@@ -16,11 +16,14 @@ cannot go together):
   follows it, the module's top level (a notebook's cells), a GAN's two steps.
 - guard: the step under `if (i + 1) % k == 0:` (accumulation) or not; with
   accumulation, the touch below inside the guard or before it, on every
-  micro-step (Swin-Transformer's clip and logged norm).
+  micro-step (Swin-Transformer's clip and logged norm); or Swin's two arms
+  after one model call: `if ACCUMULATION > 1:` accumulating, else stepping
+  every batch.
 - touch: what edits gradients between backward and step: torch's clipping
   functions (also with the norm logged, `clip_grad_norm_(...).item()`), the
   project's own helper (`clip_gradient(optimizer, c)`, image
-  captioning tutorials) or object (`clipper.step(params)`), a loop clamping
+  captioning tutorials) or object (`clipper.step(params)`), the project's
+  gradient norm for a log (Swin's `get_grad_norm`, MAE's), a loop clamping
   `.grad` (alone, or before a clip), or a weight clamp after the step (WGAN),
   which is no gradient edit.
 - optimizer: how it is made: directly, by a builder, by a conditional
@@ -56,7 +59,7 @@ FAMILIES: dict[str, tuple[str, ...]] = {
         "top_level",
         "gan",
     ),
-    "guard": ("none", "accumulate", "accumulate_touch_each"),
+    "guard": ("none", "accumulate", "accumulate_touch_each", "accumulate_arms"),
     "touch": (
         "none",
         "clip_norm",
@@ -64,6 +67,7 @@ FAMILIES: dict[str, tuple[str, ...]] = {
         "clip_norm_item",
         "helper_clamp",
         "clipper_object",
+        "norm_helper",
         "inline_clamp",
         "clamp_then_clip",
         "weight_clamp",
@@ -213,6 +217,9 @@ class _Renderer:
         if touch == "clipper_object":
             self._helper(GRADIENT_CLIPPER)
             return f"clipper.step({m}.parameters())\n"
+        if touch == "norm_helper":
+            self._helper(GET_GRAD_NORM)
+            return f"grad_norm = get_grad_norm({m}.parameters())\n"
         if touch in ("inline_clamp", "clamp_then_clip"):
             clamp = f"for param in {m}.parameters():\n    param.grad.data.clamp_(-0.01, 0.01)\n"
             if touch == "inline_clamp":
@@ -240,6 +247,8 @@ class _Renderer:
         lines += f"output = {m}(x)\n"
         if shape.after == "numpy_in_loop":
             lines += "seen.append(output.detach().cpu().numpy().mean())\n"
+        if guard is not None and shape.guard == "accumulate_arms":
+            return lines + self._accumulation_arms(m, opt, loss, guard)
         lines += f"{loss} = F.cross_entropy(output, y)\n"
         if shape.text == "amp_comments":
             lines += f"# scaler.scale({loss}).backward()\n"
@@ -259,6 +268,22 @@ class _Renderer:
             lines += f"running_loss += {loss}.item()\n"
         if shape.text == "amp_strings":
             lines += 'log.append("loss (no autocast, no GradScaler)")\n'
+        return lines
+
+    def _accumulation_arms(self, m: str, opt: str, loss: str, guard: str) -> str:
+        """Swin-Transformer's step after one model call: accumulating, the touch
+        on every micro-step, in one arm; stepping every batch in the other."""
+        accumulate = f"{loss} = F.cross_entropy(output, y) / ACCUMULATION\n"
+        accumulate += f"{loss}.backward()\n" + self.touch(m, opt)
+        accumulate += f"if {guard}:\n" + _indent(f"{opt}.step()\n{opt}.zero_grad()\n", 1)
+        each = f"{loss} = F.cross_entropy(output, y)\n{opt}.zero_grad()\n"
+        each += f"{loss}.backward()\n" + self.touch(m, opt) + f"{opt}.step()\n"
+        self.fp32_backwards.append((f"{loss}.backward()",))
+        lines = "if ACCUMULATION > 1:\n" + _indent(accumulate, 1)
+        lines += "else:\n" + _indent(each, 1)
+        lines += self.after_step(m)
+        if self.shape.after == "item":
+            lines += f"running_loss += {loss}.item()\n"
         return lines
 
     # -- where the step lives -------------------------------------------------
@@ -354,6 +379,7 @@ class _Renderer:
         head = f'"""{doc}"""\n\n' + "\n".join(imports) + "\n\n"
         head += 'CHECKPOINT = "checkpoint.pt"\n' if shape.checkpoint != "none" else ""
         head += "EPOCHS = 2\n"
+        head += "ACCUMULATION = 2\n" if shape.guard == "accumulate_arms" else ""
         if shape.optimizer == "conditional":
             head += "use_lbfgs = False\n"
         if shape.existing_amp != "none":
@@ -717,6 +743,16 @@ CLIP_GRADIENT = '''def clip_gradient(optimizer, grad_clip):
         for param in group["params"]:
             if param.grad is not None:
                 param.grad.data.clamp_(-grad_clip, grad_clip)
+'''
+
+GET_GRAD_NORM = '''def get_grad_norm(parameters, norm_type=2):
+    """The p-norm of the gradients of `parameters`, for a log."""
+    parameters = list(filter(lambda p: p.grad is not None, parameters))
+    norm_type = float(norm_type)
+    total_norm = 0
+    for p in parameters:
+        total_norm += p.grad.data.norm(norm_type).item() ** norm_type
+    return total_norm ** (1.0 / norm_type)
 '''
 
 GRADIENT_CLIPPER = '''class GradientClipper:
