@@ -45,6 +45,7 @@ def fixed_unsafe(text: str, settings: Settings | None = None) -> str:
 # -- the fixtures ------------------------------------------------------------------
 def test_there_are_the_fixtures_the_issue_names() -> None:
     assert [script.stem for script in SCRIPTS] == [
+        "accumulation_arms_norm",
         "attention_op_lists",
         "bert_finetune_accum",
         "builder_returns_optimizer",
@@ -138,6 +139,7 @@ print("AMPLINT-SEEN " + json.dumps(seen))
 
 # The flag that turns apex off in each script, where it has one.
 FP32_FLAGS = {
+    "accumulation_arms_norm": ["--opt-level", "O0"],
     "attention_op_lists": ["--no-fp16"],
     "guarded_profiled_step": ["--no-amp"],
     "bert_finetune_accum": ["--no_fp16"],
@@ -1608,6 +1610,56 @@ def test_a_migrated_fixture_resumes_from_checkpoints_before_and_after(
     train("--steps", "2", *off)
     assert torch.load(checkpoint)[key] == {}  # disabled: nothing to restore
     assert "resumed" in train("--steps", "2", *off)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("clip", ["0", "0.05"])
+def test_norms_logged_on_micro_steps_of_a_migrated_trainer_are_the_fp32_ones(
+    clip: str, tmp_path: Path
+) -> None:
+    """Swin's shape, migrated for the CPU with float16: the norm logged on
+    every micro-step (torch's clip of apex's master parameters, or the
+    project's `get_grad_norm`) is read from gradients the real GradScaler
+    still scales, so the migration divides it by the scale; with the scaler
+    off (`--opt-level O0`) nothing scales.  Both runs log the same norms, with
+    and without accumulation; and the run resumes from its own checkpoint."""
+    pytest.importorskip("torch")
+    migrated = fixed_unsafe(
+        (FIXTURES / "apex" / "accumulation_arms_norm.py").read_text("utf-8"), CPU_FLOAT16
+    )
+    script = tmp_path / "train.py"
+    script.write_text(migrated, encoding="utf-8")
+
+    def norms(*arguments: str) -> list[float]:
+        checkpoint = tmp_path / "fresh.pt"
+        checkpoint.unlink(missing_ok=True)
+        run = subprocess.run(
+            [sys.executable, script.name, "--checkpoint", str(checkpoint), "--clip", clip]
+            + list(arguments),
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert run.returncode == 0, run.stderr[-3000:]
+        return [float(line.rsplit(" ", 1)[1]) for line in run.stdout.splitlines() if "norm" in line]
+
+    for accumulation in ("1", "2"):
+        fp16 = norms("--accumulation", accumulation)
+        fp32 = norms("--accumulation", accumulation, "--opt-level", "O0")
+        assert len(fp16) == len(fp32) == 8
+        assert all(abs(a - b) <= 0.02 * abs(b) for a, b in zip(fp16, fp32)), (fp16, fp32)
+    checkpoint = tmp_path / "last.pt"
+    for _ in range(2):
+        run = subprocess.run(
+            [sys.executable, script.name, "--checkpoint", str(checkpoint), "--steps", "4"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert run.returncode == 0, run.stderr[-3000:]
+    assert "resumed" in run.stdout
 
 
 def test_apex_first_api_init_names_what_to_write() -> None:
