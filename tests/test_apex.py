@@ -1886,24 +1886,57 @@ def test_an_xlm_shaped_trainer_migrates_and_runs_each_path(tmp_path: Path) -> No
     assert o1["autocast"] == [["cpu", "torch.float16"]] * 6
 
 
-def test_a_subclass_calling_the_step_method_keeps_the_migration_back() -> None:
-    """XLM's EncDecTrainer calls `self.optimize(loss)` too: autocast would go only
-    at the calls in `Trainer`, and the subclass's steps would lose the float16
-    apex gave them."""
-    text = _XLM_SHAPED.replace(
+_XLM_WITH_SUBCLASS = (
+    _XLM_SHAPED.replace(
         'if __name__ == "__main__":',
         "class TranslationTrainer(Trainer):\n"
         "    def translate_step(self, x, y):\n"
         "        loss = nn.functional.cross_entropy(self.decoder(self.encoder(x)), y)\n"
-        "        self.optimize(loss)\n\n\n"
+        "        self.optimize(loss)\n"
+        "        return loss.item()\n\n\n"
         'if __name__ == "__main__":',
     )
-    assert fixed_unsafe(text) == text
-    assert any(
-        "`TranslationTrainer.translate_step` of a subclass of `Trainer` call "
-        "`self.optimize(...)`: apex ran their forward passes in float16" in finding
-        for finding in findings(text)
+    .replace("trainer = Trainer(", "trainer = TranslationTrainer(")
+    .replace(
+        'print("loss", trainer.classify_step(x, y))',
+        'print("loss", trainer.classify_step(x, y), trainer.translate_step(x, y))',
     )
+)
+
+
+def test_a_subclass_calling_the_step_method_gets_autocast_at_its_calls_too() -> None:
+    """XLM's EncDecTrainer calls `self.optimize(loss)` too: apex ran its forward
+    passes in float16, so autocast goes at its calls as at those in `Trainer`,
+    reading the scaler the instance holds."""
+    migrated = fixed_unsafe(_XLM_WITH_SUBCLASS)
+    assert (
+        "    def translate_step(self, x, y):\n"
+        '        with torch.autocast("cuda", dtype=torch.float16, enabled=self.scaler.is_enabled()):\n'
+        "            loss = nn.functional.cross_entropy(self.decoder(self.encoder(x)), y)\n"
+        "        self.optimize(loss)\n"
+    ) in migrated
+    assert "apex" not in migrated
+
+
+@pytest.mark.slow
+def test_a_migrated_subclass_runs_its_forward_passes_under_autocast(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    script = tmp_path / "train.py"
+    script.write_text(fixed_unsafe(_XLM_WITH_SUBCLASS, CPU_FLOAT16), encoding="utf-8")
+    o1 = _run_migrated(script, "1")
+    assert o1["scaler_enabled"] == [False, True] and o1["scaled"] == 12
+    assert o1["autocast"] == [["cpu", "torch.float16"]] * 12
+
+
+def test_a_subclass_overriding_the_step_method_keeps_the_migration_back() -> None:
+    text = _XLM_WITH_SUBCLASS.replace(
+        "class TranslationTrainer(Trainer):\n",
+        "class TranslationTrainer(Trainer):\n"
+        "    def optimize(self, loss):\n"
+        "        super().optimize(loss)\n\n",
+    )
+    assert fixed_unsafe(text) == text
+    assert any("`TranslationTrainer` overrides `optimize`" in f for f in findings(text))
 
 
 def test_a_def_nested_in_a_builder_keeps_its_own_return() -> None:

@@ -7,9 +7,9 @@ class computes the loss it is given (XLM's trainer, research code with one
 region at each of those calls, found there exactly as a step's own region is
 found above its backward.
 
-Only a method's calls through ``self`` in its own class are followed: their
-forward regions lie in the class the rewrite already spans (the GradScaler is
-an attribute of the instance), and every name autocast reads there is the
+Only a method's calls through ``self`` are followed, in its own class and in
+the module's subclasses of it (XLM's ``EncDecTrainer.mt_step``): the GradScaler
+is an attribute of the instance, so every name autocast reads there is the
 instance's or the module's.  A call from elsewhere (another module, a plain
 function) still works after the rewrite, in FP32; the finding names the calls
 it covered.
@@ -37,10 +37,11 @@ def caller_regions(
     loss: cst.BaseExpression,
     runs_model: Callable[[cst.CSTNode], bool],
     code_for: Callable[[cst.CSTNode], str],
+    subclasses: Sequence[cst.ClassDef] = (),
 ) -> list[ForwardRegion] | str:
     """The forward region at each call `self.<function>(...)` in the other
-    methods of `class_def`, where `loss` (a parameter of `function`) is passed;
-    or why they cannot all be found."""
+    methods of `class_def` and of its `subclasses`, where `loss` (a parameter
+    of `function`) is passed; or why they cannot all be found."""
     parameters = parameter_names(function)
     if not isinstance(loss, cst.Name) or len(parameters) < 2 or loss.value not in parameters[1:]:
         return "the loss comes from the caller"
@@ -49,7 +50,11 @@ def caller_regions(
     # Where a call passes it by position (after self); None: by keyword only.
     position = positional.index(loss.value) - 1 if loss.value in positional[1:] else None
     regions: list[ForwardRegion] = []
-    for method in methods(class_def):
+    for subclass in subclasses:
+        if any(method.name.value == name for method in methods(subclass)):
+            # Its calls may mean its own `name`, a step this one does not plan.
+            return f"`{subclass.name.value}` overrides `{name}`"
+    for method in (m for owner in (class_def, *subclasses) for m in methods(owner)):
         if method is function or not method.params.params:
             continue
         me = method.params.params[0].name.value
@@ -78,6 +83,27 @@ def caller_regions(
             "there, and amplint does not follow an object to its callers"
         )
     return regions
+
+
+def subclasses_of(class_def: cst.ClassDef, classes: Sequence[cst.ClassDef]) -> list[cst.ClassDef]:
+    """The classes among `classes` that derive from `class_def`, directly or
+    through one another, by the name their bases spell."""
+    found: list[cst.ClassDef] = []
+    names = {class_def.name.value}
+    grew = True
+    while grew:
+        grew = False
+        for other in classes:
+            if other is class_def or other in found:
+                continue
+            if any(
+                isinstance(base.value, cst.Name) and base.value.value in names
+                for base in other.bases
+            ):
+                found.append(other)
+                names.add(other.name.value)
+                grew = True
+    return found
 
 
 def methods(class_def: cst.ClassDef) -> Iterator[cst.FunctionDef]:

@@ -19,7 +19,7 @@ from typing import Callable, Iterator, Sequence, Union
 
 import libcst as cst
 
-from amplint.analysis.caller_forward import caller_regions
+from amplint.analysis.caller_forward import caller_regions, subclasses_of
 from amplint.analysis.clips import clip_threshold
 from amplint.analysis.code_text import code_only
 from amplint.analysis.forward import ForwardRegion, ModelCalls, feeding_region, forward_region
@@ -826,6 +826,7 @@ class _StepFinder(ScopedVisitor):
             backward.loss,
             self.calls.runs_model,
             self.module.code_for_node,
+            subclasses_of(step.class_def, self.roles.classes),
         )
         if isinstance(found, list):
             step.forward_at_callers = True

@@ -514,8 +514,14 @@ class InsertAmp:
 
     def _spanned(self) -> cst.CSTNode:
         """What the plan rewrites when it makes no scaler of its own: the step's
-        block, or its class when the forward regions are at its method's callers."""
-        return self.step.class_def if self.step.forward_at_callers else self.step.owner
+        block; or, when the forward regions are at its method's callers, its
+        class, or the module where subclasses hold some of them."""
+        step = self.step
+        if not step.forward_at_callers:
+            return step.owner
+        if all(holds(step.class_def, region.first) for region in step.regions):
+            return step.class_def
+        return self.facts.module
 
     def _place_on_instance(self) -> str | None:
         step = self.step
@@ -535,9 +541,9 @@ class InsertAmp:
         init_self = init.params.params[0].name.value
         method_self = step.function.params.params[0].name.value
         self._scaler_made_elsewhere()
-        class_text = self.code(class_def)
-        scaler, dtype_name = _free_names(class_text, prefix=f"{init_self}.")
-        self.target = class_def
+        self.target = self._spanned() if step.forward_at_callers else class_def
+        # The names are free in the subclasses too, where autocast may read them.
+        scaler, dtype_name = _free_names(self.code(self.target), prefix=f"{init_self}.")
         self._use(f"{method_self}.{scaler}", f"{method_self}.{dtype_name}")
         created = self._creation(f"{init_self}.", dtype_name, scaler)
         # After the line that creates the optimizer, else at the end of __init__.

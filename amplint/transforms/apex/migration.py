@@ -48,9 +48,7 @@ from amplint.analysis.apex import (
     scaler_setting,
     squeezed,
 )
-from amplint.analysis.caller_forward import methods
 from amplint.analysis.scopes import Scope
-from amplint.analysis.steps import TrainingStep
 from amplint.analysis.visitor import descendants
 from amplint.analysis.statements import (
     if_condition,
@@ -810,8 +808,6 @@ class _Migrator(ApexBranches):
                     )
                 continue
             obstacle = micro_step_edit_obstacle(step, facts.module)
-            if obstacle is None and step.forward_at_callers:
-                obstacle = _callers_in_subclasses(step, facts.module)
             if obstacle is not None and any(loss in self.losses for loss in losses):
                 raise MigrationBlocked(obstacle)
             insert = InsertAmp(step, facts, self.settings, apex_choice(self.settings))
@@ -883,38 +879,3 @@ class _Migrator(ApexBranches):
             names = {method.name.value for method in ran if method is not None}
             return place.method is not None and names == {place.method.name.value}
         return self.reach.initializing == {top}
-
-
-def _callers_in_subclasses(step: TrainingStep, module: cst.Module) -> str | None:
-    """Why a step whose forward passes are at the callers of its method
-    (`self.optimize(loss)`) cannot migrate: subclasses in the module call it
-    too.  apex ran their forward passes in float16; autocast goes only at the
-    calls in the step's own class, so theirs would quietly run in FP32."""
-    if step.class_def is None or step.function is None:
-        return None
-    base, name = step.class_def.name.value, step.function.name.value
-    callers = []
-    for statement in module.body:
-        if not isinstance(statement, cst.ClassDef) or not any(
-            isinstance(arg.value, cst.Name) and arg.value.value == base for arg in statement.bases
-        ):
-            continue
-        for method in methods(statement):
-            if not method.params.params:
-                continue
-            me = method.params.params[0].name.value
-            if any(
-                isinstance(call.func, cst.Attribute)
-                and call.func.attr.value == name
-                and isinstance(call.func.value, cst.Name)
-                and call.func.value.value == me
-                for call in nodes_in(method, cst.Call)
-            ):
-                callers.append(f"{statement.name.value}.{method.name.value}")
-    if not callers:
-        return None
-    return (
-        f"`{', '.join(callers)}` of a subclass of `{base}` call `self.{name}(...)`: apex ran "
-        "their forward passes in float16, and amplint puts autocast only at the calls in "
-        f"`{base}`, so they would run in FP32; wrap their forward passes by hand first"
-    )
