@@ -1197,3 +1197,26 @@ def test_the_model_call_above_the_arms_that_compute_the_loss_gets_autocast_too()
 def test_numpy_after_the_forward_pass_declines_bfloat16_too() -> None:
     (message,) = _messages(FORWARD_BEFORE_ARMS, Settings(dtype="bfloat16"))
     assert "`outputs.detach().cpu().numpy()` hands NumPy a tensor the forward pass" in message
+
+
+def test_an_attribute_set_above_the_arm_that_holds_the_step_stays_out_of_autocast() -> None:
+    """cleanrl's Rainbow anneals `rb.beta = min(...)` at the top of each
+    iteration, above the `if` that holds the whole step: that sets an
+    attribute the step reads, and runs no model; no autocast goes there."""
+    source = dedent("""
+        import torch
+
+
+        def train(q_network, rb, optimizer, steps, beta):
+            for global_step in range(steps):
+                rb.beta = min(1.0, beta + global_step / steps)
+                if global_step > 10:
+                    data = rb.sample(32)
+                    loss = q_network(data.observations).mean()
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+        """)
+    rewritten = fixed(source)
+    assert "        rb.beta = min(1.0, beta + global_step / steps)\n        if" in rewritten
+    assert rewritten.count("torch.autocast(") == 1

@@ -503,11 +503,33 @@ def feeding_region(
     criterion(outputs, y) ...`.  The model call is the part that pays; the
     loss in the arm alone would leave it in float32.  None where no such
     statement runs a model."""
-    last = next((i for i in range(top - 1, lower - 1, -1) if name_use(body[i]).bound & names), None)
-    if last is None or _ends_forward_search(body[last]):
-        return None
-    region = _region_up_to(body, last, lower, runs_model)
-    return region if any(runs_model(s) for s in region.statements) else None
+    last = next(
+        (i for i in range(top - 1, lower - 1, -1) if _assigned_names(body[i]) & names), None
+    )
+    if last is None or _ends_forward_search(body[last]) or not runs_model(body[last]):
+        return None  # `rb.beta = min(...)` sets an attribute; `x = x.to(device)` moves data
+    return _region_up_to(body, last, lower, runs_model)
+
+
+def _assigned_names(statement: cst.BaseStatement) -> set[str]:
+    """The plain names a simple statement assigns (`outputs = model(x)`,
+    `out, aux = net(x)`); not attributes or items it stores into."""
+    names: set[str] = set()
+    if not isinstance(statement, cst.SimpleStatementLine):
+        return names
+    for small in statement.body:
+        targets = []
+        if isinstance(small, cst.Assign):
+            targets = [t.target for t in small.targets]
+        elif isinstance(small, (cst.AnnAssign, cst.AugAssign)):
+            targets = [small.target]
+        while targets:
+            target = targets.pop()
+            if isinstance(target, cst.Name):
+                names.add(target.value)
+            elif isinstance(target, (cst.Tuple, cst.List)):
+                targets += [element.value for element in target.elements]
+    return names
 
 
 def _region_up_to(
