@@ -532,6 +532,9 @@ def test_an_o3_initialize_for_inference_becomes_half_and_says_what_differs(
             assert run.stdout.strip() == dtype, run.stderr[-2000:]
 
 
+_INFERENCE_O1 = _INFERENCE.replace("    mel = mel.half() if fp16 else mel\n", "")
+
+
 @pytest.mark.parametrize(
     "initialize",
     [
@@ -539,17 +542,55 @@ def test_an_o3_initialize_for_inference_becomes_half_and_says_what_differs(
         "vocoder, _ = amp.initialize(vocoder, [])",
     ],
 )
-def test_an_o1_initialize_for_inference_names_what_to_write(initialize: str) -> None:
-    text = _INFERENCE.replace(
+def test_an_o1_initialize_for_inference_becomes_autocast_around_the_forward_passes(
+    initialize: str, tmp_path: Path
+) -> None:
+    """O1 patched torch for every later forward pass; autocast goes around each
+    call of the model that follows in its function, enabled where the
+    initialize ran.  Exact: a safe fix."""
+    text = _INFERENCE_O1.replace(
         'vocoder, _ = amp.initialize(vocoder, [], opt_level="O3")', initialize
     )
+    migrated = fixed(text)
+    assert (
+        "    with torch.no_grad():\n"
+        '        with torch.autocast("cuda", dtype=torch.float16, enabled=fp16):\n'
+        "            print(vocoder(mel).dtype)\n"
+    ) in migrated
+    assert "amp" not in migrated.replace("torch.amp", "") and "if fp16" not in migrated
+    if importlib.util.find_spec("torch") is not None:
+        script = tmp_path / "infer.py"
+        script.write_text(fixed(text, CPU_FLOAT16), encoding="utf-8")
+        for flag, dtype in (("--fp16", "torch.float16"), ("--fp32", "torch.float32")):
+            run = subprocess.run(
+                [sys.executable, str(script), flag], capture_output=True, text=True, timeout=300
+            )
+            assert run.stdout.strip() == dtype, run.stderr[-2000:]
+
+
+@pytest.mark.parametrize(
+    "use, reason",
+    [
+        ("    evaluate(vocoder, mel)\n", "`evaluate(vocoder, mel)` hands `vocoder` to code"),
+        ("    fp16 = False\n", "`fp16`, which says whether it ran, is bound again at line"),
+        ("    models = [vocoder]\n", "`vocoder` is used at line"),
+    ],
+)
+def test_an_o1_initialize_whose_forward_passes_are_not_all_seen_says_why(
+    use: str, reason: str
+) -> None:
+    text = _INFERENCE_O1.replace(
+        'vocoder, _ = amp.initialize(vocoder, [], opt_level="O3")',
+        'vocoder = amp.initialize(vocoder, opt_level="O1")',
+    ).replace("    mel = torch.randn(2, 8)\n", "    mel = torch.randn(2, 8)\n" + use)
     assert fixed(text, unsafe=True) == text
     (finding,) = findings(text)
     assert (
-        f"(not fixed: `{initialize.split(' = ')[1]}` prepares a model for inference (no optimizer), "
-        'which torch.amp does not do in one call: run its forward passes under `torch.autocast("cuda", '
-        "dtype=torch.float16)` (O1), or call `.half()` on the model (O3))"
+        '(not fixed: `amp.initialize(vocoder, opt_level="O1")` prepares a model for inference '
+        "(no optimizer), which torch.amp does not do in one call: run its forward passes under "
+        '`torch.autocast("cuda", dtype=torch.float16)`; amplint does not, as '
     ) in finding
+    assert reason in finding
 
 
 def test_a_static_loss_scale_starts_the_scaler_and_is_unsafe() -> None:

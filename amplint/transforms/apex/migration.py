@@ -63,6 +63,7 @@ from amplint.names import SCALER_NAMES, free_name
 from amplint.transforms.apex.branches import ApexBranches
 from amplint.transforms.apex.builders import return_scaler, take_scaler
 from amplint.transforms.apex.conditions import conjunction, disjunction, negated
+from amplint.transforms.apex.inference import forward_statements
 from amplint.transforms.apex.common import (
     MigrationBlocked,
     atom,
@@ -365,6 +366,15 @@ class _Migrator(ApexBranches):
             )
         others = set(keywords) - {"opt_level", "verbosity"}
         if (
+            level == "O1"
+            and not others
+            and assigned is not None
+            and assigned.value is call
+            and all(name in ("_", "") for name in names[1:])
+        ):
+            self._autocast_for_inference(use, names[0], model)
+            return
+        if (
             level != "O3"
             or others
             or assigned is None
@@ -387,6 +397,44 @@ class _Migrator(ApexBranches):
             statement,
             lambda node: half.with_changes(leading_lines=node.leading_lines),
         )
+        self.inference_only = True
+
+    def _autocast_for_inference(self, use: ApexUse, target: str, model: str) -> None:
+        """O1 for inference: the initialize goes, and autocast goes around each
+        later call of the model in its function (transforms/apex/inference.py)."""
+        call = use.call
+        conditions = self._conditions(use)
+        condition = conjunction(conditions)
+        found = (
+            forward_statements(
+                use.scope,
+                use.statement,
+                model,
+                set().union(*(name_use(cst.parse_expression(c)).read for c in conditions)),
+                lambda node: self.facts.span(node).line,
+                self.code,
+            )
+            if isinstance(use.scope, cst.FunctionDef) and target == squeezed(model)
+            else "it is not bound back to the model's name in a function"
+        )
+        if isinstance(found, str):
+            raise MigrationBlocked(
+                f"`{self.code(call)}` prepares a model for inference (no optimizer), which "
+                "torch.amp does not do in one call: run its forward passes under "
+                f'`torch.autocast("{self.settings.device_type}", dtype=torch.float16)`; '
+                f"amplint does not, as {found}"
+            )
+        choice = apex_choice(self.settings)
+        autocast = f'torch.autocast("{choice.device}", dtype=torch.{choice.dtype}'
+        autocast += f", enabled={condition})" if condition is not None else ")"
+        for statement in found:
+            self.book.rewrite(statement, lambda node: _wrapped(node, autocast))
+        vanishing: cst.BaseStatement = use.statement
+        for holder in reversed(use.ancestors):
+            if not (isinstance(holder, cst.If) and self._empties(holder, vanishing)):
+                break
+            vanishing = holder
+        self._remove(vanishing)
         self.inference_only = True
 
     def _options(self, call: cst.Call) -> tuple[list[str], list[str], str | None]:
@@ -879,3 +927,12 @@ class _Migrator(ApexBranches):
             names = {method.name.value for method in ran if method is not None}
             return place.method is not None and names == {place.method.name.value}
         return self.reach.initializing == {top}
+
+
+def _wrapped(statement: cst.SimpleStatementLine, autocast: str) -> cst.With:
+    """`statement` in a `with <autocast>:` block that takes its leading lines."""
+    return cst.With(
+        items=[cst.WithItem(cst.parse_expression(autocast))],
+        body=cst.IndentedBlock([statement.with_changes(leading_lines=[])]),
+        leading_lines=statement.leading_lines,
+    )
