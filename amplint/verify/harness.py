@@ -39,7 +39,6 @@ import random
 import sys
 import time
 import traceback
-import weakref
 from pathlib import Path
 
 # Exit status of a harness that could not start the script (bad arguments,
@@ -67,7 +66,9 @@ class Recorder:
         self._pending: list = []  # losses backpropagated since the last step
         self._scaled: dict[int, object] = {}  # id(scaled loss) -> the unscaled loss
         self._last = None  # the time of the last step event
-        self.scalers: list = []  # weak references to every GradScaler made
+        # Every GradScaler made, kept alive: the usual one is a local of a
+        # function whose frame is gone when the result is written.
+        self.scalers: list = []
         self.scalers_made: list[dict] = []  # each one's device and whether it is enabled
         # (device, dtype, enabled) -> autocast regions entered so
         self.autocast: dict[tuple[str, str, bool], int] = {}
@@ -147,6 +148,8 @@ class Recorder:
         self._scaled.clear()
         if self.cuda:
             self.torch.cuda.synchronize()
+        # step_times[i] is step i + 1's time, from the end of step i: the
+        # script's imports and set-up before its first step are no step.
         now = time.perf_counter()
         if self._last is not None:
             self.step_times.append(now - self._last)
@@ -159,16 +162,11 @@ class Recorder:
         if self.steps >= self.limit:
             raise StopTraining
 
-    def start(self) -> None:
-        if self.cuda:
-            self.torch.cuda.synchronize()
-        self._last = time.perf_counter()
-
     # -- the result --------------------------------------------------------------
     def result(self, finished: str) -> dict:
         torch = self.torch
         losses = [float(loss) for loss in self.losses]
-        scales = [scaler().get_scale() for scaler in self.scalers if scaler() is not None]
+        scales = [scaler.get_scale() for scaler in self.scalers if scaler.is_enabled()]
         return {
             "finished": finished,  # "steps": stopped after --steps; "script": it ended first
             "steps": self.steps,
@@ -333,8 +331,8 @@ def _wrap_scaler(cls, recorder: Recorder, in_scaler_step: list[int]) -> None:
 
     def __init__(self, *args, **kwargs):
         original_init(self, *args, **kwargs)
-        if not any(ref() is self for ref in recorder.scalers):  # a subclass's init runs ours
-            recorder.scalers.append(weakref.ref(self))
+        if not any(made is self for made in recorder.scalers):  # a subclass's init runs ours
+            recorder.scalers.append(self)
             device, enabled = getattr(self, "_device", "cuda"), self.is_enabled()
             recorder.scalers_made.append({"device": device, "enabled": enabled})
 
@@ -488,7 +486,6 @@ def main(argv: list[str] | None = None) -> int:
     namespace = {"__name__": "__main__", "__file__": str(script), "__builtins__": builtins}
     finished = "script"
     status = 0
-    recorder.start()
     try:
         exec(code, namespace)
     except StopTraining:
