@@ -684,6 +684,22 @@ def test_comparison_fails_on_nan_and_on_a_slow_rewrite() -> None:
     assert reasons[1] == "speedup 1.00x is below --min-speedup 1.5"
 
 
+def test_an_amp_run_whose_every_step_was_skipped_fails_and_says_so() -> None:
+    """Every scaled gradient overflowed: the GradScaler skipped each step and
+    no update happened, so there is no loss after an update to compare.  The
+    verdict failed with no reason; it names the cause now."""
+    thresholds = Thresholds(steps=4, warmup=1, last=2, rtol=0.05, min_speedup=None)
+    baseline = _run([4, 3, 2, 1.0], [1.0, 1.0, 1.0])
+    amp = _run([4, 4, 4, 4.0], [1.0, 1.0, 1.0])
+    amp["skipped_at"], amp["skipped_steps"] = [0, 1, 2, 3], 4
+    comparison = Comparison([baseline], [amp], thresholds, speed_meaningful=False)
+    assert not comparison.passed
+    assert comparison.reasons() == [
+        "the AMP run made no update: its GradScaler skipped all 4 steps (the scaled "
+        "gradients held inf or NaN at every scale it tried)"
+    ]
+
+
 def test_ranks_are_compared_one_by_one_and_timed_by_the_slowest() -> None:
     thresholds = Thresholds(steps=4, warmup=1, last=2, rtol=0.05, min_speedup=None)
     baseline = [_run([4, 3, 2, 1.0], [1.0, 2.0, 2.0]), _run([4, 3, 2, 2.0], [1.0, 3.0, 3.0])]

@@ -321,6 +321,23 @@ class Comparison:
                 found.append(f"the {' and '.join(runs)} loss is not finite (NaN or inf){where}")
         return found
 
+    def _no_updates(self, rank: int) -> list[str]:
+        """Why a rank's loss gap could not be computed, where a run made no
+        update to compare (its not-finite losses are said apart)."""
+        found = []
+        for name, run in (("baseline", self.baseline[rank]), ("AMP", self.amp[rank])):
+            if _losses_per_update(run):
+                continue
+            steps = run.get("steps", 0)
+            if steps and run.get("skipped_steps", 0) >= steps:
+                found.append(
+                    f"the {name} run made no update: its GradScaler skipped all {steps} steps "
+                    "(the scaled gradients held inf or NaN at every scale it tried)"
+                )
+            else:
+                found.append(f"the {name} run made no update to compare")
+        return found
+
     @property
     def finite(self) -> bool:
         return not self._not_finite()
@@ -343,8 +360,10 @@ class Comparison:
         """Why it did not pass, one line each."""
         reasons = list(self.problems) + self._not_finite()
         for rank, gap in enumerate(self.rank_gaps):
-            if gap is not None and gap > self.thresholds.rtol:
-                where = f" on rank {rank}" if len(self.baseline) > 1 else ""
+            where = f" on rank {rank}" if len(self.baseline) > 1 else ""
+            if gap is None:
+                reasons += [f"{why}{where}" for why in self._no_updates(rank)]
+            elif gap > self.thresholds.rtol:
                 reasons.append(
                     f"loss parity{where}: the AMP run's mean loss over the last "
                     f"{self.thresholds.last} updates differs from the baseline's by {gap:.1%} "
