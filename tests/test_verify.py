@@ -319,6 +319,43 @@ def test_why_amp_was_inactive() -> None:
     assert inactive_amp(run([("cuda", "float16", False)])) == (
         "autocast (cuda, float16) was disabled, as this machine has no CUDA device"
     )
+    # What the script itself turned off is not blamed on the machine.
+    asked_off = run([("cuda", "float16", False)], [("cuda", False)])
+    asked_off["autocast"][0]["asked"] = asked_off["scalers"][0]["asked"] = False
+    assert inactive_amp(asked_off) == (
+        "autocast (cuda, float16) and GradScaler (cuda) were disabled by the script "
+        "(enabled=False)"
+    )
+
+
+def test_harness_records_what_the_script_asked_autocast_and_scalers_for(tmp_path: Path) -> None:
+    """A CUDA GradScaler and autocast made with `enabled=False` on this
+    CPU-only machine: off because the script said so, not for want of CUDA."""
+    script = tmp_path / "off.py"
+    script.write_text(dedent("""
+        import torch
+
+        model = torch.nn.Linear(4, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        scaler = torch.amp.GradScaler("cuda", enabled=False)
+        for step in range(2):
+            with torch.autocast("cuda", dtype=torch.float16, enabled=False):
+                loss = model(torch.randn(8, 4)).pow(2).mean()
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+            optimizer.zero_grad()
+        """))
+    out = tmp_path / "result.json"
+    status = _harness(script, "--steps", "5", "--out", out)
+    assert status.returncode == 0, status.stderr
+    result = json.loads(out.read_text())
+    assert [s["asked"] for s in result["scalers"]] == [False]
+    assert [region["asked"] for region in result["autocast"]] == [False]
+    assert inactive_amp(result) == (
+        "autocast (cuda, float16) and GradScaler (cuda) were disabled by the script "
+        "(enabled=False)"
+    )
 
 
 @pytest.fixture
@@ -567,10 +604,10 @@ def test_harness_records_what_autocast_and_scalers_did(tmp_path: Path) -> None:
     assert status.returncode == 0, status.stderr
     result = json.loads(out.read_text())
     assert result["autocast"] == [
-        {"device": "cpu", "dtype": "bfloat16", "enabled": False, "regions": 1},
-        {"device": "cpu", "dtype": "bfloat16", "enabled": True, "regions": 3},
+        {"device": "cpu", "dtype": "bfloat16", "enabled": False, "asked": False, "regions": 1},
+        {"device": "cpu", "dtype": "bfloat16", "enabled": True, "asked": True, "regions": 3},
     ]
-    assert result["scalers"] == [{"device": "cpu", "enabled": False}]
+    assert result["scalers"] == [{"device": "cpu", "enabled": False, "asked": False}]
 
 
 def test_harness_reads_tf32_settings_a_script_made_with_the_new_api(tmp_path: Path) -> None:

@@ -54,14 +54,27 @@ def inactive_amp(run: dict) -> str | None:
     regions, scalers = run.get("autocast", ()), run.get("scalers", ())
     if any(region["enabled"] for region in regions) or any(s["enabled"] for s in scalers):
         return None
-    disabled = [f"autocast ({region['device']}, {region['dtype']})" for region in regions]
-    disabled += [f"GradScaler ({scaler['device']})" for scaler in scalers]
-    if not disabled:
+    if not regions and not scalers:
         return "no autocast region was entered and no GradScaler made"
-    devices = {region["device"] for region in regions} | {scaler["device"] for scaler in scalers}
-    no_cuda = "cuda" in devices and not run["cuda_available"]
-    why = ", as this machine has no CUDA device" if no_cuda else ""
-    return f"{' and '.join(disabled)} {'was' if len(disabled) == 1 else 'were'} disabled{why}"
+    # Turned off by the script's own `enabled=False` (`asked` False), or by
+    # torch: a CUDA autocast or GradScaler on a machine without CUDA.
+    by_script, by_torch = [], []
+    for shown, made in [
+        *((f"autocast ({region['device']}, {region['dtype']})", region) for region in regions),
+        *((f"GradScaler ({scaler['device']})", scaler) for scaler in scalers),
+    ]:
+        (by_torch if made.get("asked", True) else by_script).append(shown)
+    parts = []
+    if by_script:
+        verb = "was" if len(by_script) == 1 else "were"
+        parts.append(f"{' and '.join(by_script)} {verb} disabled by the script (enabled=False)")
+    if by_torch:
+        devices = {made["device"] for made in [*regions, *scalers] if made.get("asked", True)}
+        no_cuda = "cuda" in devices and not run["cuda_available"]
+        why = ", as this machine has no CUDA device" if no_cuda else ""
+        verb = "was" if len(by_torch) == 1 else "were"
+        parts.append(f"{' and '.join(by_torch)} {verb} disabled{why}")
+    return "; ".join(parts)
 
 
 # Update parity: the AMP run's optimizer must receive what the baseline's did.

@@ -31,6 +31,7 @@ import argparse
 import builtins
 import importlib.abc
 import importlib.machinery
+import inspect
 import json
 import linecache
 import math
@@ -92,7 +93,12 @@ class Recorder:
 
     def autocast_entered(self, region) -> None:
         dtype = str(getattr(region, "fast_dtype", None)).removeprefix("torch.")
-        key = (str(getattr(region, "device", "?")), dtype, bool(getattr(region, "_enabled", False)))
+        key = (
+            str(getattr(region, "device", "?")),
+            dtype,
+            bool(getattr(region, "_enabled", False)),
+            bool(getattr(region, _ASKED, True)),
+        )
         self.autocast[key] = self.autocast.get(key, 0) + 1
 
     def optimizer_made(self, optimizer) -> int:
@@ -180,9 +186,17 @@ class Recorder:
             "cuda_available": self.cuda,
             "torch": torch.__version__,
             "settings": precision_settings(torch),
+            # `asked`: what the script's `enabled=` said; torch turns off by
+            # itself a CUDA autocast or GradScaler where there is no CUDA.
             "autocast": [
-                {"device": device, "dtype": dtype, "enabled": enabled, "regions": count}
-                for (device, dtype, enabled), count in sorted(self.autocast.items())
+                {
+                    "device": device,
+                    "dtype": dtype,
+                    "enabled": enabled,
+                    "asked": asked,
+                    "regions": count,
+                }
+                for (device, dtype, enabled, asked), count in sorted(self.autocast.items())
             ],
             "scalers": self.scalers_made,
             "updates": [
@@ -312,6 +326,13 @@ def _instrument(torch, recorder: Recorder) -> None:
     # torch.cuda.amp.autocast and torch.cpu.amp.autocast enter through it.
     autocast = torch.amp.autocast_mode.autocast
     original_enter = autocast.__enter__
+    original_autocast_init = autocast.__init__
+
+    def autocast_init(self, *args, **kwargs):
+        setattr(self, _ASKED, _enabled_argument(original_autocast_init, self, args, kwargs))
+        original_autocast_init(self, *args, **kwargs)
+
+    autocast.__init__ = autocast_init
 
     def __enter__(self):
         entered = original_enter(self)
@@ -319,6 +340,21 @@ def _instrument(torch, recorder: Recorder) -> None:
         return entered
 
     autocast.__enter__ = __enter__
+
+
+# The attribute an autocast region keeps its `enabled=` argument in.
+_ASKED = "_amplint_enabled_asked"
+
+
+def _enabled_argument(init, instance, args, kwargs) -> bool:
+    """The `enabled=` a constructor was given (by name or position), True by
+    default: what the script asked for, before torch turned off a CUDA one
+    on a machine without CUDA."""
+    try:
+        bound = inspect.signature(init).bind(instance, *args, **kwargs)
+    except (TypeError, ValueError):
+        return bool(kwargs.get("enabled", True))
+    return bool(bound.arguments.get("enabled", True))
 
 
 def _wrap_scaler(cls, recorder: Recorder, in_scaler_step: list[int]) -> None:
@@ -334,7 +370,8 @@ def _wrap_scaler(cls, recorder: Recorder, in_scaler_step: list[int]) -> None:
         if not any(made is self for made in recorder.scalers):  # a subclass's init runs ours
             recorder.scalers.append(self)
             device, enabled = getattr(self, "_device", "cuda"), self.is_enabled()
-            recorder.scalers_made.append({"device": device, "enabled": enabled})
+            asked = _enabled_argument(original_init, self, args, kwargs)
+            recorder.scalers_made.append({"device": device, "enabled": enabled, "asked": asked})
 
     cls.__init__ = __init__
     if "scale" in own:
