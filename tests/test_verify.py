@@ -493,6 +493,25 @@ def test_harness_counts_skipped_steps_and_records_unscaled_losses(tmp_path: Path
     assert result["loss_scale"] == 2.0**124  # halved once per skipped step
 
 
+def test_a_script_error_raised_through_a_harness_hook_shows_no_harness_frame(
+    tmp_path: Path,
+) -> None:
+    """`loss.backward()` goes through the harness's hook: an error torch
+    raises there shows the script's line and torch's, not the hook's."""
+    script = tmp_path / "no_grad.py"
+    script.write_text(dedent("""
+        import torch
+
+        loss = torch.ones(1).sum()  # nothing requires grad
+        loss.backward()
+        """))
+    status = _harness(script, "--steps", "2", "--out", tmp_path / "result.json")
+    assert status.returncode == 1
+    assert "does not require grad" in status.stderr
+    assert 'no_grad.py", line 4, in <module>' in status.stderr
+    assert "harness.py" not in status.stderr
+
+
 def test_harness_reads_the_scale_of_a_scaler_local_to_a_function(tmp_path: Path) -> None:
     """The usual script makes its GradScaler in `main()`, whose frame is gone
     when the harness writes its result: the scale is read all the same."""

@@ -470,8 +470,29 @@ def _seed(torch, seed: int) -> None:
 
 
 def _print_script_traceback(error: BaseException) -> None:
-    """The traceback from the script's frames on: the harness's exec is noise."""
-    traceback.print_exception(type(error), error, error.__traceback__.tb_next)
+    """The script's traceback as the script alone would show it: no frame of
+    the harness, neither its exec nor the hooks it put between the script and
+    torch (`loss.backward()` goes through one), in any exception of the chain."""
+    shown = traceback.TracebackException.from_exception(error)
+    seen: set[int] = set()
+    parts = [shown]
+    while parts:
+        part = parts.pop()
+        if id(part) in seen:
+            continue
+        seen.add(id(part))
+        part.stack = traceback.StackSummary.from_list(
+            [frame for frame in part.stack if not _in_harness(frame.filename)]
+        )
+        parts += [p for p in (part.__cause__, part.__context__) if p is not None]
+    print("".join(shown.format()), end="", file=sys.stderr)
+
+
+def _in_harness(filename: str) -> bool:
+    try:
+        return Path(filename).resolve() == Path(__file__).resolve()
+    except (OSError, ValueError):
+        return False
 
 
 def main(argv: list[str] | None = None) -> int:
