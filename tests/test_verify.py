@@ -405,7 +405,7 @@ def test_rewrite_verifies_a_package_step_as_its_driver_uses_it(trainer_package: 
     assert report["passed"] and report["notes"] == []
     assert report["baseline"]["autocast"] == []
     assert report["amp"]["autocast"] == [
-        {"device": "cpu", "dtype": "bfloat16", "enabled": True, "regions": 10}
+        {"device": "cpu", "dtype": "bfloat16", "enabled": True, "asked": True, "regions": 10}
     ]
     # The rewrite ran from memory: nothing cached in __pycache__ holds it, so
     # the package still runs as written.
@@ -906,3 +906,67 @@ def test_update_parity_aligns_each_optimizer_with_itself() -> None:
     ratios = update_ratios(baseline, amp)
     assert {ratio.ratio for ratio in ratios} == {1.0}
     assert [ratio.step for ratio in ratios] == [1] * 3 + [2] * 3 + [3] * 3
+
+
+class _FakeCuda:
+    """torch.cuda on a machine that has a GPU: a device clock the test moves,
+    and events that read it when recorded."""
+
+    def __init__(self) -> None:
+        self.now_ms = 0.0
+        self.synchronized = 0
+        cuda = self
+
+        class Event:
+            def __init__(self, enable_timing: bool = False) -> None:
+                self.at: float | None = None
+
+            def record(self) -> None:
+                self.at = cuda.now_ms
+
+            def elapsed_time(self, end: "Event") -> float:
+                return end.at - self.at
+
+        self.Event = Event
+
+    def is_available(self) -> bool:
+        return True
+
+    def synchronize(self) -> None:
+        self.synchronized += 1
+
+    def max_memory_allocated(self) -> int:
+        return 1 << 20
+
+    def get_device_name(self) -> str:
+        return "Fake GPU"
+
+
+class _TorchWithCuda:
+    """torch, with `cuda` replaced."""
+
+    def __init__(self, torch, cuda: _FakeCuda) -> None:
+        self._torch, self.cuda = torch, cuda
+
+    def __getattr__(self, name: str):
+        return getattr(self._torch, name)
+
+
+def test_on_cuda_steps_are_timed_by_events_read_once_at_the_end() -> None:
+    """No synchronisation per step (it would stall the queueing of the next
+    step's kernels and time a slower program): an event at each step's end,
+    read after one synchronisation when the result is written."""
+    torch = pytest.importorskip("torch")
+    from amplint.verify.harness import Recorder
+
+    cuda = _FakeCuda()
+    recorder = Recorder(_TorchWithCuda(torch, cuda), steps=10, progress_path=None)
+    for step_ms in (900.0, 5.0, 7.0, 9.0):  # set-up, then three steps
+        cuda.now_ms += step_ms
+        recorder.backward(torch.tensor(1.0))
+        recorder.step(skipped=False)
+    assert cuda.synchronized == 0
+    result = recorder.result("steps")
+    assert cuda.synchronized == 1
+    assert result["step_times_s"] == pytest.approx([0.005, 0.007, 0.009])
+    assert result["device"] == "Fake GPU" and result["peak_mem_bytes"] == 1 << 20

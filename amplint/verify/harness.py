@@ -66,7 +66,8 @@ class Recorder:
         self.step_times: list[float] = []
         self._pending: list = []  # losses backpropagated since the last step
         self._scaled: dict[int, object] = {}  # id(scaled loss) -> the unscaled loss
-        self._last = None  # the time of the last step event
+        self._last = None  # the time of the last step event (on the CPU)
+        self._events: list = []  # a CUDA event at each step's end (on CUDA)
         # Every GradScaler made, kept alive: the usual one is a local of a
         # function whose frame is gone when the result is written.
         self.scalers: list = []
@@ -152,14 +153,20 @@ class Recorder:
         else:
             self.losses.append(self.torch.tensor(float("nan")))
         self._scaled.clear()
-        if self.cuda:
-            self.torch.cuda.synchronize()
         # step_times[i] is step i + 1's time, from the end of step i: the
-        # script's imports and set-up before its first step are no step.
-        now = time.perf_counter()
-        if self._last is not None:
-            self.step_times.append(now - self._last)
-        self._last = now
+        # script's imports and set-up before its first step are no step.  On
+        # CUDA an event on the stream marks each step's end, read once at the
+        # end: a synchronisation per step would stall the CPU's queueing of
+        # the next step's kernels and time a slower program than the script.
+        if self.cuda:
+            event = self.torch.cuda.Event(enable_timing=True)
+            event.record()
+            self._events.append(event)
+        else:
+            now = time.perf_counter()
+            if self._last is not None:
+                self.step_times.append(now - self._last)
+            self._last = now
         if self.progress_path is not None:
             try:
                 Path(self.progress_path).write_text(str(self.steps))
@@ -171,6 +178,12 @@ class Recorder:
     # -- the result --------------------------------------------------------------
     def result(self, finished: str) -> dict:
         torch = self.torch
+        if self._events:
+            torch.cuda.synchronize()
+            self.step_times = [
+                start.elapsed_time(end) / 1000.0  # milliseconds
+                for start, end in zip(self._events, self._events[1:])
+            ]
         losses = [float(loss) for loss in self.losses]
         scales = [scaler.get_scale() for scaler in self.scalers if scaler.is_enabled()]
         return {
