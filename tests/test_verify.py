@@ -512,6 +512,44 @@ def test_a_script_error_raised_through_a_harness_hook_shows_no_harness_frame(
     assert "harness.py" not in status.stderr
 
 
+def test_harness_counts_a_gan_iteration_once_with_each_optimizer_s_loss(tmp_path: Path) -> None:
+    """A critic and a generator step in each iteration: one iteration, not two
+    steps; the loss compared is the critic's (the optimizer that steps first),
+    and each optimizer's own mean loss is kept beside it."""
+    script = tmp_path / "gan.py"
+    script.write_text(dedent("""
+        import torch
+
+        torch.manual_seed(0)
+        critic, generator = torch.nn.Linear(4, 1), torch.nn.Linear(2, 4)
+        critic_opt = torch.optim.SGD(critic.parameters(), lr=0.01)
+        generator_opt = torch.optim.SGD(generator.parameters(), lr=0.01)
+        for step in range(3):
+            fake = generator(torch.randn(8, 2))
+            critic_loss = critic(fake.detach()).mean() - critic(torch.randn(8, 4)).mean()
+            critic_opt.zero_grad()
+            critic_loss.backward()
+            critic_opt.step()
+            generator_loss = 10 - critic(fake).mean()
+            generator_opt.zero_grad()
+            generator_loss.backward()
+            generator_opt.step()
+            print(critic_loss.item(), generator_loss.item())
+        """))
+    out = tmp_path / "result.json"
+    status = _harness(script, "--steps", "10", "--out", out)
+    assert status.returncode == 0, status.stderr
+    result = json.loads(out.read_text())
+    printed = [[float(v) for v in line.split()] for line in status.stdout.splitlines()]
+    assert result["steps"] == 3
+    assert result["losses"] == pytest.approx([critic for critic, _ in printed])
+    # An iteration ends at the critic's step: the generator's loss of the one
+    # before it comes with it.
+    by_optimizer = result["losses_by_optimizer"]
+    assert list(by_optimizer[0]) == ["0"] and sorted(by_optimizer[1]) == ["0", "1"]
+    assert by_optimizer[1]["1"] == pytest.approx(printed[0][1])
+
+
 def test_harness_reads_the_scale_of_a_scaler_local_to_a_function(tmp_path: Path) -> None:
     """The usual script makes its GradScaler in `main()`, whose frame is gone
     when the harness writes its result: the scale is read all the same."""
@@ -961,10 +999,11 @@ def test_on_cuda_steps_are_timed_by_events_read_once_at_the_end() -> None:
 
     cuda = _FakeCuda()
     recorder = Recorder(_TorchWithCuda(torch, cuda), steps=10, progress_path=None)
+    optimizer = object()
     for step_ms in (900.0, 5.0, 7.0, 9.0):  # set-up, then three steps
         cuda.now_ms += step_ms
         recorder.backward(torch.tensor(1.0))
-        recorder.step(skipped=False)
+        recorder.step(optimizer, skipped=False)
     assert cuda.synchronized == 0
     result = recorder.result("steps")
     assert cuda.synchronized == 1

@@ -11,8 +11,10 @@ that text in place of the file (never cached as bytecode), so a trainer
 module runs rewritten under the driver that uses it.
 
 What is measured goes through torch's own hooks rather than through the code:
-a global optimizer step hook counts steps; `GradScaler.step` is wrapped to count
-the steps the scaler skipped (inf/NaN gradients, no optimizer step);
+a global optimizer step hook counts iterations, one per step of the first
+optimizer to step (a GAN's critic and generator steps are one iteration);
+`GradScaler.step` is wrapped to count the steps the scaler skipped (inf/NaN
+gradients, no optimizer step);
 `Tensor.backward` and `GradScaler.scale` record each step's loss (unscaled);
 global optimizer step pre- and post-hooks record what each optimizer step
 received, per parameter group (the gradients' norm and largest magnitude, as
@@ -64,7 +66,11 @@ class Recorder:
         self.skipped_at: list[int] = []  # the steps (from 0) the scaler skipped
         self.losses: list = []  # one per step, as tensors until the end (no sync per step)
         self.step_times: list[float] = []
-        self._pending: list = []  # losses backpropagated since the last step
+        self._pending: list = []  # losses backpropagated since the last optimizer step
+        self._lead: int | None = None  # the number of the first optimizer to step
+        self._iteration_losses: dict[int, list] = {}  # optimizer number -> its losses
+        # Per iteration: each optimizer's mean loss, by its number.
+        self.losses_by_optimizer: list[dict[int, object]] = []
         self._scaled: dict[int, object] = {}  # id(scaled loss) -> the unscaled loss
         self._last = None  # the time of the last step event (on the CPU)
         self._events: list = []  # a CUDA event at each step's end (on CUDA)
@@ -138,16 +144,33 @@ class Recorder:
             )
         self._received.append(record)
 
-    def step(self, skipped: bool) -> None:
+    def step(self, optimizer, skipped: bool) -> None:
+        """`optimizer` stepped, or its GradScaler skipped the step.  The losses
+        backpropagated since the last step are its own.  An iteration ends at
+        each step of the lead optimizer, the first to step in the run: a GAN's
+        critic and generator steps are one iteration, not two."""
+        number = self.optimizer_made(optimizer)
+        if self._pending:
+            self._iteration_losses.setdefault(number, []).extend(self._pending)
+            self._pending = []
+        if self._lead is None:
+            self._lead = number
+        if number != self._lead:
+            return
         self.steps += 1
         self.updates.append(None if skipped else self._received)
         self._received = []
         if skipped:
             self.skipped += 1
             self.skipped_at.append(self.steps - 1)
-        if self._pending:
-            self.losses.append(self.torch.stack(self._pending).mean())
-            self._pending = []
+        means = {
+            number: self.torch.stack(losses).mean()
+            for number, losses in sorted(self._iteration_losses.items())
+        }
+        self._iteration_losses = {}
+        self.losses_by_optimizer.append(means)
+        if self._lead in means:
+            self.losses.append(means[self._lead])
         elif self.losses:
             self.losses.append(self.losses[-1])
         else:
@@ -192,6 +215,10 @@ class Recorder:
             "skipped_steps": self.skipped,
             "skipped_at": self.skipped_at,
             "losses": [loss if math.isfinite(loss) else str(loss) for loss in losses],
+            "losses_by_optimizer": [
+                {str(number): _json_float(float(loss)) for number, loss in means.items()}
+                for means in self.losses_by_optimizer
+            ],
             "step_times_s": self.step_times,
             "peak_mem_bytes": torch.cuda.max_memory_allocated() if self.cuda else None,
             "loss_scale": scales[-1] if scales else None,
@@ -217,6 +244,10 @@ class Recorder:
                 for records in self.updates
             ],
         }
+
+
+def _json_float(value: float) -> float | str:
+    return value if math.isfinite(value) else str(value)
 
 
 class UpdateRecord:
@@ -307,7 +338,7 @@ def _instrument(torch, recorder: Recorder) -> None:
     def after_optimizer_step(optimizer, args, kwargs) -> None:
         recorder.optimizer_stepped(optimizer)
         if not in_scaler_step[0]:
-            recorder.step(skipped=False)
+            recorder.step(optimizer, skipped=False)
 
     register_optimizer_step_pre_hook(before_optimizer_step)
     register_optimizer_step_post_hook(after_optimizer_step)
@@ -415,7 +446,7 @@ def _recording_step(original_step, recorder: Recorder, in_scaler_step: list[int]
         finally:
             in_scaler_step[0] -= 1
             hook.remove()
-        recorder.step(skipped=not ran)
+        recorder.step(optimizer, skipped=not ran)
         return result
 
     return step
