@@ -47,7 +47,6 @@ def run_jobs(jobs: list[dict]) -> list[dict]:
         _seed(torch, job["seed"])
         error = None
         os.chdir(script.parent)
-        recorder.start()
         try:
             exec(compile(job["source"], str(script), "exec", dont_inherit=True), namespace)
         except StopTraining:
