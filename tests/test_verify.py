@@ -953,6 +953,7 @@ class _FakeCuda:
     def __init__(self) -> None:
         self.now_ms = 0.0
         self.synchronized = 0
+        self.reset_at: list[float] = []  # when the peak memory was reset
         cuda = self
 
         class Event:
@@ -975,6 +976,12 @@ class _FakeCuda:
 
     def max_memory_allocated(self) -> int:
         return 1 << 20
+
+    def max_memory_reserved(self) -> int:
+        return 3 << 20
+
+    def reset_peak_memory_stats(self) -> None:
+        self.reset_at.append(self.now_ms)
 
     def get_device_name(self) -> str:
         return "Fake GPU"
@@ -1009,3 +1016,21 @@ def test_on_cuda_steps_are_timed_by_events_read_once_at_the_end() -> None:
     assert cuda.synchronized == 1
     assert result["step_times_s"] == pytest.approx([0.005, 0.007, 0.009])
     assert result["device"] == "Fake GPU" and result["peak_mem_bytes"] == 1 << 20
+
+
+def test_on_cuda_peak_memory_is_the_training_window_s_and_reserved_is_beside_it() -> None:
+    """The peak is reset once the warm-up iterations ran (cuDNN autotuning
+    takes workspaces the training does not); what the caching allocator
+    reserved is reported beside what tensors allocated."""
+    torch = pytest.importorskip("torch")
+    from amplint.verify.harness import Recorder
+
+    cuda = _FakeCuda()
+    recorder = Recorder(_TorchWithCuda(torch, cuda), steps=10, progress_path=None, warmup=2)
+    optimizer = object()
+    for _ in range(4):
+        cuda.now_ms += 10.0
+        recorder.step(optimizer, skipped=False)
+    assert cuda.reset_at == [20.0]  # after the second iteration, once
+    result = recorder.result("steps")
+    assert result["peak_mem_bytes"] == 1 << 20 and result["peak_reserved_bytes"] == 3 << 20

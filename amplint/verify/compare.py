@@ -254,8 +254,10 @@ class Comparison:
         return self._ratio(self.baseline_median, self.tf32_median)
 
     @staticmethod
-    def peak(runs: list[dict]) -> int | None:
-        peaks = [run.get("peak_mem_bytes") for run in runs]
+    def peak(runs: list[dict], figure: str = "peak_mem_bytes") -> int | None:
+        """The largest rank's peak memory after the warm-up: allocated by
+        tensors, or (`peak_reserved_bytes`) held by the caching allocator."""
+        peaks = [run.get(figure) for run in runs]
         return None if not peaks or None in peaks else max(peaks)
 
     @property
@@ -396,6 +398,7 @@ class Comparison:
             return {
                 "median_step_s": self.median(runs),  # the slowest rank's
                 "peak_mem_bytes": self.peak(runs),  # the largest rank's
+                "peak_reserved_bytes": self.peak(runs, "peak_reserved_bytes"),
                 "losses": first["losses"],  # rank 0's, as below
                 "skipped_steps": first["skipped_steps"],
                 "steps": first["steps"],

@@ -56,10 +56,13 @@ class StopTraining(BaseException):
 
 
 class Recorder:
-    def __init__(self, torch, steps: int, progress_path: str | None) -> None:
+    def __init__(self, torch, steps: int, progress_path: str | None, warmup: int = 0) -> None:
         self.torch = torch
         self.cuda = torch.cuda.is_available()
         self.limit = steps
+        # After this many iterations the peak memory is reset: the training
+        # window's peak, not the first iterations' (cuDNN autotuning workspaces).
+        self.warmup = warmup
         self.progress_path = progress_path
         self.steps = 0
         self.skipped = 0
@@ -190,6 +193,8 @@ class Recorder:
             if self._last is not None:
                 self.step_times.append(now - self._last)
             self._last = now
+        if self.cuda and self.steps == self.warmup:
+            self.torch.cuda.reset_peak_memory_stats()
         if self.progress_path is not None:
             try:
                 Path(self.progress_path).write_text(str(self.steps))
@@ -221,6 +226,8 @@ class Recorder:
             ],
             "step_times_s": self.step_times,
             "peak_mem_bytes": torch.cuda.max_memory_allocated() if self.cuda else None,
+            # What the caching allocator held: what the process took from the GPU.
+            "peak_reserved_bytes": torch.cuda.max_memory_reserved() if self.cuda else None,
             "loss_scale": scales[-1] if scales else None,
             "device": torch.cuda.get_device_name() if self.cuda else "cpu",
             "cuda_available": self.cuda,
@@ -546,6 +553,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, required=True)
     parser.add_argument("--out", required=True, help="where to write; {rank} is the rank")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--warmup", type=int, default=0, help="iterations before the window")
     parser.add_argument("--progress")
     parser.add_argument("--rewritten", help="JSON: module path -> file holding its rewrite")
     parser.add_argument("--tf32", action="store_true", help="TF32 matmuls and convolutions")
@@ -572,7 +580,8 @@ def main(argv: list[str] | None = None) -> int:
 
     # Under torchrun each rank runs this harness; rank 0 tells the progress.
     rank = int(os.environ.get("RANK", "0"))
-    recorder = Recorder(torch, options.steps, options.progress if rank == 0 else None)
+    progress = options.progress if rank == 0 else None
+    recorder = Recorder(torch, options.steps, progress, options.warmup)
     _seed(torch, options.seed)
     if options.tf32:
         allow_tf32(torch)

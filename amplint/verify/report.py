@@ -66,9 +66,13 @@ def text_report(script: Path, outcome: Outcome) -> list[str]:
         row(
             "peak memory",
             [_mib(comparison.peak(runs)) for _, runs in columns],
-            f"   ratio {'-' if comparison.mem_ratio is None else f'{comparison.mem_ratio:.2f}'}",
+            f"   ratio {'-' if comparison.mem_ratio is None else f'{comparison.mem_ratio:.2f}'}"
+            " (allocated, after the warm-up)",
         )
     )
+    reserved = [comparison.peak(runs, "peak_reserved_bytes") for _, runs in columns]
+    if any(value is not None for value in reserved):
+        lines.append(row("reserved memory", [_mib(value) for value in reserved]))
     gap = "-" if comparison.loss_gap is None else f"{comparison.loss_gap:.2%}"
     if ranks > 1:
         gap += (

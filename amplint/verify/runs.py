@@ -90,6 +90,8 @@ def run_child(
         str(request.script.resolve()),
         "--steps",
         str(request.thresholds.steps),
+        "--warmup",
+        str(request.thresholds.warmup),
         "--out",
         str(out),
         "--progress",
