@@ -206,6 +206,17 @@ def _measured(name: str, *, tf32_on: bool = False) -> dict:
         ),
         "scalers": [{"device": "cuda", "enabled": True}] if name == "AMP" else [],
         "rewritten_loaded": [],
+        "environment": {
+            "torch": "2.13.0",
+            "cudnn_benchmark": False,
+            "compiled": False,
+            "gpu": "NVIDIA H200",
+            "capability": "9.0",
+            "bf16_native": True,
+            "cuda": "12.8",
+            "cudnn": 91002,
+            "driver": 12080,
+        },
     }
 
 
@@ -243,6 +254,9 @@ def test_on_cuda_a_third_run_shows_what_tf32_alone_buys(
     outcome = runs.verify(_request(tf32_run=tf32_run))
     table = "\n".join(text_report(Path("gpt_style.py"), outcome))
     assert "TF32 matmul off (precision none), cuDNN TF32 on" in table  # on CUDA: shown
+    assert (
+        "  NVIDIA H200 (sm 9.0, bfloat16 native), CUDA 12.8, cuDNN 91002, driver 12080\n" in table
+    )
     if not tf32_run:  # --no-tf32-run: update parity's band from another seed
         assert started == [("baseline", []), ("AMP", []), ("calibration", ["--seed", "1"])]
         assert "FP32+TF32" not in table and "TF32 alone" not in table
@@ -986,6 +1000,9 @@ class _FakeCuda:
     def get_device_name(self) -> str:
         return "Fake GPU"
 
+    def get_device_capability(self) -> tuple[int, int]:
+        return (7, 0)  # a V100: bfloat16 only emulated
+
 
 class _TorchWithCuda:
     """torch, with `cuda` replaced."""
@@ -1016,6 +1033,9 @@ def test_on_cuda_steps_are_timed_by_events_read_once_at_the_end() -> None:
     assert cuda.synchronized == 1
     assert result["step_times_s"] == pytest.approx([0.005, 0.007, 0.009])
     assert result["device"] == "Fake GPU" and result["peak_mem_bytes"] == 1 << 20
+    environment = result["environment"]
+    assert environment["gpu"] == "Fake GPU" and environment["capability"] == "7.0"
+    assert environment["bf16_native"] is False and environment["compiled"] is False
 
 
 def test_on_cuda_peak_memory_is_the_training_window_s_and_reserved_is_beside_it() -> None:
@@ -1034,3 +1054,22 @@ def test_on_cuda_peak_memory_is_the_training_window_s_and_reserved_is_beside_it(
     assert cuda.reset_at == [20.0]  # after the second iteration, once
     result = recorder.result("steps")
     assert result["peak_mem_bytes"] == 1 << 20 and result["peak_reserved_bytes"] == 3 << 20
+
+
+def test_harness_says_when_the_script_compiled_its_model(tmp_path: Path) -> None:
+    script = tmp_path / "compiled.py"
+    script.write_text(dedent("""
+        import torch
+
+        model = torch.compile(torch.nn.Linear(4, 1), backend="eager")
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for step in range(2):
+            model(torch.randn(8, 4)).pow(2).mean().backward()
+            optimizer.step()
+            optimizer.zero_grad()
+        """))
+    out = tmp_path / "result.json"
+    status = _harness(script, "--steps", "5", "--out", out)
+    assert status.returncode == 0, status.stderr
+    environment = json.loads(out.read_text())["environment"]
+    assert environment["compiled"] is True and "gpu" not in environment

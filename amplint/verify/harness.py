@@ -63,6 +63,7 @@ class Recorder:
         # After this many iterations the peak memory is reset: the training
         # window's peak, not the first iterations' (cuDNN autotuning workspaces).
         self.warmup = warmup
+        self.compiled = False  # the script called torch.compile
         self.progress_path = progress_path
         self.steps = 0
         self.skipped = 0
@@ -233,6 +234,7 @@ class Recorder:
             "cuda_available": self.cuda,
             "torch": torch.__version__,
             "settings": precision_settings(torch),
+            "environment": environment(torch, self.cuda, self.compiled),
             # `asked`: what the script's `enabled=` said; torch turns off by
             # itself a CUDA autocast or GradScaler where there is no CUDA.
             "autocast": [
@@ -299,6 +301,34 @@ def allow_tf32(torch) -> None:
     ones works after these."""
     torch.set_float32_matmul_precision("high")
     torch.backends.cudnn.allow_tf32 = True
+
+
+def environment(torch, cuda: bool, compiled: bool) -> dict:
+    """What the figures depend on besides the code: the GPU and its software,
+    whether it runs bfloat16 natively (compute capability 8.0 on; older GPUs
+    emulate it, slowly), cuDNN autotuning, and whether the script compiled."""
+    found = {
+        "torch": torch.__version__,
+        "cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
+        "compiled": compiled,
+    }
+    if not cuda:
+        return found
+    major, minor = torch.cuda.get_device_capability()
+    driver = getattr(torch._C, "_cuda_getDriverVersion", None)
+    try:
+        driver_version = driver() if driver is not None else None
+    except Exception:  # a private call: its absence costs a figure, not the run
+        driver_version = None
+    return {
+        **found,
+        "gpu": torch.cuda.get_device_name(),
+        "capability": f"{major}.{minor}",
+        "bf16_native": major >= 8,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version(),
+        "driver": driver_version,
+    }
 
 
 def precision_settings(torch) -> dict:
@@ -373,6 +403,14 @@ def _instrument(torch, recorder: Recorder) -> None:
         scaler_classes.append(legacy)  # a subclass of torch.amp.GradScaler since torch 2.3
     for cls in scaler_classes:
         _wrap_scaler(cls, recorder, in_scaler_step)
+
+    original_compile = torch.compile
+
+    def compile(*args, **kwargs):
+        recorder.compiled = True
+        return original_compile(*args, **kwargs)
+
+    torch.compile = compile
 
     # torch.cuda.amp.autocast and torch.cpu.amp.autocast enter through it.
     autocast = torch.amp.autocast_mode.autocast

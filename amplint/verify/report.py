@@ -31,6 +31,23 @@ def _times(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}x"
 
 
+def _environment_line(environment: dict) -> str:
+    """`NVIDIA H100 80GB HBM3 (sm 9.0, bfloat16 native), CUDA 12.8, cuDNN 91002, driver 12080`."""
+    native = "bfloat16 native" if environment.get("bf16_native") else "bfloat16 emulated"
+    parts = [
+        f"{environment['gpu']} (sm {environment.get('capability')}, {native})",
+        f"CUDA {environment.get('cuda')}",
+        f"cuDNN {environment.get('cudnn')}",
+    ]
+    if environment.get("driver") is not None:
+        parts.append(f"driver {environment['driver']}")
+    if environment.get("cudnn_benchmark"):
+        parts.append("cudnn.benchmark on")
+    if environment.get("compiled"):
+        parts.append("torch.compile in use")
+    return ", ".join(parts)
+
+
 def text_report(script: Path, outcome: Outcome) -> list[str]:
     comparison = outcome.comparison
     thresholds = comparison.thresholds
@@ -42,6 +59,9 @@ def text_report(script: Path, outcome: Outcome) -> list[str]:
         + (f", {ranks} ranks (times: the slowest rank's; losses: rank 0's)" if ranks > 1 else ""),
     ]
     if base[0].get("cuda_available"):  # TF32 changes what FP32 means, on CUDA only
+        environment = base[0].get("environment") or {}
+        if "gpu" in environment:
+            lines.append(f"  {_environment_line(environment)}")
         lines.append(f"  {_tf32_line(base[0]['settings'])}")
     lines += [
         "  rewrite: " + "; ".join(outcome.applied),
