@@ -64,6 +64,12 @@ def test_bundled_examples_keep_parity_on_the_cpu(script: str, script_args: tuple
         assert report[run]["peak_mem_bytes"] is None  # no CUDA: nothing to measure
     assert report["speedup"] > 0 and report["speed_meaningful"] is False
     assert report["mem_ratio"] is None
+    # Evidence a user can show: what was run, and every step of every run.
+    assert report["schema_version"] == 2 and report["command"][:2] == ["amplint", "verify"]
+    for run in ("baseline", "amp"):
+        assert len(report[run]["step_times_s"]) == 9 and report[run]["skipped_at"] == []
+        assert len(report[run]["losses_by_optimizer"]) == 10
+    assert report["baseline"]["loss_scales"] == [None] * 10  # bfloat16: no scaler
     assert report["rewrite"] == ["AMP001 autocast (bfloat16) around the forward pass"]
 
 
@@ -505,6 +511,7 @@ def test_harness_counts_skipped_steps_and_records_unscaled_losses(tmp_path: Path
     assert result["skipped_steps"] == 3 and result["skipped_at"] == [0, 1, 2]
     assert result["losses"] == pytest.approx(printed)  # unscaled, and unchanged: no update ran
     assert result["loss_scale"] == 2.0**124  # halved once per skipped step
+    assert result["loss_scales"] == [2.0**127, 2.0**126, 2.0**125]  # the one each step ran with
 
 
 def test_a_script_error_raised_through_a_harness_hook_shows_no_harness_frame(

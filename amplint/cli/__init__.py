@@ -7,10 +7,13 @@ libcst or the rules (tests/test_fast_path.py).
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 from amplint import __version__
 from amplint.cli.check import check
+from amplint.cli import common
 from amplint.cli.common import EXIT_INTERRUPTED
 from amplint.cli.fix import fix
 from amplint.cli.rules import clean, list_rules, rule
@@ -19,7 +22,13 @@ from amplint.terminal import choose_color
 
 
 class _Group(click.Group):
-    """click's group, but Ctrl-C exits 130 (not 1, which means "findings")."""
+    """click's group, but Ctrl-C exits 130 (not 1, which means "findings");
+    and it remembers the arguments it was run with (verify's evidence names
+    its command)."""
+
+    def main(self, args=None, *rest, **options):
+        common.invoked_with[:] = list(sys.argv[1:] if args is None else args)
+        return super().main(args, *rest, **options)
 
     def invoke(self, ctx: click.Context):
         # --color is a check/fix option kept in amplint.terminal: a command run

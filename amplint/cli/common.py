@@ -39,6 +39,9 @@ from amplint.triggers import ALL_CODES
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report a process Ctrl-C ended
 
+# The arguments of the running command, after `amplint` (see cli._Group.main).
+invoked_with: list[str] = []
+
 
 def noun(count: int) -> str:
     return "finding" if count == 1 else "findings"

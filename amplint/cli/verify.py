@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from amplint.cli import common
 from amplint.cli.common import (
     EXIT_ERROR,
     say_error,
@@ -116,7 +117,15 @@ def verify(
         if as_json:
             message = "\n".join(filter(None, [str(error), error.detail]))
             click.echo(
-                json.dumps({"passed": False, "error": message, "exit_code": error.exit_code})
+                json.dumps(
+                    {
+                        "schema_version": JSON_SCHEMA_VERSION,
+                        "command": _command_line(),
+                        "passed": False,
+                        "error": message,
+                        "exit_code": error.exit_code,
+                    }
+                )
             )
         say_error(str(error))
         for line in error.detail.splitlines():  # the run's own stderr, line by line
@@ -127,7 +136,11 @@ def verify(
             progress.clear()
     comparison = outcome.comparison
     if as_json:
-        document = comparison.as_json(outcome.device, outcome.dtype)
+        document = {
+            "schema_version": JSON_SCHEMA_VERSION,
+            "command": _command_line(),
+            **comparison.as_json(outcome.device, outcome.dtype),
+        }
         document["rewrite"] = outcome.applied
         document["notes"] = outcome.notes
         click.echo(json.dumps(document, indent=2))
@@ -135,3 +148,13 @@ def verify(
         for line in text_report(script, outcome):
             click.echo(line, color=color())
     sys.exit(EXIT_PASSED if comparison.passed else EXIT_FAILED)
+
+
+# The layout of `verify --json`: raised when a field changes meaning or goes.
+# 2: per-step arrays for every run, the command line, losses per optimizer.
+JSON_SCHEMA_VERSION = 2
+
+
+def _command_line() -> list[str]:
+    """How verify was run, as the shell gave it: the evidence names its command."""
+    return ["amplint", *common.invoked_with]

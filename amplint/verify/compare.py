@@ -400,6 +400,14 @@ class Comparison:
                 "peak_mem_bytes": self.peak(runs),  # the largest rank's
                 "peak_reserved_bytes": self.peak(runs, "peak_reserved_bytes"),
                 "losses": first["losses"],  # rank 0's, as below
+                # Per step, rank 0's: the time (from the end of the step before),
+                # whether the scaler skipped it, the loss scale it ran with, and
+                # each optimizer's mean loss (by the order they were made).
+                "step_times_s": first.get("step_times_s", []),
+                "skipped_at": first.get("skipped_at", []),
+                "loss_scales": first.get("loss_scales", []),
+                "losses_by_optimizer": first.get("losses_by_optimizer", []),
+                "environment": first.get("environment"),
                 "skipped_steps": first["skipped_steps"],
                 "steps": first["steps"],
                 "loss_scale": first.get("loss_scale"),

@@ -75,6 +75,9 @@ class Recorder:
         self._iteration_losses: dict[int, list] = {}  # optimizer number -> its losses
         # Per iteration: each optimizer's mean loss, by its number.
         self.losses_by_optimizer: list[dict[int, object]] = []
+        # Per iteration: the loss scale it ran with (a tensor until the end),
+        # None without an enabled GradScaler.
+        self.loss_scales: list = []
         self._scaled: dict[int, object] = {}  # id(scaled loss) -> the unscaled loss
         self._last = None  # the time of the last step event (on the CPU)
         self._events: list = []  # a CUDA event at each step's end (on CUDA)
@@ -148,6 +151,15 @@ class Recorder:
             )
         self._received.append(record)
 
+    def _scale(self):
+        """The scale of the last enabled GradScaler made, copied on its device
+        (no synchronisation), or None."""
+        for scaler in reversed(self.scalers):
+            scale = getattr(scaler, "_scale", None) if scaler.is_enabled() else None
+            if scale is not None:
+                return scale.detach().clone()
+        return None
+
     def step(self, optimizer, skipped: bool) -> None:
         """`optimizer` stepped, or its GradScaler skipped the step.  The losses
         backpropagated since the last step are its own.  An iteration ends at
@@ -173,6 +185,7 @@ class Recorder:
         }
         self._iteration_losses = {}
         self.losses_by_optimizer.append(means)
+        self.loss_scales.append(self._scale())
         if self._lead in means:
             self.losses.append(means[self._lead])
         elif self.losses:
@@ -221,6 +234,7 @@ class Recorder:
             "skipped_steps": self.skipped,
             "skipped_at": self.skipped_at,
             "losses": [loss if math.isfinite(loss) else str(loss) for loss in losses],
+            "loss_scales": [None if scale is None else float(scale) for scale in self.loss_scales],
             "losses_by_optimizer": [
                 {str(number): _json_float(float(loss)) for number, loss in means.items()}
                 for means in self.losses_by_optimizer
