@@ -36,6 +36,11 @@ CPU_BF16 = ("--device-type", "cpu", "--dtype", "bfloat16", "--steps", "10")
 SMALL_RESNET = ("--batch-size", "8", "--image-size", "32", "--width", "8")
 SMALL_GPT = ("--layers", "2", "--d-model", "64", "--heads", "4", "--seq-len", "32")
 SMALL_GPT += ("--batch-size", "2", "--vocab", "256")
+# What a parity check on the CPU says of the rewrite it checked.
+CPU_CHECK_NOTE = (
+    "verified the rewrite for --device-type cpu --dtype bfloat16; `amplint fix` with this "
+    "configuration writes the one for cuda and float16, which this run did not check"
+)
 
 
 def _cuda() -> bool:
@@ -274,6 +279,47 @@ def test_on_cuda_a_third_run_shows_what_tf32_alone_buys(
     assert "(not meaningful" not in table
 
 
+@pytest.mark.parametrize(
+    "amp_ms, tf32_ms, note",
+    [
+        (50.0, 20.0, "the AMP run was slower than the baseline (0.80x)"),
+        (
+            30.0,
+            20.0,
+            "the AMP run was slower than FP32 with TF32 (1.33x against 2.00x): TF32 alone is "
+            "the better switch for this script",
+        ),
+        (10.0, 20.0, None),
+    ],
+)
+def test_amp_slower_than_what_it_is_compared_with_is_said(
+    amp_ms: float, tf32_ms: float, note: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def measured(name: str) -> dict:
+        run = _measured(name)
+        step_ms = {"AMP": amp_ms, "TF32": tf32_ms}.get(name)
+        if step_ms is not None:
+            run["step_times_s"] = [step_ms / 1000] * 9
+        return run
+
+    _on_fake_cuda(monkeypatch, measured)
+    outcome = runs.verify(_request())
+    assert outcome.notes == ([note] if note else [])
+
+
+def test_an_original_already_under_amp_is_said_to_compare_amp_with_amp(monkeypatch) -> None:
+    def measured(name: str) -> dict:
+        run = _measured(name)
+        run["autocast"] = _measured("AMP")["autocast"]
+        return run
+
+    _on_fake_cuda(monkeypatch, measured)
+    outcome = runs.verify(_request())
+    assert outcome.notes == [
+        "the original already trains under autocast or a GradScaler: this compares AMP with AMP"
+    ]
+
+
 def test_no_tf32_run_where_the_script_turns_tf32_on_itself(monkeypatch) -> None:
     started = _on_fake_cuda(monkeypatch, lambda name: _measured(name, tf32_on=True))
     outcome = runs.verify(_request())
@@ -317,7 +363,8 @@ def test_files_the_baseline_writes_where_the_amp_run_can_read_them_are_noted(
     report = json.loads(result.stdout)  # passed or not: the AMP run began trained
     assert report["notes"] == [
         f"the baseline run wrote {os.path.join('checkpoints', 'last.pt')} beside the script; "
-        "if the script resumes from what it wrote, the AMP run did not start from scratch"
+        "if the script resumes from what it wrote, the AMP run did not start from scratch",
+        CPU_CHECK_NOTE,
     ]
 
 
@@ -422,7 +469,7 @@ def test_rewrite_verifies_a_package_step_as_its_driver_uses_it(trainer_package: 
     assert report["rewrite"] == [
         "regressor/engine.py: AMP001 autocast (bfloat16) around the forward pass"
     ]
-    assert report["passed"] and report["notes"] == []
+    assert report["passed"] and report["notes"] == [CPU_CHECK_NOTE]
     assert report["baseline"]["autocast"] == []
     assert report["amp"]["autocast"] == [
         {"device": "cpu", "dtype": "bfloat16", "enabled": True, "asked": True, "regions": 10}

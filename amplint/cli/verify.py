@@ -94,6 +94,9 @@ def verify(
 
     unsafe = options.pop("unsafe_fixes")
     settings = settings_for((script, *rewrite_paths), options)
+    fix_settings = settings_for(
+        (script, *rewrite_paths), {**options, "device_type": None, "dtype": None}
+    )
     if warmup is None:
         warmup = default_warmup(steps)
     if warmup >= steps:
@@ -109,6 +112,7 @@ def verify(
         rewrite_paths=rewrite_paths,
         nproc_per_node=nproc_per_node,
         tf32_run=not no_tf32_run,
+        fix_settings=fix_settings,
     )
     progress = RunProgress() if sys.stderr.isatty() else None
     try:

@@ -39,6 +39,9 @@ class Request:
     rewrite_paths: Sequence[Path] = ()
     nproc_per_node: int = 1  # more than one: each run is launched by torchrun
     tf32_run: bool = True  # on CUDA, a third run: the original with TF32 matmuls
+    # What `amplint fix` would use with the user's configuration alone (no
+    # --device-type / --dtype given to verify); None: the same as `settings`.
+    fix_settings: Settings | None = None
 
 
 # Told (run name, steps done, steps wanted) while a child runs.
@@ -295,11 +298,41 @@ def verify(request: Request, progress: Progress | None = None) -> Outcome:
     comparison = Comparison(
         baseline, amp, request.thresholds, on_cuda, problems, tf32, calibration, calibrated_by
     )
+    notes += _warnings(request, comparison, baseline[0])
     device = baseline[0]["device"] if device_type == "cuda" else device_type
     # What the AMP run trained under, which need not be what was asked for.
     dtypes = sorted({autocast.split()[1] for autocast in active_autocast(amp[0])})
     dtype = ", ".join(dtypes) or dtype
     return Outcome(comparison, rewrite.applied, device, dtype, on_cuda, notes)
+
+
+def _warnings(request: Request, comparison: Comparison, baseline: dict) -> list[str]:
+    """What makes the figures say less than they seem to: AMP slower than what
+    it is compared with, AMP on both sides, or a rewrite other than the one
+    `fix` writes."""
+    found = []
+    speedup, tf32_speedup = comparison.speedup, comparison.tf32_speedup
+    if comparison.speed_meaningful and speedup is not None and speedup < 1:
+        found.append(f"the AMP run was slower than the baseline ({speedup:.2f}x)")
+    elif comparison.speed_meaningful and speedup and tf32_speedup and tf32_speedup > speedup:
+        found.append(
+            f"the AMP run was slower than FP32 with TF32 ({speedup:.2f}x against "
+            f"{tf32_speedup:.2f}x): TF32 alone is the better switch for this script"
+        )
+    if inactive_amp(baseline) is None:
+        found.append(
+            "the original already trains under autocast or a GradScaler: this compares "
+            "AMP with AMP"
+        )
+    fix = request.fix_settings
+    verified = (request.settings.device_type, request.settings.dtype)
+    if fix is not None and (fix.device_type, fix.dtype) != verified:
+        found.append(
+            f"verified the rewrite for --device-type {verified[0]} --dtype {verified[1]}; "
+            f"`amplint fix` with this configuration writes the one for {fix.device_type} and "
+            f"{fix.dtype}, which this run did not check"
+        )
+    return found
 
 
 # How much of the script's directory is looked at for what the baseline wrote.
