@@ -1,13 +1,15 @@
 """Run `amplint verify` on the bundled GPU examples and print the README table.
 
-    python tests/verify_table.py [--steps 50] [VERIFY OPTIONS...]   (or: make verify-gpu)
+    python tests/verify_table.py [--steps 50] [--out DIR] [VERIFY OPTIONS...]
+    make verify-gpu
 
-Needs a CUDA GPU: each example runs in FP32, in FP32 with TF32 matmuls, and as
+On a CUDA GPU each example runs in FP32, in FP32 with TF32 matmuls, and as
 amplint rewrites it (float16 autocast + GradScaler by default), 50 steps each,
-timed after 10.
-Extra options go to `amplint verify` (`--dtype bfloat16`, `--device-type cpu`
-with small sizes to try the script itself on a CPU: `--small`).  Not a test:
-it prints figures and the JSON it read them from.
+timed after 10.  On a machine without CUDA it says so in one line and makes a
+dry run of the same code path on the CPU (small sizes, `--device-type cpu
+--dtype bfloat16`, 10 steps), exiting 0 when that passes: the suite runs it so.
+Extra options go to `amplint verify`; `--small` picks the CPU sizes.  The table
+and each example's JSON are written to `--out` (default build/verify-gpu).
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+
+from amplint.verify.report import environment_line
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "fixtures" / "verify"
 # script -> its arguments at full size (the defaults) and for a CPU try-out
@@ -29,11 +33,25 @@ RUNS = {
 }
 
 
-def main() -> int:
+def _cuda_available() -> bool:
+    probe = subprocess.run(
+        [sys.executable, "-c", "import torch; print(torch.cuda.is_available())"],
+        capture_output=True,
+        text=True,
+    )
+    return probe.stdout.strip() == "True"
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--small", action="store_true", help="CPU-sized models")
-    options, verify_options = parser.parse_known_args()
+    parser.add_argument("--out", type=Path, default=Path("build") / "verify-gpu")
+    options, verify_options = parser.parse_known_args(argv)
+    if not _cuda_available():
+        print("no CUDA device here: a dry run of the same code path on the CPU, not figures")
+        options.small, options.steps = True, 10
+        verify_options = ["--device-type", "cpu", "--dtype", "bfloat16", *verify_options]
     rows, documents = [], {}
     for script, (full_size, small) in RUNS.items():
         command = [sys.executable, "-m", "amplint", "verify", str(EXAMPLES / script)]
@@ -68,22 +86,31 @@ def main() -> int:
         )
     first = next(iter(documents.values()))
     settings = first["settings"]
+    environment = first["baseline"].get("environment") or {}
+    device = environment_line(environment) if "gpu" in environment else first["device"]
     print(
-        f"device: {first['device']}; torch {first['torch']}; FP32 baseline with "
+        f"device: {device}; torch {first['torch']}; FP32 baseline with "
         f"TF32 matmul {'on' if settings['matmul_allow_tf32'] else 'off'} "
         f"(precision {settings['matmul_precision']}), "
         f"cuDNN TF32 {'on' if settings['cudnn_allow_tf32'] else 'off'}; the TF32 run sets "
         'torch.set_float32_matmul_precision("high") and cuDNN TF32; '
         f"{first['steps']} steps, timed after {first['warmup']}\n"
     )
-    print(
+    table = [
         "| script | AMP dtype | FP32 step ms | FP32+TF32 step ms | TF32 speedup | AMP step ms "
-        "| AMP speedup | peak memory | loss gap | skipped | verdict |"
-    )
-    print("|---|---|---:|---:|---:|---:|---:|---|---:|---:|---|")
-    print("\n".join(rows))
-    print("\n" + json.dumps(documents, indent=2), file=sys.stderr)
-    return 0
+        "| AMP speedup | peak memory | loss gap | skipped | verdict |",
+        "|---|---|---:|---:|---:|---:|---:|---|---:|---:|---|",
+        *rows,
+    ]
+    print("\n".join(table))
+    options.out.mkdir(parents=True, exist_ok=True)
+    (options.out / "table.md").write_text("\n".join(table) + "\n", encoding="utf-8")
+    for script, document in documents.items():
+        (options.out / f"{Path(script).stem}.json").write_text(
+            json.dumps(document, indent=2), encoding="utf-8"
+        )
+    print(f"table and JSON in {options.out}")
+    return 0 if all(document["passed"] for document in documents.values()) else 1
 
 
 if __name__ == "__main__":

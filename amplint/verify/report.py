@@ -31,7 +31,7 @@ def _times(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}x"
 
 
-def _environment_line(environment: dict) -> str:
+def environment_line(environment: dict) -> str:
     """`NVIDIA H100 80GB HBM3 (sm 9.0, bfloat16 native), CUDA 12.8, cuDNN 91002, driver 12080`."""
     native = "bfloat16 native" if environment.get("bf16_native") else "bfloat16 emulated"
     parts = [
@@ -61,7 +61,7 @@ def text_report(script: Path, outcome: Outcome) -> list[str]:
     if base[0].get("cuda_available"):  # TF32 changes what FP32 means, on CUDA only
         environment = base[0].get("environment") or {}
         if "gpu" in environment:
-            lines.append(f"  {_environment_line(environment)}")
+            lines.append(f"  {environment_line(environment)}")
         lines.append(f"  {_tf32_line(base[0]['settings'])}")
     lines += [
         "  rewrite: " + "; ".join(outcome.applied),
