@@ -276,6 +276,7 @@ def test_on_cuda_a_third_run_shows_what_tf32_alone_buys(
     assert outcome.comparison.speedup == 4.0 and outcome.comparison.tf32_speedup == 2.0
     assert "baseline         AMP   FP32+TF32" in table
     assert "speedup 4.00x (TF32 alone: 2.00x)" in table
+    assert "gap 0.00% (noise floor 0.00%: the TF32 run)" in table
     assert "(not meaningful" not in table
 
 
@@ -1148,3 +1149,35 @@ def test_make_verify_gpu_makes_a_dry_run_on_the_cpu(tmp_path: Path) -> None:
     )
     assert "| `resnet_style.py` | bfloat16 |" in run.stdout
     assert (tmp_path / "table.md").exists() and (tmp_path / "gpt_style.json").exists()
+
+
+def test_atol_passes_losses_near_zero_that_rtol_alone_fails() -> None:
+    strict = Thresholds(steps=4, warmup=1, last=2, rtol=0.05, min_speedup=None)
+    baseline = _run([1.0, 0.1, 0.001, 0.001], [1.0] * 3)
+    amp = _run([1.0, 0.1, 0.002, 0.002], [1.0] * 3)  # 100 % apart, 0.001 away
+    assert not Comparison([baseline], [amp], strict, speed_meaningful=False).parity_ok
+    loose = Thresholds(steps=4, warmup=1, last=2, rtol=0.05, min_speedup=None, atol=0.01)
+    comparison = Comparison([baseline], [amp], loose, speed_meaningful=False)
+    assert comparison.parity_ok and comparison.reasons() == []
+
+
+def test_the_calibration_run_s_gap_is_shown_as_the_noise_floor() -> None:
+    thresholds = Thresholds(steps=4, warmup=1, last=2, rtol=0.05, min_speedup=None)
+    baseline = _run([4, 3, 2, 1.0], [1.0] * 3)
+    amp = _run([4, 3, 2, 1.01], [1.0] * 3)
+    seeded = _run([4, 3, 2, 1.03], [1.0] * 3)
+    comparison = Comparison(
+        [baseline], [amp], thresholds, False, calibration=[seeded], calibrated_by="another seed"
+    )
+    assert comparison.noise_floor == pytest.approx(0.01)  # (2 + 1.03) / 2 against 1.5
+
+
+def test_a_baseline_that_diverges_makes_the_verdict_inconclusive() -> None:
+    """When the FP32 run itself diverges there is nothing to hold AMP to: not
+    a failure of the rewrite, and not a pass."""
+    thresholds = Thresholds(steps=4, warmup=1, last=2, rtol=0.05, min_speedup=None)
+    baseline = _run([4, 30, 3e9, "nan"], [1.0] * 3)
+    amp = _run([4, 3, 2, 1.0], [1.0] * 3)
+    comparison = Comparison([baseline], [amp], thresholds, speed_meaningful=False)
+    assert comparison.inconclusive == "the FP32 baseline itself diverged (NaN or inf loss)"
+    assert comparison.as_json("cpu", "bfloat16")["inconclusive"] == comparison.inconclusive

@@ -37,6 +37,13 @@ from amplint.terminal import RunProgress, color
     show_default=True,
     help="Allowed relative gap between the mean losses over the last steps.",
 )
+@click.option(
+    "--atol",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    show_default=True,
+    help="Mean losses this close pass whatever their relative gap (for losses near zero).",
+)
 @click.option("--min-speedup", type=click.FloatRange(min=0), help="Fail below this speedup.")
 @click.option(
     "--timeout",
@@ -73,6 +80,7 @@ def verify(
     steps,
     warmup,
     rtol,
+    atol,
     min_speedup,
     timeout,
     as_json,
@@ -87,8 +95,9 @@ def verify(
 
     Exit codes: 0 passed; 1 parity or speed check failed, or a run crashed,
     hung or produced NaN; 2 usage or internal error; 3 nothing to verify (no
-    training step to rewrite, or AMP inactive on this machine)."""
-    from amplint.verify import EXIT_FAILED, EXIT_PASSED, VerifyError, runs
+    training step to rewrite, AMP inactive on this machine, or the FP32 run
+    itself diverged: inconclusive)."""
+    from amplint.verify import EXIT_FAILED, EXIT_NOTHING, EXIT_PASSED, VerifyError, runs
     from amplint.verify.compare import Thresholds, default_last, default_warmup
     from amplint.verify.report import text_report
 
@@ -107,7 +116,7 @@ def verify(
         script_args=tuple(script_args),
         settings=settings,
         unsafe=unsafe,
-        thresholds=Thresholds(steps, warmup, default_last(steps), rtol, min_speedup),
+        thresholds=Thresholds(steps, warmup, default_last(steps), rtol, min_speedup, atol),
         timeout_s=timeout,
         rewrite_paths=rewrite_paths,
         nproc_per_node=nproc_per_node,
@@ -151,6 +160,8 @@ def verify(
     else:
         for line in text_report(script, outcome):
             click.echo(line, color=color())
+    if comparison.inconclusive:
+        sys.exit(EXIT_NOTHING)
     sys.exit(EXIT_PASSED if comparison.passed else EXIT_FAILED)
 
 

@@ -14,6 +14,9 @@ class Thresholds:
     last: int  # steps whose mean loss is compared
     rtol: float
     min_speedup: float | None
+    # Losses within this of each other pass whatever their ratio: a loss near
+    # zero makes any relative gap large.
+    atol: float = 0.0
 
 
 def default_warmup(steps: int) -> int:
@@ -280,6 +283,32 @@ class Comparison:
             return None
         return abs(value - base) / max(abs(base), 1e-12)
 
+    def _within(self, baseline: dict, other: dict) -> bool:
+        """The mean losses agree: relatively (--rtol) or absolutely (--atol)."""
+        gap = self._gap(baseline, other)
+        if gap is None:
+            return False
+        base = _mean(_last_losses(baseline, other, self.thresholds.last))
+        value = _mean(_last_losses(other, baseline, self.thresholds.last))
+        return gap <= self.thresholds.rtol or abs(value - base) <= self.thresholds.atol
+
+    @property
+    def noise_floor(self) -> float | None:
+        """How far the calibration run (TF32, or another seed), which differs
+        from the baseline in nothing AMP touches, strays from it: a loss gap
+        below this says nothing about AMP."""
+        gaps = [self._gap(base, other) for base, other in zip(self.baseline, self.calibration)]
+        return None if not gaps or None in gaps else max(gaps)
+
+    @property
+    def inconclusive(self) -> str | None:
+        """Why no verdict can be given on AMP: the FP32 run itself diverged."""
+        for rank, base in enumerate(self.baseline):
+            if not all(map(math.isfinite, _losses(base))):
+                where = f" on rank {rank}" if len(self.baseline) > 1 else ""
+                return f"the FP32 baseline itself diverged{where} (NaN or inf loss)"
+        return None
+
     @property
     def rank_gaps(self) -> list[float | None]:
         return [self._gap(base, amp) for base, amp in zip(self.baseline, self.amp)]
@@ -359,8 +388,7 @@ class Comparison:
 
     @property
     def parity_ok(self) -> bool:
-        gap = self.loss_gap
-        return gap is not None and gap <= self.thresholds.rtol
+        return all(self._within(base, amp) for base, amp in zip(self.baseline, self.amp))
 
     @property
     def speed_ok(self) -> bool:
@@ -378,11 +406,16 @@ class Comparison:
             where = f" on rank {rank}" if len(self.baseline) > 1 else ""
             if gap is None:
                 reasons += [f"{why}{where}" for why in self._no_updates(rank)]
-            elif gap > self.thresholds.rtol:
+            elif not self._within(self.baseline[rank], self.amp[rank]):
                 reasons.append(
                     f"loss parity{where}: the AMP run's mean loss over the last "
                     f"{self.thresholds.last} updates differs from the baseline's by {gap:.1%} "
-                    f"(allowed: {self.thresholds.rtol:.1%}, --rtol)"
+                    f"(allowed: {self.thresholds.rtol:.1%}, --rtol"
+                    + (
+                        f", or {self.thresholds.atol:g} apart, --atol)"
+                        if self.thresholds.atol
+                        else ")"
+                    )
                 )
         reasons += self._update_reasons()
         if not self.speed_ok:
@@ -435,6 +468,8 @@ class Comparison:
             "loss_gap": self.loss_gap,
             "rank_loss_gaps": self.rank_gaps,
             "tf32_loss_gap": self.tf32_gap,
+            "noise_floor": self.noise_floor,
+            "inconclusive": self.inconclusive,
             "parity_ok": self.parity_ok,
             "update_parity_ok": self.update_parity_ok,
             "update_band": parity.band,

@@ -102,6 +102,9 @@ def text_report(script: Path, outcome: Outcome) -> list[str]:
             )
             + ")"
         )
+    floor = comparison.noise_floor
+    if floor is not None and comparison.calibrated_by:
+        gap += f" (noise floor {floor:.2%}: {comparison.calibrated_by})"
     lines.append(
         row(
             f"mean loss (last {thresholds.last})",
@@ -121,7 +124,10 @@ def text_report(script: Path, outcome: Outcome) -> list[str]:
         )
     )
     lines.append("")
-    if comparison.passed:
+    if comparison.inconclusive:
+        verdict = click.style("inconclusive", fg="yellow", bold=True)
+        lines.append(f"verdict: {verdict} ({comparison.inconclusive}: nothing to compare AMP with)")
+    elif comparison.passed:
         verdict = click.style("passed", fg="green", bold=True)
         lines.append(
             f"verdict: {verdict} (loss within {thresholds.rtol:.1%}; every update within the band)"
