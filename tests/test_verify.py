@@ -1181,3 +1181,31 @@ def test_a_baseline_that_diverges_makes_the_verdict_inconclusive() -> None:
     comparison = Comparison([baseline], [amp], thresholds, speed_meaningful=False)
     assert comparison.inconclusive == "the FP32 baseline itself diverged (NaN or inf loss)"
     assert comparison.as_json("cpu", "bfloat16")["inconclusive"] == comparison.inconclusive
+
+
+def test_sparklines_share_one_scale_and_mark_what_is_not_finite() -> None:
+    from amplint.verify.report import sparklines
+
+    falling, flat = sparklines([[8.0, 6.0, 4.0, 2.0], [8.0, 8.0, "nan", 8.0]])
+    assert falling == "█▆▃▁" and flat == "██!█"
+    assert len(sparklines([list(range(100))], width=40)[0]) == 40
+
+
+def test_plot_writes_the_runs_loss_and_step_time_to_a_png(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "runs.png"
+    result = run_cli("verify", VERIFY / "gpt_style.py", *CPU_BF16, "--plot", png, "--", *SMALL_GPT)
+    assert result.exit_code == 0, result.output
+    assert f"plot: {png}" in result.output
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_without_matplotlib_says_what_to_install_before_running(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from amplint.verify import plot
+
+    monkeypatch.setattr(plot, "plot_available", lambda: False)
+    result = run_cli("verify", VERIFY / "gpt_style.py", "--plot", tmp_path / "runs.png")
+    assert result.exit_code == 2
+    assert "--plot needs matplotlib: pip install 'amplint[plot]'" in result.output

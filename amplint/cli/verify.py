@@ -54,6 +54,11 @@ from amplint.terminal import RunProgress, color
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option(
+    "--plot",
+    type=click.Path(dir_okay=False, writable=True, path_type=Path),
+    help="Write the runs' loss curves and step times to this PNG (needs matplotlib).",
+)
+@click.option(
     "--rewrite",
     "rewrite_paths",
     multiple=True,
@@ -84,6 +89,7 @@ def verify(
     min_speedup,
     timeout,
     as_json,
+    plot,
     rewrite_paths,
     nproc_per_node,
     no_tf32_run,
@@ -101,6 +107,12 @@ def verify(
     from amplint.verify.compare import Thresholds, default_last, default_warmup
     from amplint.verify.report import text_report
 
+    if plot is not None:
+        from amplint.verify.plot import PLOT_NEEDS, plot_available
+
+        if not plot_available():  # said before minutes of runs, not after
+            say_error(PLOT_NEEDS)
+            sys.exit(EXIT_ERROR)
     unsafe = options.pop("unsafe_fixes")
     settings = settings_for((script, *rewrite_paths), options)
     fix_settings = settings_for(
@@ -148,6 +160,13 @@ def verify(
         if progress is not None:
             progress.clear()
     comparison = outcome.comparison
+    if plot is not None:
+        from amplint.verify.plot import write_plot
+
+        title = f"amplint verify {script}: {outcome.device}, {outcome.dtype}"
+        write_plot(plot, comparison, title)
+        if not as_json:
+            click.echo(f"plot: {plot}")
     if as_json:
         document = {
             "schema_version": JSON_SCHEMA_VERSION,

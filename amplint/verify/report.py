@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import click
@@ -29,6 +30,40 @@ def _tf32_line(settings: dict) -> str:
 
 def _times(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}x"
+
+
+_BARS = "▁▂▃▄▅▆▇█"
+
+
+def sparklines(series: list[list], width: int = 40) -> list[str]:
+    """One line of bars per series, on one scale shared by all of them (so
+    two runs' losses compare at a glance), at most `width` bars: each the
+    mean of the steps it stands for.  A NaN or inf is `!`."""
+    resampled = []
+    for values in series:
+        numbers = [float(value) for value in values]
+        buckets = max(1, min(width, len(numbers)))
+        bars = []
+        for bucket in range(buckets):
+            part = numbers[
+                bucket * len(numbers) // buckets : (bucket + 1) * len(numbers) // buckets
+            ]
+            bars.append(sum(part) / len(part) if part else math.nan)
+        resampled.append(bars)
+    finite = [value for bars in resampled for value in bars if math.isfinite(value)]
+    low, high = (min(finite), max(finite)) if finite else (0.0, 0.0)
+    span = high - low or 1.0
+    return [
+        "".join(
+            (
+                _BARS[min(len(_BARS) - 1, int((value - low) / span * len(_BARS)))]
+                if math.isfinite(value)
+                else "!"
+            )
+            for value in bars
+        )
+        for bars in resampled
+    ]
 
 
 def environment_line(environment: dict) -> str:
@@ -113,6 +148,9 @@ def text_report(script: Path, outcome: Outcome) -> list[str]:
         )
     )
     lines.append(row("skipped steps", [str(runs[0]["skipped_steps"]) for _, runs in columns]))
+    curves = sparklines([runs[0]["losses"] for _, runs in columns])
+    for (name, _), curve in zip(columns, curves):
+        lines.append(f"  {'loss, ' + name:<22}{curve}")
     parity = comparison.update_parity()
     band, compared = parity.band, parity.steps_compared
     inside = compared - parity.steps_outside
