@@ -1209,3 +1209,51 @@ def test_plot_without_matplotlib_says_what_to_install_before_running(
     result = run_cli("verify", VERIFY / "gpt_style.py", "--plot", tmp_path / "runs.png")
     assert result.exit_code == 2
     assert "--plot needs matplotlib: pip install 'amplint[plot]'" in result.output
+
+
+def test_repeated_rounds_interleave_and_report_the_median_and_spread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    step_ms = {"baseline": [40, 44, 36], "AMP": [10, 12, 30], "TF32": [20, 21, 19]}
+
+    def measured(name: str) -> dict:
+        kind, _, round_ = name.partition(", round ")
+        run = _measured(kind)
+        run["step_times_s"] = [step_ms[kind][int(round_ or 1) - 1] / 1000] * 9
+        return run
+
+    started = _on_fake_cuda(monkeypatch, measured)
+    outcome = runs.verify(_request(repeat=3))
+    assert [name for name, _ in started] == [
+        "baseline",
+        "AMP",
+        "TF32",
+        "baseline, round 2",
+        "AMP, round 2",
+        "TF32, round 2",
+        "baseline, round 3",
+        "AMP, round 3",
+        "TF32, round 3",
+    ]
+    comparison = outcome.comparison
+    assert comparison.baseline_median == 0.040 and comparison.amp_median == 0.012
+    assert comparison.spread(comparison.amp) == pytest.approx(0.010)  # 11 to 21 ms
+    assert comparison.timing_noise is None  # 10 ms of spread, 28 ms of difference
+    table = "\n".join(text_report(Path("gpt_style.py"), outcome))
+    assert "IQR over rounds" in table and "3 rounds, interleaved" in table
+
+
+def test_a_speedup_smaller_than_the_spread_of_the_rounds_is_said_to_be_noise() -> None:
+    thresholds = Thresholds(steps=3, warmup=1, last=1, rtol=0.05, min_speedup=None)
+    runs_ = [_run([2, 1.0, 1.0], [1.0, 1.0])]
+    comparison = Comparison(
+        runs_,
+        [_run([2, 1.0, 1.0], [1.0, 1.0])],
+        thresholds,
+        True,
+        repeats={"baseline": [0.040, 0.041, 0.039], "AMP": [0.020, 0.060, 0.038]},
+    )
+    assert comparison.timing_noise == (
+        "the repeated runs' step times spread more (IQR 20.0 ms) than the baseline's and the "
+        "AMP run's differ (2.0 ms): the speedup is within the noise"
+    )

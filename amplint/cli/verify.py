@@ -46,6 +46,13 @@ from amplint.terminal import RunProgress, color
 )
 @click.option("--min-speedup", type=click.FloatRange(min=0), help="Fail below this speedup.")
 @click.option(
+    "--repeat",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Rounds of timing runs, interleaved (FP32, AMP, TF32, FP32, ...): the median and IQR.",
+)
+@click.option(
     "--timeout",
     type=click.FloatRange(min=0, min_open=True),
     default=600,
@@ -87,6 +94,7 @@ def verify(
     rtol,
     atol,
     min_speedup,
+    repeat,
     timeout,
     as_json,
     plot,
@@ -134,6 +142,7 @@ def verify(
         nproc_per_node=nproc_per_node,
         tf32_run=not no_tf32_run,
         fix_settings=fix_settings,
+        repeat=repeat,
     )
     progress = RunProgress() if sys.stderr.isatty() else None
     try:

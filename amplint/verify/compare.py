@@ -190,6 +190,12 @@ def update_parity(baseline: dict, other: dict, calibration: dict | None) -> Upda
     return UpdateParity(band, ratios, [ratio for ratio in ratios if ratio.distance > band])
 
 
+def slowest_median(runs: list[dict], warmup: int) -> float | None:
+    """The slowest rank's median step time."""
+    medians = [median_step_s(run, warmup) for run in runs]
+    return None if not medians or None in medians else max(medians)
+
+
 def median_step_s(run: dict, warmup: int) -> float | None:
     # step_times_s[i] is the time from step i to step i+1 (the first step's
     # start is the script's start, import and set-up included: never timed).
@@ -224,11 +230,44 @@ class Comparison:
     # update parity.  Empty: MIN_BAND.
     calibration: list[dict] = field(default_factory=list)
     calibrated_by: str = ""  # "another seed", "TF32"
+    # With --repeat: each run's median step time in every round ("baseline",
+    # "AMP", "TF32" -> one per round, the first round's included), the rounds
+    # interleaved so a machine that slows down slows every column alike.
+    repeats: dict[str, list[float]] = field(default_factory=dict)
+
+    def _name(self, runs: list[dict]) -> str:
+        return "baseline" if runs is self.baseline else "AMP" if runs is self.amp else "TF32"
 
     def median(self, runs: list[dict]) -> float | None:
-        """The slowest rank's median step time."""
-        medians = [median_step_s(run, self.thresholds.warmup) for run in runs]
-        return None if not medians or None in medians else max(medians)
+        """The slowest rank's median step time; over repeated rounds, the
+        median of the rounds' medians."""
+        rounds = self.repeats.get(self._name(runs))
+        if rounds:
+            return statistics.median(rounds)
+        return slowest_median(runs, self.thresholds.warmup)
+
+    def spread(self, runs: list[dict]) -> float | None:
+        """The interquartile range of the rounds' median step times; None
+        without two rounds."""
+        rounds = self.repeats.get(self._name(runs), [])
+        if len(rounds) < 2:
+            return None
+        low, _, high = statistics.quantiles(rounds, n=4, method="inclusive")
+        return high - low
+
+    @property
+    def timing_noise(self) -> str | None:
+        """Why the speedup may be noise: the rounds' step times spread more
+        than the baseline's and the AMP run's medians differ."""
+        base, amp = self.baseline_median, self.amp_median
+        spreads = [s for s in (self.spread(self.baseline), self.spread(self.amp)) if s is not None]
+        if base is None or amp is None or not spreads or max(spreads) <= abs(base - amp):
+            return None
+        return (
+            f"the repeated runs' step times spread more (IQR {max(spreads) * 1000:.1f} ms) "
+            f"than the baseline's and the AMP run's differ ({abs(base - amp) * 1000:.1f} ms): "
+            "the speedup is within the noise"
+        )
 
     @property
     def baseline_median(self) -> float | None:
@@ -469,6 +508,7 @@ class Comparison:
             "rank_loss_gaps": self.rank_gaps,
             "tf32_loss_gap": self.tf32_gap,
             "noise_floor": self.noise_floor,
+            "repeats": self.repeats or None,
             "inconclusive": self.inconclusive,
             "parity_ok": self.parity_ok,
             "update_parity_ok": self.update_parity_ok,

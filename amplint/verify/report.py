@@ -117,6 +117,15 @@ def text_report(script: Path, outcome: Outcome) -> list[str]:
     lines.append(
         row("median step", [_ms(comparison.median(runs)) for _, runs in columns], f"   {speed}")
     )
+    if comparison.repeats:
+        rounds = len(next(iter(comparison.repeats.values())))
+        lines.append(
+            row(
+                "IQR over rounds",
+                [_ms(comparison.spread(runs)) for _, runs in columns],
+                f"   {rounds} rounds, interleaved",
+            )
+        )
     lines.append(
         row(
             "peak memory",

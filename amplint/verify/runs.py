@@ -18,7 +18,13 @@ from typing import Callable, Sequence
 import amplint
 from amplint.config import Settings
 from amplint.verify import EXIT_ERROR, EXIT_FAILED, EXIT_NOTHING, VerifyError
-from amplint.verify.compare import Comparison, Thresholds, active_autocast, inactive_amp
+from amplint.verify.compare import (
+    Comparison,
+    Thresholds,
+    slowest_median,
+    active_autocast,
+    inactive_amp,
+)
 from amplint.verify.harness import HARNESS_ERROR, NEEDS_TORCH
 from amplint.verify.rewrite import Rewrite, listed, rewritten, unrewritten_imports
 
@@ -42,6 +48,8 @@ class Request:
     # What `amplint fix` would use with the user's configuration alone (no
     # --device-type / --dtype given to verify); None: the same as `settings`.
     fix_settings: Settings | None = None
+    # Rounds of timing runs (--repeat): FP32, AMP, TF32, FP32, AMP, ...
+    repeat: int = 1
 
 
 # Told (run name, steps done, steps wanted) while a child runs.
@@ -274,6 +282,7 @@ def verify(request: Request, progress: Progress | None = None) -> Outcome:
                 ),
                 "an FP32 run with another seed",
             )
+        repeats = _repeated(request, rewrite, progress, workdir, bool(tf32), [baseline, amp, tf32])
     fixable, _ = unrewritten_imports(
         request.script, request.settings, request.unsafe, rewrite.covered
     )
@@ -296,7 +305,15 @@ def verify(request: Request, progress: Progress | None = None) -> Outcome:
                     f"{request.thresholds.steps} steps"
                 )
     comparison = Comparison(
-        baseline, amp, request.thresholds, on_cuda, problems, tf32, calibration, calibrated_by
+        baseline,
+        amp,
+        request.thresholds,
+        on_cuda,
+        problems,
+        tf32,
+        calibration,
+        calibrated_by,
+        repeats,
     )
     notes += _warnings(request, comparison, baseline[0])
     device = baseline[0]["device"] if device_type == "cuda" else device_type
@@ -304,6 +321,32 @@ def verify(request: Request, progress: Progress | None = None) -> Outcome:
     dtypes = sorted({autocast.split()[1] for autocast in active_autocast(amp[0])})
     dtype = ", ".join(dtypes) or dtype
     return Outcome(comparison, rewrite.applied, device, dtype, on_cuda, notes)
+
+
+def _repeated(request, rewrite, progress, workdir, with_tf32: bool, first: list) -> dict:
+    """With --repeat K: K - 1 more rounds of the timing runs, interleaved
+    (FP32, AMP, TF32, FP32, ...), and every round's median step time per run;
+    {} without."""
+    if request.repeat <= 1:
+        return {}
+    kinds = [("baseline", rewrite.original, None, ()), ("AMP", rewrite.script, rewrite.modules, ())]
+    if with_tf32:
+        kinds.append(("TF32", rewrite.original, None, ("--tf32",)))
+    warmup = request.thresholds.warmup
+    rounds = {name: [slowest_median(runs, warmup)] for (name, *_), runs in zip(kinds, first)}
+    for round_ in range(2, request.repeat + 1):
+        for name, text, modules, options in kinds:
+            runs = run_child(
+                f"{name}, round {round_}",
+                text,
+                request,
+                progress,
+                workdir,
+                modules,
+                harness_options=list(options),
+            )
+            rounds[name].append(slowest_median(runs, warmup))
+    return {name: medians for name, medians in rounds.items() if None not in medians}
 
 
 def _warnings(request: Request, comparison: Comparison, baseline: dict) -> list[str]:
@@ -319,6 +362,10 @@ def _warnings(request: Request, comparison: Comparison, baseline: dict) -> list[
             f"the AMP run was slower than FP32 with TF32 ({speedup:.2f}x against "
             f"{tf32_speedup:.2f}x): TF32 alone is the better switch for this script"
         )
+    if comparison.timing_noise:
+        found.append(comparison.timing_noise)
+    if comparison.timing_noise:
+        found.append(comparison.timing_noise)
     if inactive_amp(baseline) is None:
         found.append(
             "the original already trains under autocast or a GradScaler: this compares "
