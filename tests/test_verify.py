@@ -1257,3 +1257,39 @@ def test_a_speedup_smaller_than_the_spread_of_the_rounds_is_said_to_be_noise() -
         "the repeated runs' step times spread more (IQR 20.0 ms) than the baseline's and the "
         "AMP run's differ (2.0 ms): the speedup is within the noise"
     )
+
+
+def test_throughput_from_a_given_batch_size_in_samples_or_tokens(monkeypatch) -> None:
+    _on_fake_cuda(monkeypatch)
+    outcome = runs.verify(_request(batch_size=32))
+    comparison = outcome.comparison
+    assert comparison.throughput(comparison.baseline) == pytest.approx(800.0)  # 32 / 40 ms
+    assert comparison.throughput(comparison.amp) == pytest.approx(3200.0)
+    table = "\n".join(text_report(Path("gpt_style.py"), outcome))
+    assert "samples/s, 32 samples a step (--batch-size)" in table
+    tokens = runs.verify(_request(batch_size=32, seq_len=1024)).comparison
+    assert tokens.throughput(tokens.amp) == pytest.approx(3200.0 * 1024)
+
+
+def test_harness_reads_the_batch_size_of_the_script_s_data_loader(tmp_path: Path) -> None:
+    script = tmp_path / "loader.py"
+    script.write_text(dedent("""
+        import torch
+        from torch.utils.data import DataLoader, TensorDataset
+
+        data = TensorDataset(torch.randn(32, 4), torch.randn(32, 1))
+        model = torch.nn.Linear(4, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for x, y in DataLoader(data, batch_size=8):
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+            optimizer.zero_grad()
+        """))
+    out = tmp_path / "result.json"
+    status = _harness(script, "--steps", "10", "--out", out)
+    assert status.returncode == 0, status.stderr
+    run = json.loads(out.read_text())
+    assert run["loader_batch_sizes"] == [8]
+    thresholds = Thresholds(steps=4, warmup=1, last=2, rtol=0.05, min_speedup=None)
+    comparison = Comparison([run], [run], thresholds, speed_meaningful=False)
+    assert comparison.samples_per_step == (8, "the script's DataLoader")

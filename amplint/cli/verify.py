@@ -46,6 +46,16 @@ from amplint.terminal import RunProgress, color
 )
 @click.option("--min-speedup", type=click.FloatRange(min=0), help="Fail below this speedup.")
 @click.option(
+    "--batch-size",
+    type=click.IntRange(min=1),
+    help="Samples per step, for the throughput (read from the script's DataLoader otherwise).",
+)
+@click.option(
+    "--seq-len",
+    type=click.IntRange(min=1),
+    help="Tokens per sample: the throughput in tokens per second.",
+)
+@click.option(
     "--repeat",
     type=click.IntRange(min=1),
     default=1,
@@ -95,6 +105,8 @@ def verify(
     atol,
     min_speedup,
     repeat,
+    batch_size,
+    seq_len,
     timeout,
     as_json,
     plot,
@@ -143,6 +155,8 @@ def verify(
         tf32_run=not no_tf32_run,
         fix_settings=fix_settings,
         repeat=repeat,
+        batch_size=batch_size,
+        seq_len=seq_len,
     )
     progress = RunProgress() if sys.stderr.isatty() else None
     try:

@@ -234,6 +234,27 @@ class Comparison:
     # "AMP", "TF32" -> one per round, the first round's included), the rounds
     # interleaved so a machine that slows down slows every column alike.
     repeats: dict[str, list[float]] = field(default_factory=dict)
+    # Samples per step as given (--batch-size); None: read from the script's
+    # DataLoader where it made one batch size.  Tokens per sample (--seq-len).
+    batch_size: int | None = None
+    seq_len: int | None = None
+
+    @property
+    def samples_per_step(self) -> tuple[int, str] | None:
+        """How many samples a step takes, and where that was learnt."""
+        if self.batch_size is not None:
+            return self.batch_size, "--batch-size"
+        sizes = set(self.baseline[0].get("loader_batch_sizes", []))
+        if len(sizes) == 1 and None not in sizes:
+            return sizes.pop(), "the script's DataLoader"
+        return None
+
+    def throughput(self, runs: list[dict]) -> float | None:
+        """Samples per second (tokens, with --seq-len) at the median step."""
+        samples, median = self.samples_per_step, self.median(runs)
+        if samples is None or not median:
+            return None
+        return samples[0] * (self.seq_len or 1) / median
 
     def _name(self, runs: list[dict]) -> str:
         return "baseline" if runs is self.baseline else "AMP" if runs is self.amp else "TF32"
@@ -469,6 +490,7 @@ class Comparison:
             first = runs[0]
             return {
                 "median_step_s": self.median(runs),  # the slowest rank's
+                "throughput": self.throughput(runs),
                 "peak_mem_bytes": self.peak(runs),  # the largest rank's
                 "peak_reserved_bytes": self.peak(runs, "peak_reserved_bytes"),
                 "losses": first["losses"],  # rank 0's, as below
@@ -509,6 +531,8 @@ class Comparison:
             "tf32_loss_gap": self.tf32_gap,
             "noise_floor": self.noise_floor,
             "repeats": self.repeats or None,
+            "samples_per_step": self.samples_per_step and self.samples_per_step[0],
+            "throughput_unit": "tokens/s" if self.seq_len else "samples/s",
             "inconclusive": self.inconclusive,
             "parity_ok": self.parity_ok,
             "update_parity_ok": self.update_parity_ok,

@@ -64,6 +64,7 @@ class Recorder:
         # window's peak, not the first iterations' (cuDNN autotuning workspaces).
         self.warmup = warmup
         self.compiled = False  # the script called torch.compile
+        self.loader_batch_sizes: list = []  # each DataLoader's batch_size, as made
         self.progress_path = progress_path
         self.steps = 0
         self.skipped = 0
@@ -249,6 +250,7 @@ class Recorder:
             "torch": torch.__version__,
             "settings": precision_settings(torch),
             "environment": environment(torch, self.cuda, self.compiled),
+            "loader_batch_sizes": self.loader_batch_sizes,
             # `asked`: what the script's `enabled=` said; torch turns off by
             # itself a CUDA autocast or GradScaler where there is no CUDA.
             "autocast": [
@@ -417,6 +419,16 @@ def _instrument(torch, recorder: Recorder) -> None:
         scaler_classes.append(legacy)  # a subclass of torch.amp.GradScaler since torch 2.3
     for cls in scaler_classes:
         _wrap_scaler(cls, recorder, in_scaler_step)
+
+    loader = torch.utils.data.DataLoader
+    original_loader_init = loader.__init__
+
+    def loader_init(self, *args, **kwargs):
+        original_loader_init(self, *args, **kwargs)
+        size = getattr(self, "batch_size", None)
+        recorder.loader_batch_sizes.append(size if isinstance(size, int) else None)
+
+    loader.__init__ = loader_init
 
     original_compile = torch.compile
 

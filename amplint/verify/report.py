@@ -28,6 +28,10 @@ def _tf32_line(settings: dict) -> str:
     return f"TF32 matmul {matmul} (precision {settings['matmul_precision']}), cuDNN TF32 {cudnn}"
 
 
+def _rate(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f}"
+
+
 def _times(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}x"
 
@@ -117,6 +121,16 @@ def text_report(script: Path, outcome: Outcome) -> list[str]:
     lines.append(
         row("median step", [_ms(comparison.median(runs)) for _, runs in columns], f"   {speed}")
     )
+    samples = comparison.samples_per_step
+    if samples is not None:
+        unit = "tokens/s" if comparison.seq_len else "samples/s"
+        lines.append(
+            row(
+                "throughput",
+                [_rate(comparison.throughput(runs)) for _, runs in columns],
+                f"   {unit}, {samples[0]} samples a step ({samples[1]})",
+            )
+        )
     if comparison.repeats:
         rounds = len(next(iter(comparison.repeats.values())))
         lines.append(

@@ -50,6 +50,8 @@ class Request:
     fix_settings: Settings | None = None
     # Rounds of timing runs (--repeat): FP32, AMP, TF32, FP32, AMP, ...
     repeat: int = 1
+    batch_size: int | None = None  # samples per step, for the throughput
+    seq_len: int | None = None  # tokens per sample
 
 
 # Told (run name, steps done, steps wanted) while a child runs.
@@ -314,6 +316,8 @@ def verify(request: Request, progress: Progress | None = None) -> Outcome:
         calibration,
         calibrated_by,
         repeats,
+        request.batch_size,
+        request.seq_len,
     )
     notes += _warnings(request, comparison, baseline[0])
     device = baseline[0]["device"] if device_type == "cuda" else device_type
