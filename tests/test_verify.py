@@ -3,6 +3,7 @@ its documented exit code for every way a run can go wrong."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -1149,6 +1150,9 @@ def test_make_verify_gpu_makes_a_dry_run_on_the_cpu(tmp_path: Path) -> None:
     )
     assert "| `resnet_style.py` | bfloat16 |" in run.stdout
     assert (tmp_path / "table.md").exists() and (tmp_path / "gpt_style.json").exists()
+    assert "samples/s |" in run.stdout and "tokens/s |" in run.stdout  # the throughput
+    if importlib.util.find_spec("matplotlib") is not None:
+        assert (tmp_path / "resnet_style.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_atol_passes_losses_near_zero_that_rtol_alone_fails() -> None:

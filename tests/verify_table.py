@@ -15,6 +15,7 @@ and each example's JSON are written to `--out` (default build/verify-gpu).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import subprocess
 import sys
@@ -29,6 +30,15 @@ RUNS = {
     "gpt_style.py": (
         (),
         ("--layers", "2", "--d-model", "64", "--heads", "4", "--seq-len", "32", "--vocab", "256"),
+    ),
+}
+# script -> what verify needs for its throughput, at full size and small: the
+# batch (images), or the batch and sequence length (tokens).
+THROUGHPUT = {
+    "resnet_style.py": (("--batch-size", "128"), ("--batch-size", "8")),
+    "gpt_style.py": (
+        ("--batch-size", "16", "--seq-len", "1024"),
+        ("--batch-size", "16", "--seq-len", "32"),
     ),
 }
 
@@ -53,10 +63,15 @@ def main(argv: list[str] | None = None) -> int:
         options.small, options.steps = True, 10
         verify_options = ["--device-type", "cpu", "--dtype", "bfloat16", *verify_options]
     rows, documents = [], {}
+    options.out.mkdir(parents=True, exist_ok=True)
+    plots = importlib.util.find_spec("matplotlib") is not None
     for script, (full_size, small) in RUNS.items():
         command = [sys.executable, "-m", "amplint", "verify", str(EXAMPLES / script)]
-        command += ["--steps", str(options.steps), "--json", *verify_options, "--"]
-        command += small if options.small else full_size
+        command += ["--steps", str(options.steps), "--json", *verify_options]
+        command += THROUGHPUT[script][1 if options.small else 0]
+        if plots:
+            command += ["--plot", str(options.out / f"{Path(script).stem}.png")]
+        command += ["--", *(small if options.small else full_size)]
         result = subprocess.run(command, capture_output=True, text=True)
         try:
             document = json.loads(result.stdout)
@@ -78,10 +93,12 @@ def main(argv: list[str] | None = None) -> int:
             if tf32
             else "- | -"
         )
+        unit = document["throughput_unit"]
+        rate = f"{base['throughput']:,.0f} -> {amp['throughput']:,.0f} {unit}"
         rows.append(
             f"| `{script}` | {document['dtype']} | {base['median_step_s'] * 1000:.1f} | "
             f"{tf32_cells} | {amp['median_step_s'] * 1000:.1f} | "
-            f"**{document['speedup']:.2f}x** | {peak} | {document['loss_gap']:.2%} | "
+            f"**{document['speedup']:.2f}x** | {rate} | {peak} | {document['loss_gap']:.2%} | "
             f"{amp['skipped_steps']} | {'passed' if document['passed'] else 'failed'} |"
         )
     first = next(iter(documents.values()))
@@ -98,18 +115,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     table = [
         "| script | AMP dtype | FP32 step ms | FP32+TF32 step ms | TF32 speedup | AMP step ms "
-        "| AMP speedup | peak memory | loss gap | skipped | verdict |",
-        "|---|---|---:|---:|---:|---:|---:|---|---:|---:|---|",
+        "| AMP speedup | throughput | peak memory | loss gap | skipped | verdict |",
+        "|---|---|---:|---:|---:|---:|---:|---|---|---:|---:|---|",
         *rows,
     ]
     print("\n".join(table))
-    options.out.mkdir(parents=True, exist_ok=True)
     (options.out / "table.md").write_text("\n".join(table) + "\n", encoding="utf-8")
     for script, document in documents.items():
         (options.out / f"{Path(script).stem}.json").write_text(
             json.dumps(document, indent=2), encoding="utf-8"
         )
-    print(f"table and JSON in {options.out}")
+    print(f"table, JSON{' and plots' if plots else ''} in {options.out}")
     return 0 if all(document["passed"] for document in documents.values()) else 1
 
 
