@@ -400,8 +400,10 @@ def test_why_amp_was_inactive() -> None:
 def test_harness_records_what_the_script_asked_autocast_and_scalers_for(tmp_path: Path) -> None:
     """A CUDA GradScaler and autocast made with `enabled=False` on this
     CPU-only machine: off because the script said so, not for want of CUDA."""
-    script = tmp_path / "off.py"
-    script.write_text(dedent("""
+    result, status = _harness_run(
+        tmp_path,
+        "off.py",
+        """
         import torch
 
         model = torch.nn.Linear(4, 1)
@@ -414,11 +416,10 @@ def test_harness_records_what_the_script_asked_autocast_and_scalers_for(tmp_path
             scaler.step(optimizer)
             scaler.update()
             optimizer.zero_grad()
-        """))
-    out = tmp_path / "result.json"
-    status = _harness(script, "--steps", "5", "--out", out)
-    assert status.returncode == 0, status.stderr
-    result = json.loads(out.read_text())
+        """,
+        "--steps",
+        "5",
+    )
     assert [s["asked"] for s in result["scalers"]] == [False]
     assert [region["asked"] for region in result["autocast"]] == [False]
     assert inactive_amp(result) == (
@@ -530,12 +531,25 @@ def _harness(script: Path, *args) -> subprocess.CompletedProcess:
     return subprocess.run(command, capture_output=True, text=True, cwd=script.parent)
 
 
+def _harness_run(tmp_path: Path, name: str, source: str, *args) -> tuple:
+    """`source` as `tmp_path/name` under the harness, which must exit 0: what
+    it measured, and the finished process (for what the script printed)."""
+    script = tmp_path / name
+    script.write_text(dedent(source))
+    out = tmp_path / "result.json"
+    status = _harness(script, *args, "--out", out)
+    assert status.returncode == 0, status.stderr
+    return json.loads(out.read_text()), status
+
+
 def test_harness_counts_skipped_steps_and_records_unscaled_losses(tmp_path: Path) -> None:
     """A scale so large that every scaled gradient overflows: the scaler skips
     each optimizer step, the harness counts them, and the losses it records
     are the unscaled ones."""
-    script = tmp_path / "overflow.py"
-    script.write_text(dedent("""
+    result, status = _harness_run(
+        tmp_path,
+        "overflow.py",
+        """
         import torch
 
         torch.manual_seed(0)
@@ -550,11 +564,10 @@ def test_harness_counts_skipped_steps_and_records_unscaled_losses(tmp_path: Path
             scaler.update()
             optimizer.zero_grad()
             print(loss.item())
-        """))
-    out = tmp_path / "result.json"
-    status = _harness(script, "--steps", "5", "--out", out)
-    assert status.returncode == 0, status.stderr
-    result = json.loads(out.read_text())
+        """,
+        "--steps",
+        "5",
+    )
     printed = [float(line) for line in status.stdout.split()]
     assert result["finished"] == "script" and result["steps"] == 3
     assert result["skipped_steps"] == 3 and result["skipped_at"] == [0, 1, 2]
@@ -586,8 +599,10 @@ def test_harness_counts_a_gan_iteration_once_with_each_optimizer_s_loss(tmp_path
     """A critic and a generator step in each iteration: one iteration, not two
     steps; the loss compared is the critic's (the optimizer that steps first),
     and each optimizer's own mean loss is kept beside it."""
-    script = tmp_path / "gan.py"
-    script.write_text(dedent("""
+    result, status = _harness_run(
+        tmp_path,
+        "gan.py",
+        """
         import torch
 
         torch.manual_seed(0)
@@ -605,11 +620,10 @@ def test_harness_counts_a_gan_iteration_once_with_each_optimizer_s_loss(tmp_path
             generator_loss.backward()
             generator_opt.step()
             print(critic_loss.item(), generator_loss.item())
-        """))
-    out = tmp_path / "result.json"
-    status = _harness(script, "--steps", "10", "--out", out)
-    assert status.returncode == 0, status.stderr
-    result = json.loads(out.read_text())
+        """,
+        "--steps",
+        "10",
+    )
     printed = [[float(v) for v in line.split()] for line in status.stdout.splitlines()]
     assert result["steps"] == 3
     assert result["losses"] == pytest.approx([critic for critic, _ in printed])
@@ -652,8 +666,10 @@ def test_harness_does_not_time_the_set_up_before_the_first_step(tmp_path: Path) 
     """A script that takes a second to set up and then steps fast: its step
     times are the steps', one per step after the first, none of them the
     second of set-up (which `--steps 2` once reported as its median step)."""
-    script = tmp_path / "slow_start.py"
-    script.write_text(dedent("""
+    result, status = _harness_run(
+        tmp_path,
+        "slow_start.py",
+        """
         import time
 
         import torch
@@ -665,11 +681,10 @@ def test_harness_does_not_time_the_set_up_before_the_first_step(tmp_path: Path) 
             model(torch.randn(8, 4)).pow(2).mean().backward()
             optimizer.step()
             optimizer.zero_grad()
-        """))
-    out = tmp_path / "result.json"
-    status = _harness(script, "--steps", "2", "--out", out)
-    assert status.returncode == 0, status.stderr
-    result = json.loads(out.read_text())
+        """,
+        "--steps",
+        "2",
+    )
     assert result["steps"] == 2 and len(result["step_times_s"]) == 1
     assert result["step_times_s"][0] < 0.5
     assert median_step_s(result, default_warmup(2)) < 0.5
@@ -708,8 +723,10 @@ def test_harness_counts_each_step_of_the_old_scaler_once(tmp_path: Path) -> None
 
 
 def test_harness_records_what_autocast_and_scalers_did(tmp_path: Path) -> None:
-    script = tmp_path / "regions.py"
-    script.write_text(dedent("""
+    result, status = _harness_run(
+        tmp_path,
+        "regions.py",
+        """
         import torch
 
         model = torch.nn.Linear(4, 1)
@@ -725,11 +742,10 @@ def test_harness_records_what_autocast_and_scalers_did(tmp_path: Path) -> None:
                 loss = forward(torch.randn(8, 4)).float().pow(2).mean()
             scaler.scale(loss).backward()
             scaler.step(optimizer)
-        """))
-    out = tmp_path / "result.json"
-    status = _harness(script, "--steps", "5", "--out", out)
-    assert status.returncode == 0, status.stderr
-    result = json.loads(out.read_text())
+        """,
+        "--steps",
+        "5",
+    )
     assert result["autocast"] == [
         {"device": "cpu", "dtype": "bfloat16", "enabled": False, "asked": False, "regions": 1},
         {"device": "cpu", "dtype": "bfloat16", "enabled": True, "asked": True, "regions": 3},
@@ -740,8 +756,10 @@ def test_harness_records_what_autocast_and_scalers_did(tmp_path: Path) -> None:
 def test_harness_reads_tf32_settings_a_script_made_with_the_new_api(tmp_path: Path) -> None:
     """Once a script sets `fp32_precision`, reading torch's legacy allow_tf32
     flags raises: the harness reading them crashed after the script ran."""
-    script = tmp_path / "tf32.py"
-    script.write_text(dedent("""
+    settings, status = _harness_run(
+        tmp_path,
+        "tf32.py",
+        """
         import torch
 
         torch.backends.cuda.matmul.fp32_precision = "tf32"
@@ -750,11 +768,11 @@ def test_harness_reads_tf32_settings_a_script_made_with_the_new_api(tmp_path: Pa
         for step in range(2):
             model(torch.randn(8, 4)).pow(2).mean().backward()
             optimizer.step()
-        """))
-    out = tmp_path / "result.json"
-    status = _harness(script, "--steps", "5", "--out", out)
-    assert status.returncode == 0, status.stderr
-    settings = json.loads(out.read_text())["settings"]
+        """,
+        "--steps",
+        "5",
+    )
+    settings = settings["settings"]
     assert settings["matmul_allow_tf32"] is True and settings["matmul_precision"] == "tf32"
     assert settings["cudnn_allow_tf32"] is True  # torch's default for convolutions
 
@@ -780,8 +798,10 @@ def test_harness_tf32_run_sets_the_switch_a_script_can_still_read(tmp_path: Path
 
 
 def test_harness_stops_after_the_steps_asked_for(tmp_path: Path) -> None:
-    script = tmp_path / "forever.py"
-    script.write_text(dedent("""
+    result, status = _harness_run(
+        tmp_path,
+        "forever.py",
+        """
         import torch
 
         model = torch.nn.Linear(2, 1)
@@ -793,11 +813,10 @@ def test_harness_stops_after_the_steps_asked_for(tmp_path: Path) -> None:
                 optimizer.step()
             except Exception:  # a script's own catch-all must not swallow the stop
                 pass
-        """))
-    out = tmp_path / "result.json"
-    status = _harness(script, "--steps", "4", "--out", out)
-    assert status.returncode == 0, status.stderr
-    result = json.loads(out.read_text())
+        """,
+        "--steps",
+        "4",
+    )
     assert result["finished"] == "steps" and result["steps"] == 4 and result["exit_status"] == 0
 
 
@@ -1113,8 +1132,10 @@ def test_on_cuda_peak_memory_is_the_training_window_s_and_reserved_is_beside_it(
 
 
 def test_harness_says_when_the_script_compiled_its_model(tmp_path: Path) -> None:
-    script = tmp_path / "compiled.py"
-    script.write_text(dedent("""
+    environment, status = _harness_run(
+        tmp_path,
+        "compiled.py",
+        """
         import torch
 
         model = torch.compile(torch.nn.Linear(4, 1), backend="eager")
@@ -1123,11 +1144,11 @@ def test_harness_says_when_the_script_compiled_its_model(tmp_path: Path) -> None
             model(torch.randn(8, 4)).pow(2).mean().backward()
             optimizer.step()
             optimizer.zero_grad()
-        """))
-    out = tmp_path / "result.json"
-    status = _harness(script, "--steps", "5", "--out", out)
-    assert status.returncode == 0, status.stderr
-    environment = json.loads(out.read_text())["environment"]
+        """,
+        "--steps",
+        "5",
+    )
+    environment = environment["environment"]
     assert environment["compiled"] is True and "gpu" not in environment
 
 
@@ -1276,8 +1297,10 @@ def test_throughput_from_a_given_batch_size_in_samples_or_tokens(monkeypatch) ->
 
 
 def test_harness_reads_the_batch_size_of_the_script_s_data_loader(tmp_path: Path) -> None:
-    script = tmp_path / "loader.py"
-    script.write_text(dedent("""
+    run, status = _harness_run(
+        tmp_path,
+        "loader.py",
+        """
         import torch
         from torch.utils.data import DataLoader, TensorDataset
 
@@ -1288,11 +1311,10 @@ def test_harness_reads_the_batch_size_of_the_script_s_data_loader(tmp_path: Path
             torch.nn.functional.mse_loss(model(x), y).backward()
             optimizer.step()
             optimizer.zero_grad()
-        """))
-    out = tmp_path / "result.json"
-    status = _harness(script, "--steps", "10", "--out", out)
-    assert status.returncode == 0, status.stderr
-    run = json.loads(out.read_text())
+        """,
+        "--steps",
+        "10",
+    )
     assert run["loader_batch_sizes"] == [8]
     thresholds = Thresholds(steps=4, warmup=1, last=2, rtol=0.05, min_speedup=None)
     comparison = Comparison([run], [run], thresholds, speed_meaningful=False)
