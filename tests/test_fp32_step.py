@@ -1220,3 +1220,25 @@ def test_an_attribute_set_above_the_arm_that_holds_the_step_stays_out_of_autocas
     rewritten = fixed(source)
     assert "        rb.beta = min(1.0, beta + global_step / steps)\n        if" in rewritten
     assert rewritten.count("torch.autocast(") == 1
+
+
+def test_numpy_of_the_loss_for_a_log_does_not_decline_bfloat16() -> None:
+    """MorvanZhou's tutorials log `loss.data.numpy()`: autocast computes the
+    loss in float32, so that works; `prediction.data.numpy()` would not."""
+    source = dedent("""
+        import torch
+
+
+        def train(net, x, y, optimizer, history):
+            for t in range(100):
+                prediction = net(x)
+                loss = torch.nn.functional.mse_loss(prediction, y)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                history.append(loss.data.numpy())
+        """)
+    assert "torch.autocast(" in fixed(source, Settings(dtype="bfloat16", device_type="cpu"))
+    plotted = source.replace("loss.data.numpy()", "prediction.data.numpy()")
+    (message,) = _messages(plotted, Settings(dtype="bfloat16"))
+    assert "`prediction.data.numpy()` hands NumPy a tensor the forward pass computes" in message

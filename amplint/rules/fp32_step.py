@@ -100,11 +100,15 @@ def float16_obstacle(text: str) -> str | None:
 def _numpy_in_region(step: TrainingStep) -> cst.Call | None:
     """A `.numpy()` call in the step on what a forward region computed
     (`output.detach().cpu().numpy()`), inside the region or after it:
-    NumPy has no bfloat16, so under bfloat16 autocast it raises."""
+    NumPy has no bfloat16, so under bfloat16 autocast it raises.  The loss
+    itself is left out: autocast computes losses in float32 (they are on its
+    float32 list), so `loss.data.numpy()` for a log still works."""
     computed: set[str] = set()
     for region in step.regions:
         for statement in region.statements:
             computed |= name_use(statement).bound
+    for backward in step.backwards:
+        computed -= name_use(backward.loss).read
     finder = _NumpyCalls()
     finder.walk(step.block)
     for call in finder.calls:
