@@ -1282,6 +1282,8 @@ def test_a_speedup_smaller_than_the_spread_of_the_rounds_is_said_to_be_noise() -
         "the repeated runs' step times spread more (IQR 20.0 ms) than the baseline's and the "
         "AMP run's differ (2.0 ms): the speedup is within the noise"
     )
+    # Said once among the notes.
+    assert runs._warnings(_request(), comparison, runs_[0]) == [comparison.timing_noise]
 
 
 def test_throughput_from_a_given_batch_size_in_samples_or_tokens(monkeypatch) -> None:

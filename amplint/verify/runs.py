@@ -21,9 +21,9 @@ from amplint.verify import EXIT_ERROR, EXIT_FAILED, EXIT_NOTHING, VerifyError
 from amplint.verify.compare import (
     Comparison,
     Thresholds,
-    slowest_median,
     active_autocast,
     inactive_amp,
+    slowest_median,
 )
 from amplint.verify.harness import HARNESS_ERROR, NEEDS_TORCH
 from amplint.verify.rewrite import Rewrite, listed, rewritten, unrewritten_imports
@@ -366,8 +366,6 @@ def _warnings(request: Request, comparison: Comparison, baseline: dict) -> list[
             f"the AMP run was slower than FP32 with TF32 ({speedup:.2f}x against "
             f"{tf32_speedup:.2f}x): TF32 alone is the better switch for this script"
         )
-    if comparison.timing_noise:
-        found.append(comparison.timing_noise)
     if comparison.timing_noise:
         found.append(comparison.timing_noise)
     if inactive_amp(baseline) is None:
