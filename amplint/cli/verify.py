@@ -135,9 +135,11 @@ def verify(
             sys.exit(EXIT_ERROR)
     unsafe = options.pop("unsafe_fixes")
     settings = settings_for((script, *rewrite_paths), options)
-    fix_settings = settings_for(
-        (script, *rewrite_paths), {**options, "device_type": None, "dtype": None}
-    )
+    fix_settings = None  # the same as `settings` unless verify was given its own
+    if options.get("device_type") or options.get("dtype"):
+        fix_settings = settings_for(
+            (script, *rewrite_paths), {**options, "device_type": None, "dtype": None}
+        )
     if warmup is None:
         warmup = default_warmup(steps)
     if warmup >= steps:

@@ -366,16 +366,18 @@ class ProjectIndex:
         path = self._find_module(importer, spelled)
         if path is not None:
             module = self.module(path)
-            return path, self._found(module, found_in) if module is not None else {}
+            return path, self.definitions_in(module, found_in) if module is not None else {}
         owner, _, name = spelled.rpartition(".")
         path = self._find_module(importer, owner) if owner else None
         module = self.module(path) if path is not None else None
         if module is None:
             return None, {}
-        found = self._found(module, found_in).get(name)
+        found = self.definitions_in(module, found_in).get(name)
         return path, {"": found} if found is not None else {}
 
-    def _found(self, module: ModuleSource, found_in: Callable[[ModuleSource], dict[str, T]]):
+    def definitions_in(
+        self, module: ModuleSource, found_in: Callable[[ModuleSource], dict[str, T]]
+    ) -> dict[str, T]:
         """`found_in(module)`, once per content of the module."""
         key = (found_in.__name__, module.digest)
         if key not in self._definitions:
@@ -454,16 +456,10 @@ class ProjectView:
         """The autocast-unsafe loss helpers of other project modules reachable
         through this module's imports (local name -> what it imports), by the
         name a call spells them: `vae_loss`, `losses.vae_loss`."""
-        found: dict[str, LossHelper] = {}
-        for local, target in imported.items():
-            path, helpers = self.index.loss_helpers(self.path, target)
-            if path is None or path.resolve() == self.path:
-                continue
-            self.note(path)
-            for name, helper in helpers.items():
-                where = f"{self.relative(helper.path)}:{helper.line}"
-                found[f"{local}.{name}" if name else local] = replace(helper, where=where)
-        return found
+        return {
+            spelled: replace(helper, where=f"{self.relative(helper.path)}:{helper.line}")
+            for spelled, _, helper in self._through_imports(imported, self.index.loss_helpers)
+        }
 
     def gradient_norms(self, imported: dict[str, str]) -> dict[str, str]:
         """The functions of this module, and of the project modules its imports
@@ -473,16 +469,23 @@ class ProjectView:
         found: dict[str, str] = {}
         own = self.index.module(self.path)
         if own is not None:
-            for name, line in self.index._found(own, gradient_norms_in).items():
+            for name, line in self.index.definitions_in(own, gradient_norms_in).items():
                 found[name] = f"{self.relative(self.path)}:{line}"
+        for spelled, path, line in self._through_imports(imported, self.index.gradient_norms):
+            found[spelled] = f"{self.relative(path)}:{line}"
+        return found
+
+    def _through_imports(self, imported: dict[str, str], look_up: Callable):
+        """(the name a call spells, its module, what `look_up` found) for each
+        definition of another project module that this module's imports bring
+        (local name -> what it imports); each module read is noted."""
         for local, target in imported.items():
-            path, norms = self.index.gradient_norms(self.path, target)
+            path, definitions = look_up(self.path, target)
             if path is None or path.resolve() == self.path:
                 continue
             self.note(path)
-            for name, line in norms.items():
-                found[f"{local}.{name}" if name else local] = f"{self.relative(path)}:{line}"
-        return found
+            for name, definition in definitions.items():
+                yield (f"{local}.{name}" if name else local), path, definition
 
     def fsdp_uses(self) -> list[FsdpUse]:
         """FSDP wrapping in this module's program: a project module that imports

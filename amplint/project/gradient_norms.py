@@ -72,7 +72,6 @@ _CONTAINER_FUNCTIONS = frozenset({"list", "tuple", "filter", "iter", "enumerate"
 _ZEROS = frozenset({"torch.zeros", "torch.zeros_like"})
 _KEEP_DEGREE_METHODS = frozenset(
     {
-        "data",
         "detach",
         "float",
         "double",
@@ -209,6 +208,14 @@ def _join(a: _Value | None, b: _Value | None) -> _Value | None:
     )
 
 
+def _joined(values) -> _Value | None:
+    """What one name holds after paths that gave it each of `values`."""
+    joined: _Value | None = None
+    for value in values:
+        joined = _join(joined, value)
+    return joined
+
+
 def _computed(value: _Value) -> _Value:
     """A value computed from `value`: a number or a new tensor, not the parameters."""
     return _Value(value.degree, value.value, value.zero)
@@ -235,9 +242,7 @@ class _Degrees:
             self._block(function.body, names)
         except (_Unknown, RecursionError, ZeroDivisionError):
             return False
-        returned = None
-        for value in self.returned:
-            returned = _join(returned, value)
+        returned = _joined(self.returned)
         return returned is not None and not returned.zero and returned.degree == _ONE
 
     # -- statements ---------------------------------------------------------------
@@ -404,9 +409,7 @@ class _Degrees:
         return _UNKNOWN
 
     def _collection(self, elements: list[ast.expr], names: dict[str, _Value]) -> _Value:
-        joined: _Value | None = None
-        for element in elements:
-            joined = _join(joined, self._expression(element, names))
+        joined = _joined(self._expression(element, names) for element in elements)
         return joined or _Value({}, zero=True)
 
     def _arithmetic(self, op: ast.operator, left: _Value, right: _Value) -> _Value:
@@ -457,17 +460,12 @@ class _Degrees:
         if spelled in _ZEROS:
             return _Value({}, zero=True)
         if spelled in _CONTAINER_FUNCTIONS:
-            joined = None
-            for argument in arguments:  # `filter(lambda p: ..., params)`: the params
-                joined = _join(joined, argument)
-            return joined or _PLAIN
+            # `filter(lambda p: ..., params)`: the params
+            return _joined(arguments) or _PLAIN
         if spelled in _KEEP_DEGREE_FUNCTIONS and arguments:
             if any(a.degree != {} for a in arguments[1:]) and spelled not in ("max", "min"):
                 return _UNKNOWN
-            joined = None
-            for argument in arguments if spelled in ("max", "min") else arguments[:1]:
-                joined = _join(joined, argument)
-            return _computed(joined)
+            return _computed(_joined(arguments if spelled in ("max", "min") else arguments[:1]))
         if spelled in _SQUARE_ROOTS and len(arguments) == 1:
             return self._power(arguments[0], _Value({}, {(): Fraction(1, 2)}))
         if spelled in _POWERS and len(arguments) == 2:

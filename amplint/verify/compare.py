@@ -209,6 +209,10 @@ def _last_losses(run: dict, other: dict, last: int) -> list[float]:
     return _losses_per_update(run)[:updates][-last:]
 
 
+def _relative_gap(base: float, value: float) -> float:
+    return abs(value - base) / max(abs(base), 1e-12)
+
+
 def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
@@ -332,25 +336,31 @@ class Comparison:
         other = self.amp[rank] if runs is self.baseline else self.baseline[rank]
         return _mean(_last_losses(runs[rank], other, self.thresholds.last))
 
-    def _gap(self, baseline: dict, other: dict) -> float | None:
-        """|other - baseline| / |baseline| of the mean loss over the last steps."""
+    def _means(self, baseline: dict, other: dict) -> tuple[float, float] | None:
+        """The two runs' mean losses over the last updates both made; None
+        where a loss is not finite or there is none."""
         base_losses = _last_losses(baseline, other, self.thresholds.last)
         other_losses = _last_losses(other, baseline, self.thresholds.last)
         if not all(map(math.isfinite, base_losses + other_losses)):
             return None
         base, value = _mean(base_losses), _mean(other_losses)
-        if base is None or value is None:
-            return None
-        return abs(value - base) / max(abs(base), 1e-12)
+        return None if base is None or value is None else (base, value)
+
+    def _gap(self, baseline: dict, other: dict) -> float | None:
+        """|other - baseline| / |baseline| of the mean loss over the last steps."""
+        means = self._means(baseline, other)
+        return None if means is None else _relative_gap(*means)
 
     def _within(self, baseline: dict, other: dict) -> bool:
         """The mean losses agree: relatively (--rtol) or absolutely (--atol)."""
-        gap = self._gap(baseline, other)
-        if gap is None:
+        means = self._means(baseline, other)
+        if means is None:
             return False
-        base = _mean(_last_losses(baseline, other, self.thresholds.last))
-        value = _mean(_last_losses(other, baseline, self.thresholds.last))
-        return gap <= self.thresholds.rtol or abs(value - base) <= self.thresholds.atol
+        base, value = means
+        return (
+            _relative_gap(base, value) <= self.thresholds.rtol
+            or abs(value - base) <= self.thresholds.atol
+        )
 
     @property
     def noise_floor(self) -> float | None:

@@ -181,8 +181,8 @@ class Recorder:
             self.skipped += 1
             self.skipped_at.append(self.steps - 1)
         means = {
-            number: self.torch.stack(losses).mean()
-            for number, losses in sorted(self._iteration_losses.items())
+            made: self.torch.stack(losses).mean()
+            for made, losses in sorted(self._iteration_losses.items())
         }
         self._iteration_losses = {}
         self.losses_by_optimizer.append(means)
@@ -603,9 +603,12 @@ def _print_script_traceback(error: BaseException) -> None:
     print("".join(shown.format()), end="", file=sys.stderr)
 
 
+_HARNESS_FILE = Path(__file__).resolve()
+
+
 def _in_harness(filename: str) -> bool:
     try:
-        return Path(filename).resolve() == Path(__file__).resolve()
+        return Path(filename).resolve() == _HARNESS_FILE
     except (OSError, ValueError):
         return False
 

@@ -40,8 +40,13 @@ def forward_statements(
     found: list[cst.SimpleStatementLine] = []
     for node, parent in _after(function.body, initialize, start, line_of):
         parents[id(node)] = parent
-        if isinstance(node, cst.SimpleStatementLine) and name_use(node).bound & condition_names:
-            shown = ", ".join(sorted(name_use(node).bound & condition_names))
+        rebound = (
+            name_use(node).bound & condition_names
+            if isinstance(node, cst.SimpleStatementLine)
+            else set()
+        )
+        if rebound:
+            shown = ", ".join(sorted(rebound))
             return f"`{shown}`, which says whether it ran, is bound again at line {line_of(node)}"
         if not (isinstance(node, cst.Name) and node.value == model) or parent is None:
             continue

@@ -429,12 +429,7 @@ class _Migrator(ApexBranches):
         autocast += f", enabled={condition})" if condition is not None else ")"
         for statement in found:
             self.book.rewrite(statement, lambda node: _wrapped(node, autocast))
-        vanishing: cst.BaseStatement = use.statement
-        for holder in reversed(use.ancestors):
-            if not (isinstance(holder, cst.If) and self._empties(holder, vanishing)):
-                break
-            vanishing = holder
-        self._remove(vanishing)
+        self._remove(self._vanishing(use))
         self.inference_only = True
 
     def _options(self, call: cst.Call) -> tuple[list[str], list[str], str | None]:
@@ -650,13 +645,7 @@ class _Migrator(ApexBranches):
         if not init.removable:
             self.book.insert_before(earlier or top, [created])
             return
-        # The statement goes, with the `if`s around it that hold nothing else
-        # (`if args.fp16: from apex import amp; model, opt = amp.initialize(...)`).
-        vanishing: cst.BaseStatement = use.statement
-        for holder in reversed(use.ancestors):
-            if not (isinstance(holder, cst.If) and self._empties(holder, vanishing)):
-                break
-            vanishing = holder
+        vanishing = self._vanishing(use)
         if vanishing is top and earlier is None:  # the scaler takes its place
             self.book.rewrite(
                 top,
@@ -705,6 +694,17 @@ class _Migrator(ApexBranches):
     def _remove(self, statement: cst.BaseStatement) -> None:
         self.removed.add(id(statement))
         self.book.rewrite(statement, lambda _: cst.RemovalSentinel.REMOVE)
+
+    def _vanishing(self, use: ApexUse) -> cst.BaseStatement:
+        """What goes with `use`'s statement: it, with the `if`s around it that
+        hold nothing else (`if args.fp16: from apex import amp; model, opt =
+        amp.initialize(...)`)."""
+        vanishing: cst.BaseStatement = use.statement
+        for holder in reversed(use.ancestors):
+            if not (isinstance(holder, cst.If) and self._empties(holder, vanishing)):
+                break
+            vanishing = holder
+        return vanishing
 
     def _empties(self, holder: cst.If, removed: cst.BaseStatement) -> bool:
         """Whether `holder` holds nothing once `removed`, the statements removed
