@@ -1703,24 +1703,94 @@ def test_norms_logged_on_micro_steps_of_a_migrated_trainer_are_the_fp32_ones(
     assert "resumed" in run.stdout
 
 
-def test_apex_first_api_init_names_what_to_write() -> None:
-    text = dedent("""
-        import torch
-        from apex import amp
+# apex's first API in an evaluation script (maskrcnn-benchmark's test_net.py
+# and its forks): the model runs in a library function the script calls.
+_FIRST_API = dedent("""
+    import sys
 
-        handle = amp.init(enabled=True)
+    import torch
+    from apex import amp
 
 
-        def evaluate(model, loader):
-            with torch.no_grad():
-                return [model(x) for x in loader]
-        """)
+    def evaluate(model, batches):
+        with torch.no_grad():
+            return [model(x).dtype for x in batches]
+
+
+    def main(fp16):
+        torch.manual_seed(0)
+        model = torch.nn.Linear(8, 4)
+        # Initialize mixed-precision if necessary
+        handle = amp.init(enabled=fp16, verbose=False)
+
+        batches = [torch.randn(2, 8) for _ in range(2)]
+        print(evaluate(model, batches)[0])
+
+
+    if __name__ == "__main__":
+        main("--fp16" in sys.argv)
+    """)
+
+
+def test_apex_first_api_puts_the_rest_of_its_function_under_autocast(tmp_path: Path) -> None:
+    """amp.init patched torch for everything after it, forward passes in
+    code the function calls included: its counterpart is one autocast over the
+    rest of the function.  Exact for inference: a safe fix."""
+    migrated = fixed(_FIRST_API)
+    assert (
+        "    model = torch.nn.Linear(8, 4)\n"
+        "    # Initialize mixed-precision if necessary\n"
+        '    with torch.autocast("cuda", dtype=torch.float16, enabled=fp16):\n'
+        "        batches = [torch.randn(2, 8) for _ in range(2)]\n"
+        "        print(evaluate(model, batches)[0])\n"
+        "\n\n"
+        'if __name__ == "__main__":\n'
+    ) in migrated
+    assert "apex" not in migrated and "handle" not in migrated
+    if importlib.util.find_spec("torch") is not None:
+        script = tmp_path / "test_net.py"
+        script.write_text(fixed(_FIRST_API, CPU_FLOAT16), encoding="utf-8")
+        for flag, dtype in (("--fp16", "torch.float16"), ("--fp32", "torch.float32")):
+            run = subprocess.run(
+                [sys.executable, str(script), flag], capture_output=True, text=True, timeout=300
+            )
+            assert run.stdout.strip() == dtype, run.stderr[-2000:]
+
+
+@pytest.mark.parametrize(
+    "change, reason",
+    [
+        (
+            ("[0])\n", "[0])\n    handle.wrap_optimizer(None)\n"),
+            "its handle `handle` is used: a loss is scaled through it",
+        ),
+        (
+            ("    handle = amp.init(", "    if fp16:\n        handle = amp.init("),
+            "it is not a statement of a function's own body",
+        ),
+        (("verbose=False", "allow_banned=True"), "it is given allow_banned"),
+        (
+            (
+                "\n    batches = [torch.randn(2, 8) for _ in range(2)]\n"
+                "    print(evaluate(model, batches)[0])\n",
+                "",
+            ),
+            "nothing follows it in `main`",
+        ),
+    ],
+)
+def test_apex_first_api_that_cannot_be_followed_names_what_to_write(
+    change: tuple[str, str], reason: str
+) -> None:
+    text = _FIRST_API.replace(*change)
+    assert text != _FIRST_API
     assert fixed(text, unsafe=True) == text
     (finding,) = findings(text)
     assert (
-        "(not fixed: `amp.init(enabled=True)` is apex's first API, which cast every op of the "
+        "is apex's first API, which cast every op of the "
         'process as O1 does: run the forward passes under `torch.autocast("cuda", '
-        "dtype=torch.float16)` instead, and scale a training loss with a torch.amp.GradScaler)"
+        "dtype=torch.float16)` instead, and scale a training loss with a torch.amp.GradScaler; "
+        f"amplint does not, as {reason})"
     ) in finding
 
 

@@ -63,9 +63,10 @@ from amplint.names import SCALER_NAMES, free_name
 from amplint.transforms.apex.branches import ApexBranches
 from amplint.transforms.apex.builders import return_scaler, take_scaler
 from amplint.transforms.apex.conditions import conjunction, disjunction, negated
-from amplint.transforms.apex.inference import forward_statements
+from amplint.transforms.apex.inference import ApexInference
 from amplint.transforms.apex.common import (
     MigrationBlocked,
+    apex_choice,
     atom,
     code_of,
     keyword_args,
@@ -95,26 +96,11 @@ from amplint.transforms.imports import (
     tidy_apex_imports,
 )
 from amplint.transforms.insert_amp import (
-    AmpChoice,
     InsertAmp,
     micro_step_edit_obstacle,
     needs_sharded_scaler,
     scaler_obstacle,
 )
-
-
-def apex_choice(settings: Settings) -> AmpChoice:
-    """What the migration writes: apex.amp ran float16 only, its O1 being
-    autocast with a dynamic loss scaler, on the device `--device-type` names
-    (a CPU test of a migration needs `GradScaler("cpu")`, which really scales).
-    `--dtype bfloat16` asks for bfloat16 instead: autocast and `half_function`'s
-    casts take it, and the GradScaler that holds apex's state stays (bfloat16
-    needs no scaling, but a power-of-two scale is exact in it, and checkpoints
-    and scale reads keep their meaning)."""
-    return AmpChoice(
-        settings.device_type, "bfloat16" if settings.dtype == "bfloat16" else "float16"
-    )
-
 
 # amp.initialize keywords torch.amp has no counterpart for, and what changes
 # when they are dropped; `loss_scale` and `opt_level` are handled apart.
@@ -160,7 +146,7 @@ def migrate_apex(facts: ModuleFacts, scan: ApexScan, settings: Settings) -> Apex
     return _Migrator(facts, scan, settings).run()
 
 
-class _Migrator(ApexBranches):
+class _Migrator(ApexBranches, ApexInference):
     def __init__(self, facts: ModuleFacts, scan: ApexScan, settings: Settings) -> None:
         self.facts = facts
         self.scan = scan
@@ -314,13 +300,7 @@ class _Migrator(ApexBranches):
         elif member == "" and self._availability_probe(use):
             pass
         elif member == "init" and use.call is not None:
-            # apex's first API (2018): a handle that patched torch like O1.
-            raise MigrationBlocked(
-                f"`{self.code(use.call)}` is apex's first API, which cast every op of the "
-                "process as O1 does: run the forward passes under `torch.autocast("
-                f'"{self.settings.device_type}", dtype=torch.float16)` instead, and scale '
-                "a training loss with a torch.amp.GradScaler"
-            )
+            self._first_api(use)
         else:
             shown = self.code(use.call or use.node)
             raise MigrationBlocked(f"`{shown}` has no torch.amp counterpart amplint knows")
@@ -345,92 +325,6 @@ class _Migrator(ApexBranches):
         if conditions != ["False"]:
             conditions = self._conditions(use) + conditions
         self.initializations.append(_Initialization(use, removable, conditions, init_scale))
-
-    def _initialize_for_inference(self, use: ApexUse) -> None:
-        """amp.initialize with no optimizer casts a model for inference; there
-        is no loss to scale.  O3 was `model.half()` and becomes it; O1 and O2
-        patched or cast more than the model, so the message says what to write."""
-        call = use.call
-        model = self.code(positional_args(call)[0].value)
-        keywords = keyword_args(call)
-        level_argument = keywords.get("opt_level")
-        level = string_value(level_argument.value) if level_argument is not None else "O1"
-        statement = use.statement
-        targets = assigned_names(statement)
-        assigned = statement.body[0] if targets is not None else None
-        names = [squeezed(t) for t in (targets or "").split(",")]
-        if any(member == "scale_loss" for member in (u.member for u in self.uses)):
-            raise MigrationBlocked(
-                f"`{self.code(call)}` initializes for inference (no optimizer) in a module "
-                "that also scales a loss: which scaler a step should use is a guess"
-            )
-        others = set(keywords) - {"opt_level", "verbosity"}
-        if (
-            level == "O1"
-            and not others
-            and assigned is not None
-            and assigned.value is call
-            and all(name in ("_", "") for name in names[1:])
-        ):
-            self._autocast_for_inference(use, names[0], model)
-            return
-        if (
-            level != "O3"
-            or others
-            or assigned is None
-            or assigned.value is not call
-            or names[0] != squeezed(model)
-            or any(name not in ("_", "") for name in names[1:])
-        ):
-            raise MigrationBlocked(
-                f"`{self.code(call)}` prepares a model for inference (no optimizer), which "
-                "torch.amp does not do in one call: run its forward passes under "
-                f'`torch.autocast("{self.settings.device_type}", dtype=torch.float16)` '
-                "(O1), or call `.half()` on the model (O3)"
-            )
-        self.changes[use] = [
-            "O3 also cast the model's floating-point inputs to float16 on every call; "
-            f"`{model}.half()` does not, so its callers must pass float16 tensors"
-        ]
-        half = cst.parse_statement(f"{model} = {model}.half()\n")
-        self.book.rewrite(
-            statement,
-            lambda node: half.with_changes(leading_lines=node.leading_lines),
-        )
-        self.inference_only = True
-
-    def _autocast_for_inference(self, use: ApexUse, target: str, model: str) -> None:
-        """O1 for inference: the initialize goes, and autocast goes around each
-        later call of the model in its function (transforms/apex/inference.py)."""
-        call = use.call
-        conditions = self._conditions(use)
-        condition = conjunction(conditions)
-        found = (
-            forward_statements(
-                use.scope,
-                use.statement,
-                model,
-                set().union(*(name_use(cst.parse_expression(c)).read for c in conditions)),
-                lambda node: self.facts.span(node).line,
-                self.code,
-            )
-            if isinstance(use.scope, cst.FunctionDef) and target == squeezed(model)
-            else "it is not bound back to the model's name in a function"
-        )
-        if isinstance(found, str):
-            raise MigrationBlocked(
-                f"`{self.code(call)}` prepares a model for inference (no optimizer), which "
-                "torch.amp does not do in one call: run its forward passes under "
-                f'`torch.autocast("{self.settings.device_type}", dtype=torch.float16)`; '
-                f"amplint does not, as {found}"
-            )
-        choice = apex_choice(self.settings)
-        autocast = f'torch.autocast("{choice.device}", dtype=torch.{choice.dtype}'
-        autocast += f", enabled={condition})" if condition is not None else ")"
-        for statement in found:
-            self.book.rewrite(statement, lambda node: _wrapped(node, autocast))
-        self._remove(self._vanishing(use))
-        self.inference_only = True
 
     def _options(self, call: cst.Call) -> tuple[list[str], list[str], str | None]:
         """What amp.initialize's keywords mean for the scaler: the conditions it
@@ -927,12 +821,3 @@ class _Migrator(ApexBranches):
             names = {method.name.value for method in ran if method is not None}
             return place.method is not None and names == {place.method.name.value}
         return self.reach.initializing == {top}
-
-
-def _wrapped(statement: cst.SimpleStatementLine, autocast: str) -> cst.With:
-    """`statement` in a `with <autocast>:` block that takes its leading lines."""
-    return cst.With(
-        items=[cst.WithItem(cst.parse_expression(autocast))],
-        body=cst.IndentedBlock([statement.with_changes(leading_lines=[])]),
-        leading_lines=statement.leading_lines,
-    )
