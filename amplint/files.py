@@ -75,6 +75,15 @@ def real_path(path: Path) -> Path:
     return Path(os.path.realpath(path))
 
 
+def shown_path(path: str | Path) -> str:
+    """`path` as messages show another file: relative to the working directory
+    where it lies below it, as given otherwise."""
+    try:
+        return Path(path).resolve().relative_to(Path.cwd().resolve()).as_posix()
+    except ValueError:
+        return Path(path).as_posix()
+
+
 @dataclass(frozen=True)
 class SourceFile:
     path: Path

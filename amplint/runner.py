@@ -25,6 +25,7 @@ from amplint.files import (
     discover,
     read_source,
     real_path,
+    shown_path,
 )
 from amplint.diagnostics import Applicability, FileReport, is_applicable
 from amplint.project import ProjectRoot, ProjectRoots, find_project_root
@@ -194,7 +195,7 @@ def hold_partial_changes(reports: list[FileReport], fixing: bool) -> list[FileRe
                 for partner in diagnostic.fix.partners
             }
         )
-        unnamed = [_shown(partner) for partner in partners if partner not in by_path]
+        unnamed = [shown_path(partner) for partner in partners if partner not in by_path]
         if unnamed:
             reasons[index] = (
                 f"the same change rewrites {', '.join(unnamed)}, "
@@ -217,7 +218,7 @@ def _key(path: Path) -> str:
 
 def _not_ready(partner: str, report: FileReport, fixing: bool) -> str | None:
     """Why the partner's part of the change is not carried out in this run."""
-    shown = _shown(partner)
+    shown = shown_path(partner)
     if report.error is not None:
         return f"the same change rewrites {shown}, which has an error"
     if fixing and any(d.fix is not None and d.fix.partners for d in report.applied):
@@ -230,14 +231,6 @@ def _not_ready(partner: str, report: FileReport, fixing: bool) -> str | None:
     blocked = next((d for d in report.diagnostics if "not fixed: " in d.message), None)
     why = blocked.message.split("not fixed: ", 1)[1].rstrip(")") if blocked else "no fix"
     return f"the same change rewrites {shown}, which is not fixed: {why}"
-
-
-def _shown(path: str) -> str:
-    """`path` relative to the working directory where it lies below it."""
-    try:
-        return Path(path).relative_to(Path.cwd().resolve()).as_posix()
-    except ValueError:
-        return path
 
 
 def _withdraw(report: FileReport, reason: str) -> None:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import FIXTURES, assert_matches_golden, run_cli
+from tests.helpers import FIXTURES, assert_matches_golden, dedent, run_cli
 from tests.test_apex import RECORDER
 
 PROJECT = FIXTURES / "apex" / "apex_trainer"
@@ -352,3 +352,55 @@ def test_a_builder_call_in_another_module_that_keeps_the_tuple_whole_stops_the_m
         'at line 12 does not unpack what it returns (`build("--fp16" in sys.argv)`): unpack '
         "it into names first"
     ) in result.output
+
+
+def test_a_script_whose_losses_apex_scaled_in_another_module_names_that_module(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """timm's shape: train.py calls amp.initialize and hands each loss to a
+    scaler object whose class, re-exported by a package, runs `amp.scale_loss`.  The
+    class cannot be migrated (its loss comes from its callers), and the
+    message on train.py names where the losses are scaled, not the GradScaler
+    that would be left unused there."""
+    (tmp_path / "pyproject.toml").write_text("", encoding="utf-8")
+    (tmp_path / "utils").mkdir()
+    (tmp_path / "utils" / "__init__.py").write_text(
+        "from .scalers import ApexScaler\n", encoding="utf-8"
+    )
+    (tmp_path / "utils" / "scalers.py").write_text(
+        dedent("""
+            from apex import amp
+
+
+            class ApexScaler:
+                def __call__(self, loss, optimizer):
+                    with amp.scale_loss(loss, optimizer) as scaled_loss:
+                        scaled_loss.backward()
+                    optimizer.step()
+            """),
+        encoding="utf-8",
+    )
+    train = dedent("""
+        import torch
+        from apex import amp
+
+        from utils import ApexScaler
+
+
+        def main(model, optimizer, loader):
+            model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+            loss_scaler = ApexScaler()
+            for x, y in loader:
+                loss = torch.nn.functional.mse_loss(model(x), y)
+                loss_scaler(loss, optimizer)
+        """)
+    (tmp_path / "train.py").write_text(train, encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    result = run_cli("check", "--no-cache", ".")
+    (line,) = [line for line in result.output.splitlines() if "train.py:" in line]
+    assert line.endswith(
+        "(not fixed: the GradScaler made in place of `amp.initialize` would scale no loss: "
+        "this module scales none, and apex scaled this program's losses in utils/scalers.py (its "
+        "findings say what stops that part))"
+    ), line
+    assert "`loss` is a parameter of `__call__`" in result.output  # scalers.py's own reason

@@ -55,6 +55,7 @@ class ApexProgram:
 
     modules: tuple[Path, ...]  # every module it rewrites, this one included
     initializers: tuple[Path, ...]  # those calling amp.initialize
+    scaling: tuple[Path, ...]  # those calling amp.scale_loss
     takers: frozenset[Taker]
     # The keyword each module's takers receive the scaler as: the first of
     # SCALER_NAMES that module does not spell already.
@@ -90,6 +91,7 @@ class _Definition:
     is_class: bool
     uses_state: bool = False
     initializes: bool = False
+    scales_loss: bool = False  # calls `amp.scale_loss`
     returns_value: bool = False  # a `return X` of its own (not a nested def's)
     calls: set[str] = field(default_factory=set)  # callees, dotted: `utils.save`, `Trainer`
 
@@ -157,6 +159,7 @@ def _apex_facts(module: ModuleSource) -> _ApexFacts | None:
                 facts.uses_amp = True
                 definition.uses_state |= member in STATE_MEMBERS
                 definition.initializes |= member == "initialize"
+                definition.scales_loss |= member == "scale_loss"
             if isinstance(node, ast.Call):
                 callee = dotted_expression(node.func)
                 if callee is not None:
@@ -218,6 +221,13 @@ def _assembled(
                 path
                 for path, f in facts.items()
                 if any(d.initializes for d in f.definitions.values())
+            )
+        ),
+        scaling=tuple(
+            sorted(
+                path
+                for path, f in facts.items()
+                if any(d.scales_loss for d in f.definitions.values())
             )
         ),
         takers=frozenset(takers),

@@ -28,10 +28,11 @@ from amplint.analysis.apex import (
     scaler_setting,
 )
 from amplint.config import Settings
+from amplint.files import shown_path
 from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix, Span
 from amplint.rules.base import Rule
 from amplint.selfcheck import name_problems, new_name_problems
-from amplint.transforms.apex import MigrationBlocked, migrate_apex
+from amplint.transforms.apex import ApexMigration, MigrationBlocked, migrate_apex
 from amplint.transforms.apex.common import atom
 from amplint.transforms.edits import apply_edits
 from amplint.transforms.imports import ensure_torch_imported, tidy_apex_imports
@@ -139,7 +140,9 @@ class _Migrated:
         # a finding is marked fixable only when `fix` fixes it.
         problems = new_name_problems(name_problems(facts.text), module.code)
         if problems:
-            self.blocker = "the rewrite would " + "; ".join(problems[:2])
+            self.blocker = _scaling_elsewhere(facts, migration, problems)
+            if self.blocker is None:
+                self.blocker = "the rewrite would " + "; ".join(problems[:2])
             return
         # Unsafe when the migration changes numerics, or when an AMP204 fix it
         # carries is unsafe on its own (apex DDP's options dropped).
@@ -150,6 +153,28 @@ class _Migrated:
             (Edit(facts.module, lambda _: module),),
             partners=migration.partners,
         )
+
+
+def _scaling_elsewhere(
+    facts: ModuleFacts, migration: ApexMigration, problems: list[str]
+) -> str | None:
+    """Why a GradScaler made in place of `amp.initialize` would go unused, where
+    the cause is in other modules: this one scales no loss, and apex scaled the
+    program's losses in the others (timm's train.py and the `ApexScaler` of its
+    utils).  The obstacle the user must see is theirs, not an unused name."""
+    unused = f"leave `{migration.scaler}` assigned but never used"
+    program = facts.apex_program
+    here = facts.program_path
+    if unused not in problems or program is None or here in program.scaling:
+        return None
+    shown = [shown_path(path) for path in program.scaling]
+    if not shown:
+        return None
+    return (
+        "the GradScaler made in place of `amp.initialize` would scale no loss: this module "
+        f"scales none, and apex scaled this program's losses in {', '.join(shown)} "
+        "(its findings say what stops that part)"
+    )
 
 
 # Both rules ask for the migration of one module: it is planned once.
