@@ -53,9 +53,14 @@ def test_bfloat16_needs_no_scaler() -> None:
 
 def test_auto_picks_the_dtype_at_run_time() -> None:
     result = fixed(LOOP, Settings(dtype="auto"))
+    # The GPU's own bfloat16, not is_bf16_supported(), which counts emulation (a V100).
     assert (
-        "amp_dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16" in result
-    )
+        "    amp_dtype = (\n"
+        "        torch.bfloat16\n"
+        "        if (torch.cuda.is_available() and torch.cuda.get_device_capability() >= (8, 0))\n"
+        "        else torch.float16\n"
+        "    )\n"
+    ) in result
     assert 'scaler = torch.amp.GradScaler("cuda", enabled=amp_dtype == torch.float16)' in result
     assert 'with torch.autocast("cuda", dtype=amp_dtype):' in result
 

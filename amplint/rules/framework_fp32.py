@@ -27,6 +27,7 @@ from amplint.analysis.statements import assigned_name
 from amplint.config import Settings
 from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix
 from amplint.rules.base import Rule
+from amplint.transforms.torch_amp import bfloat16_in_hardware
 from amplint.transforms.arguments import (
     append_dict_element,
     insert_argument,
@@ -120,7 +121,7 @@ def _string_switch_value(float16: str, bfloat16: str):
 
     def pick(fp16: bool, bf16: bool, torch: str | None) -> str:
         if torch:
-            return f"{bfloat16} if {torch}.cuda.is_bf16_supported() else {float16}"
+            return f"{bfloat16} if {bfloat16_in_hardware(torch)} else {float16}"
         return float16 if fp16 else bfloat16
 
     return pick
@@ -131,7 +132,7 @@ def _enabled_flags(fp16: bool, bf16: bool, torch: str | None) -> list[tuple[str,
     `bf16=True`, a DeepSpeed section's `"enabled": True`; both, chosen by the
     GPU, for a dtype picked at run time."""
     if torch:
-        supported = f"{torch}.cuda.is_bf16_supported()"
+        supported = bfloat16_in_hardware(torch)
         return [("bf16", supported), ("fp16", f"not {supported}")]
     return [("fp16" if fp16 else "bf16", "True")]
 

@@ -38,6 +38,7 @@ from amplint.transforms.scaler_scope import (
     with_parameter_after,
 )
 from amplint.transforms.statements import StatementPlan
+from amplint.transforms.torch_amp import bfloat16_in_hardware
 
 
 @dataclass(frozen=True)
@@ -269,7 +270,7 @@ class InsertAmp:
         if self.choice.picks_dtype_at_run_time:
             lines.append(
                 f"{owner_prefix}{dtype_name} = {torch}.bfloat16 if "
-                f"{torch}.cuda.is_bf16_supported() else {torch}.float16"
+                f"{bfloat16_in_hardware(torch)} else {torch}.float16"
             )
             enabled = f", enabled={owner_prefix}{dtype_name} == {torch}.float16"
         if self.choice.uses_scaler:

@@ -16,6 +16,16 @@ from amplint.transforms.arguments import (
     keyword_argument,
 )
 
+def bfloat16_in_hardware(torch: str) -> str:
+    """The run-time test `--dtype auto` writes for bfloat16: a CUDA GPU of compute
+    capability 8.0 or later, whose tensor cores run it.  Not
+    `torch.cuda.is_bf16_supported()`, which by default also says yes where
+    bfloat16 is only emulated (a V100, a T4): slower than float16 there, and
+    cuDNN has no bfloat16 convolutions below 8.0.  Parenthesized, so that it
+    can follow `not` and `if`."""
+    return f"({torch}.cuda.is_available() and {torch}.cuda.get_device_capability() >= (8, 0))"
+
+
 # torch.cuda.amp.autocast(enabled, dtype, cache_enabled) puts `enabled` first;
 # torch.amp.autocast(device_type, dtype, enabled, ...) does not, so positional
 # arguments must become keywords before "cuda" is put in front of them.
