@@ -64,21 +64,22 @@ _NATIVE_BF16 = "(torch.cuda.is_available() and torch.cuda.get_device_capability(
     [
         (
             Settings(dtype="bfloat16"),
-            'mixed_precision="bf16"',
+            'mixed_precision=os.environ.get("ACCELERATE_MIXED_PRECISION", "bf16")',
             'precision="bf16-mixed"',
             "bf16=True,",
             '"bf16": {"enabled": True},',
         ),
         (
             Settings(dtype="auto"),
-            f'mixed_precision="bf16" if {_NATIVE_BF16} else "fp16"',
+            'mixed_precision=os.environ.get("ACCELERATE_MIXED_PRECISION", '
+            f'"bf16" if {_NATIVE_BF16} else "fp16")',
             f'precision="bf16-mixed" if {_NATIVE_BF16} else "16-mixed"',
             None,  # the fixture has no name for torch
             f'"fp16": {{"enabled": not {_NATIVE_BF16}}},',
         ),
         (
             Settings(dtype="auto", device_type="cpu"),
-            'mixed_precision="bf16"',
+            'mixed_precision=os.environ.get("ACCELERATE_MIXED_PRECISION", "bf16")',
             'precision="bf16-mixed"',
             "bf16=True,",
             '"bf16": {"enabled": True},',
@@ -399,7 +400,11 @@ def test_manual_amp_in_another_section_of_a_module_is_not_the_accelerators() -> 
     # Accelerator is mixed, counts as a second scaler beside it (AMP118).
     assert codes_of(TWO_SECTIONS) == ["AMP002"]
     result = fixed(TWO_SECTIONS)
-    assert 'accelerator = Accelerator(mixed_precision="fp16")\n' in result
+    assert (
+        "accelerator = Accelerator(\n"
+        '    mixed_precision=os.environ.get("ACCELERATE_MIXED_PRECISION", "fp16"),\n'
+        ")\n"
+    ) in result
     assert codes_of(result) == []
 
 

@@ -9,6 +9,7 @@ tests need the test extra, which pins the versions they were checked with.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -113,19 +114,23 @@ SCRIPTS = {
     """),
 }
 EXPECTED = {
-    "accelerate": ('mixed_precision="bf16"', "set=bf16 forward=torch.bfloat16"),
+    "accelerate": (
+        'mixed_precision=os.environ.get("ACCELERATE_MIXED_PRECISION", "bf16")',
+        "set=bf16 forward=torch.bfloat16",
+    ),
     "lightning": ('precision="bf16-mixed"', "set=bf16-mixed forward=torch.bfloat16"),
     "transformers": ("bf16=True", "set=True forward=torch.bfloat16"),
 }
 
 
-def _run(script: Path, tmp_path: Path) -> str:
+def _run(script: Path, tmp_path: Path, launcher: list[str] | None = None, env=None) -> str:
     result = subprocess.run(
-        [sys.executable, script.name, str(tmp_path / "out")],
+        [*(launcher or [sys.executable]), script.name, str(tmp_path / "out")],
         cwd=script.parent,
         capture_output=True,
         text=True,
         timeout=300,
+        env=env,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     return result.stdout.strip().splitlines()[-1]
@@ -144,3 +149,56 @@ def test_the_fixed_script_trains_in_the_precision_the_fix_set(
     switch, printed = EXPECTED[framework]
     assert switch in script.read_text()
     assert _run(script, tmp_path) == printed
+
+
+# `accelerate launch` on the CPU, one process, with the user's config kept out
+# of the test (HF_HOME): what a launch flag or a config file sets is all it sees.
+ACCELERATE = str(Path(sys.executable).with_name("accelerate"))
+
+
+def _accelerate_launch(*options: str) -> list[str]:
+    return [
+        ACCELERATE,
+        "launch",
+        "--cpu",
+        "--num_processes",
+        "1",
+        "--num_machines",
+        "1",
+        "--dynamo_backend",
+        "no",
+        *options,
+    ]
+
+
+def test_the_accelerate_fix_keeps_what_the_launcher_and_its_config_choose(
+    tmp_path: Path,
+) -> None:
+    """An explicit `mixed_precision="bf16"` overrides `accelerate launch
+    --mixed_precision no` and the user's config; the fix reads the variable the
+    launcher sets first, so each way of choosing at launch still decides, and a
+    plain `python train.py` trains in mixed precision."""
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPTS["accelerate"].format(tiny=TINY))
+    result = run_cli("fix", "--apply", "--device-type", "cpu", "--dtype", "bfloat16", script)
+    assert result.exit_code == 0, result.output
+    env = {**os.environ, "HF_HOME": str(tmp_path / "hf")}
+    env.pop("ACCELERATE_MIXED_PRECISION", None)
+    fp32 = "set=no forward=torch.float32"
+    assert _run(script, tmp_path, env=env) == "set=bf16 forward=torch.bfloat16"
+    assert _run(script, tmp_path, env={**env, "ACCELERATE_MIXED_PRECISION": "no"}) == fp32
+    flag = _accelerate_launch("--mixed_precision", "no")
+    assert _run(script, tmp_path, flag, env) == fp32
+    config = tmp_path / "accelerate.yaml"
+    config.write_text(
+        "compute_environment: LOCAL_MACHINE\ndistributed_type: 'NO'\nmixed_precision: 'no'\n"
+        "num_processes: 1\nnum_machines: 1\nuse_cpu: true\n"
+    )
+    from_config = [ACCELERATE, "launch", "--config_file", str(config)]
+    assert _run(script, tmp_path, from_config, env) == fp32
+    # What the fix avoids: a literal argument wins over the launcher.
+    literal = script.read_text().replace(
+        'os.environ.get("ACCELERATE_MIXED_PRECISION", "bf16")', '"bf16"'
+    )
+    script.write_text(literal)
+    assert _run(script, tmp_path, flag, env) == "set=bf16 forward=torch.bfloat16"

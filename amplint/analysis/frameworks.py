@@ -120,12 +120,34 @@ def _accelerator_precision(call: cst.Call) -> tuple[Precision, str | None]:
         if _splats(call) or len(positional) >= 3:
             return Precision.UNKNOWN, None
         return Precision.UNSET, None
+    launched = _launched_default(value)
+    if launched is not None:
+        value = launched  # the launcher's choice, else this default: AMP002's fix
     spelled = literal(value)
     if spelled is None or spelled == "no":
-        return Precision.FULL, None
+        return (Precision.UNSET if launched is not None else Precision.FULL), None
     if isinstance(spelled, str):
         return Precision.MIXED, spelled
+    if isinstance(value, cst.IfExp):  # `"bf16" if <GPU has it> else "fp16"`
+        branches = [literal(value.body), literal(value.orelse)]
+        if all(isinstance(b, str) and b != "no" for b in branches):
+            return Precision.MIXED, branches[0]
     return Precision.UNKNOWN, None
+
+
+def _launched_default(value: cst.BaseExpression) -> cst.BaseExpression | None:
+    """The default of `os.environ.get("ACCELERATE_MIXED_PRECISION", default)`:
+    what `accelerate launch` sets, read first, as AMP002's fix writes it."""
+    if not (
+        isinstance(value, cst.Call)
+        and (dotted_name(value.func) or "").endswith("environ.get")
+        and len(value.args) == 2
+        and not any(arg.keyword or arg.star for arg in value.args)
+    ):
+        return None
+    if literal(value.args[0].value) != "ACCELERATE_MIXED_PRECISION":
+        return None
+    return value.args[1].value
 
 
 def _lightning_precision(call: cst.Call) -> tuple[Precision, str | None]:

@@ -27,14 +27,20 @@ from amplint.analysis.statements import assigned_name
 from amplint.config import Settings
 from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix
 from amplint.rules.base import Rule
+from amplint.transforms.imports import ensure_os_imported
 from amplint.transforms.torch_amp import bfloat16_in_hardware
 from amplint.transforms.arguments import (
     append_dict_element,
     insert_argument,
     keyword_argument,
+    one_per_line,
 )
+from amplint.transforms.insert_amp import LINE_LENGTH
 
 NUMERICS_NOTE = "changes the numerics of training"
+# What `accelerate launch` sets from its `--mixed_precision` flag or the config it
+# reads, and what an Accelerator not given `mixed_precision` trains in.
+_ACCELERATE_LAUNCHED = "ACCELERATE_MIXED_PRECISION"
 
 
 # An autocast region or a GradScaler written by hand, or a loss it scales.
@@ -112,7 +118,13 @@ class _FrameworkInFp32(Rule):
         value = self.spelled(setup, facts, settings, _string_switch_value(float16, bfloat16))
         if value is None:
             return None
-        return _keyword_fix(setup, value, keyword, f"{keyword}={value} ({NUMERICS_NOTE})")
+        return _keyword_fix(
+            setup,
+            value,
+            keyword,
+            f"{keyword}={value} ({NUMERICS_NOTE})",
+            line=_line_of(setup, facts),
+        )
 
 
 def _string_switch_value(float16: str, bfloat16: str):
@@ -137,18 +149,33 @@ def _enabled_flags(fp16: bool, bf16: bool, torch: str | None) -> list[tuple[str,
     return [("fp16" if fp16 else "bf16", "True")]
 
 
-def _keyword_fix(setup: FrameworkSetup, code: str, name: str, message: str) -> Fix:
+def _line_of(setup: FrameworkSetup, facts: ModuleFacts) -> str:
+    """The line the set-up call starts on."""
+    return facts.text.splitlines()[facts.span(setup.call).line - 1]
+
+
+def _keyword_fix(
+    setup: FrameworkSetup,
+    code: str,
+    name: str,
+    message: str,
+    passes: tuple = (),
+    line: str = "",
+) -> Fix:
+    """The fix adding `name=code` to the set-up call; a call on one `line` that
+    would outgrow it gets an argument per line, as black would lay it out."""
     value = cst.parse_expression(code)
-    return Fix(
-        Applicability.SAFE,
-        message,
-        (
-            Edit(
-                setup.call,
-                lambda call: insert_argument(call, len(call.args), keyword_argument(name, value)),
-            ),
-        ),
-    )
+    longer = len(line.rstrip()) + len(f", {name}={code}") > LINE_LENGTH
+
+    def rewrite(call: cst.Call) -> cst.Call:
+        call = insert_argument(call, len(call.args), keyword_argument(name, value))
+        return (
+            one_per_line(call)
+            if longer and "\n" not in cst.Module([]).code_for_node(call)
+            else call
+        )
+
+    return Fix(Applicability.SAFE, message, (Edit(setup.call, rewrite),), module_passes=passes)
 
 
 class AcceleratorInFp32(_FrameworkInFp32):
@@ -171,12 +198,31 @@ class AcceleratorInFp32(_FrameworkInFp32):
                 "under autocast and scales the loss for you",
                 facts.span(setup.call),
             )
-        fix = self.string_switch(setup, facts, settings, "mixed_precision", '"fp16"', '"bf16"')
+        # An explicit argument beats `accelerate launch --mixed_precision` and the
+        # user's `accelerate config` (both reach the Accelerator through this
+        # variable, read only when the argument is None): the fix reads it first.
+        value = self.spelled(setup, facts, settings, _string_switch_value('"fp16"', '"bf16"'))
+        fix = None
+        if value is not None:
+            os_name = facts.imports.name_for("os", setup.scope) or "os"
+            launched = f'{os_name}.environ.get("{_ACCELERATE_LAUNCHED}", {value})'
+            fix = _keyword_fix(
+                setup,
+                launched,
+                "mixed_precision",
+                f"mixed_precision={launched} ({NUMERICS_NOTE}; `accelerate launch` and its "
+                "config still decide)",
+                passes=(ensure_os_imported,) if os_name == "os" else (),
+                line=_line_of(setup, facts),
+            )
         return Diagnostic(
             self.code,
-            "the Accelerator trains in FP32: no `mixed_precision` here, nor in an "
-            'accelerate launch config of the project; `mixed_precision="bf16"` (or "fp16") '
-            "runs the forward pass under autocast and scales the loss for you",
+            "the Accelerator trains in FP32 unless `accelerate launch` asks for mixed "
+            "precision (its `--mixed_precision` flag, or the `accelerate config` it reads "
+            "outside the project); no launch config of the project does. "
+            f'`mixed_precision=os.environ.get("{_ACCELERATE_LAUNCHED}", "bf16")` (or "fp16") '
+            "keeps the launcher's choice and otherwise runs the forward pass under autocast, "
+            "scaling the loss for you",
             facts.span(setup.call),
             fix,
         )

@@ -129,3 +129,26 @@ def append_dict_element(node: cst.Dict, new: cst.DictElement) -> cst.Dict:
     elements[-1] = last.with_changes(comma=kept)
     elements.append(new)
     return node.with_changes(elements=elements)
+
+
+def one_per_line(call: cst.Call) -> cst.Call:
+    """`call` laid out as black lays out a call too long for its line: each
+    argument on a line of its own, one level in, with a trailing comma, and
+    the closing parenthesis back at the call's indentation."""
+    inside = cst.ParenthesizedWhitespace(
+        first_line=cst.TrailingWhitespace(),
+        indent=True,
+        last_line=cst.SimpleWhitespace("    "),
+    )
+    closing = cst.ParenthesizedWhitespace(
+        first_line=cst.TrailingWhitespace(), indent=True, last_line=cst.SimpleWhitespace("")
+    )
+    args = list(call.args)
+    laid = [
+        arg.with_changes(
+            comma=cst.Comma(whitespace_after=inside if index < len(args) - 1 else closing),
+            whitespace_after_arg=cst.SimpleWhitespace(""),
+        )
+        for index, arg in enumerate(args)
+    ]
+    return call.with_changes(whitespace_before_args=inside, args=laid)

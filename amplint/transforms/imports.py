@@ -330,11 +330,12 @@ def _imported_module(statement: cst.SimpleStatementLine) -> str:
     return dotted_name(first.names[0].name) or ""
 
 
-def ensure_functools_imported(module: cst.Module) -> cst.Module:
-    """`import functools`, in sorted place among the module's first group of
-    plain imports (`import argparse`, `import functools`, `import os`), where
-    the standard library's are; else as `ensure_module_import` puts it."""
-    if not _needs_import(module, "functools"):
+def ensure_stdlib_imported(module: cst.Module, name: str) -> cst.Module:
+    """`import <name>` for a standard-library module, in sorted place among the
+    module's first group of plain imports (`import argparse`, `import functools`,
+    `import os`), where the standard library's are; else as
+    `ensure_module_import` puts it."""
+    if not _needs_import(module, name):
         return module
     body = list(module.body)
     start = _first_import_position(body)
@@ -347,16 +348,22 @@ def ensure_functools_imported(module: cst.Module) -> cst.Module:
     ):
         end += 1
     if end == start:
-        return ensure_module_import(module, "functools")
-    line = cst.SimpleStatementLine(
-        body=[cst.Import(names=[cst.ImportAlias(name=cst.Name("functools"))])]
-    )
-    position = next((i for i in range(start, end) if _imported_module(body[i]) > "functools"), end)
+        return ensure_module_import(module, name)
+    line = cst.SimpleStatementLine(body=[cst.Import(names=[cst.ImportAlias(name=cst.Name(name))])])
+    position = next((i for i in range(start, end) if _imported_module(body[i]) > name), end)
     if position == start:  # it opens the group: it takes the group's leading lines
         line = line.with_changes(leading_lines=body[start].leading_lines)
         body[start] = body[start].with_changes(leading_lines=())
     body.insert(position, line)
     return module.with_changes(body=body)
+
+
+def ensure_functools_imported(module: cst.Module) -> cst.Module:
+    return ensure_stdlib_imported(module, "functools")
+
+
+def ensure_os_imported(module: cst.Module) -> cst.Module:
+    return ensure_stdlib_imported(module, "os")
 
 
 def ensure_torch_imported(module: cst.Module) -> cst.Module:
