@@ -198,7 +198,8 @@ def _accelerator_in_fp32(clues: SourceClues) -> bool:
 
 
 def _lightning_in_fp32(clues: SourceClues) -> bool:
-    return "lightning" in clues.text and clues.may_call("fit")
+    # A Trainer trains by `.fit(`, a Fabric loop by `fabric.backward(`.
+    return "lightning" in clues.text and (clues.may_call("fit") or clues.may_call("backward"))
 
 
 def _training_arguments_in_fp32(clues: SourceClues) -> bool:

@@ -31,6 +31,7 @@ FRAMEWORK_CODES = {"AMP002", "AMP003", "AMP004", "AMP005"}
 FIRING = {
     "accelerate_glue.py": "AMP002",
     "lightning_classifier.py": "AMP003",
+    "fabric_cpu_loop.py": "AMP003",
     "hf_trainer_finetune.py": "AMP004",
     "deepspeed_zero2.py": "AMP005",
 }
@@ -421,3 +422,43 @@ def test_manual_amp_in_the_accelerators_own_section_still_counts() -> None:
         "    scaler.step(optimizer)\n    optimizer.zero_grad()\n",
     ).replace("Accelerator()", 'Accelerator(mixed_precision="fp16")')
     assert "AMP118" in codes_of(read)
+
+
+FABRIC_WITH_SCALER = dedent("""
+    import lightning as L
+    import torch
+
+
+    def run(model, loader):
+        fabric = L.Fabric(precision="16-mixed")
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        model, optimizer = fabric.setup(model, optimizer)
+        scaler = torch.amp.GradScaler("cuda")
+        for x, y in loader:
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            fabric.backward(scaler.scale(loss))
+            scaler.step(optimizer)
+            scaler.update()
+    """)
+
+
+def test_a_scaler_of_its_own_beside_a_mixed_fabric_is_amp118() -> None:
+    (finding,) = [d.message for d in findings_of(FABRIC_WITH_SCALER) if d.code == "AMP118"]
+    assert "where Lightning Fabric already trains in mixed precision (16-mixed" in finding
+    assert "scales the loss in `fabric.backward`" in finding
+    # Fabric in FP32 with the same loop scales by hand: not AMP003's to switch.
+    assert codes_of(FABRIC_WITH_SCALER.replace('precision="16-mixed"', "")) == []
+
+
+def test_a_fabric_that_never_trains_is_left_alone() -> None:
+    inference = dedent("""
+        import lightning as L
+
+
+        def predict(model, batch):
+            fabric = L.Fabric(accelerator="cuda")
+            model = fabric.setup(model)
+            return model(batch)
+        """)
+    assert codes_of(inference) == []
+    assert codes_of(inference + "\n\ndef fit(model):\n    model.fit()\n") == []

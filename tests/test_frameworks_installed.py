@@ -90,6 +90,22 @@ SCRIPTS = {
             trainer.fit(lit, torch.utils.data.DataLoader(data, batch_size=4))
             print(f"set={{trainer.precision}} forward={{lit.tiny.forward_dtype}}")
     """),
+    "fabric": dedent("""
+        import lightning as L
+        import torch
+        {tiny}
+
+        if __name__ == "__main__":
+            fabric = L.Fabric(accelerator="cpu", devices=1)
+            model = Tiny()
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            model, optimizer = fabric.setup(model, optimizer)
+            x, y = torch.randn(8, 4), torch.randn(8, 2)
+            loss = torch.nn.functional.mse_loss(model(x).float(), y)
+            fabric.backward(loss)
+            optimizer.step()
+            print(f"set={{fabric.strategy.precision.precision}} forward={{model.forward_dtype}}")
+    """),
     "transformers": dedent("""
         import sys
 
@@ -119,6 +135,7 @@ EXPECTED = {
         "set=bf16 forward=torch.bfloat16",
     ),
     "lightning": ('precision="bf16-mixed"', "set=bf16-mixed forward=torch.bfloat16"),
+    "fabric": ('precision="bf16-mixed"', "set=bf16-mixed forward=torch.bfloat16"),
     "transformers": ("bf16=True", "set=True forward=torch.bfloat16"),
 }
 
@@ -202,3 +219,21 @@ def test_the_accelerate_fix_keeps_what_the_launcher_and_its_config_choose(
     )
     script.write_text(literal)
     assert _run(script, tmp_path, flag, env) == "set=bf16 forward=torch.bfloat16"
+
+
+@pytest.mark.parametrize("framework", sorted(SCRIPTS))
+def test_a_set_up_pinned_to_the_cpu_gets_bfloat16_whatever_the_dtype_setting(
+    framework: str, tmp_path: Path
+) -> None:
+    """Each script's set-up keeps training on the CPU (`cpu=True`,
+    `accelerator="cpu"`, `use_cpu=True`): with the default `--dtype float16`
+    the fix still writes bfloat16, the precision those frameworks run there
+    (float16 is left off by Accelerate, swapped with a warning by Lightning,
+    refused by the HuggingFace Trainer)."""
+    script = tmp_path / f"train_{framework}.py"
+    script.write_text(SCRIPTS[framework].format(tiny=TINY))
+    result = run_cli("fix", "--apply", script)
+    assert result.exit_code == 0, result.output
+    switch, printed = EXPECTED[framework]
+    assert switch in script.read_text()
+    assert _run(script, tmp_path) == printed

@@ -146,14 +146,18 @@ def find_manual_amp(
     finder.walk(module)
     _narrow_module_level(finder, module)
     matched: list[ManualAmp] = []
-    # `accelerator.backward(scaler.scale(loss))` is the mistake to show; the
+    # `accelerator.backward(scaler.scale(loss))` (or Fabric's) is the mistake to show; the
     # scaler's construction is then the same finding again.
     found_inside = any(found.inside_framework_backward for found in finder.found)
     for found in finder.found:
         setup = _framework_of(found, running)
         if setup is None:
             continue
-        if setup.framework == "accelerate" and found_inside and not found.inside_framework_backward:
+        if (
+            setup.framework in ("accelerate", "fabric")
+            and found_inside
+            and not found.inside_framework_backward
+        ):
             continue
         matched.append(ManualAmp(found.call, found.kind, setup))
     return matched
@@ -187,7 +191,8 @@ def _framework_of(found: _Found, running: dict[str, FrameworkSetup]) -> Framewor
     for framework, bases in (("transformers", HF_TRAINERS), ("lightning", LIGHTNING_MODULES)):
         if framework in running and found.class_bases & bases and name in _HOOKS[framework]:
             return running[framework]
-    accelerate = running.get("accelerate")
+    # Fabric, like Accelerate, scales the loss in its own backward.
+    accelerate = running.get("accelerate") or running.get("fabric")
     if accelerate is not None and found.kind == "scaler":
         # Beside the Accelerator's own backward, or made where it is made.
         if found.inside_framework_backward or found.beside_framework_backward:

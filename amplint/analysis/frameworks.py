@@ -1,7 +1,7 @@
 """Where a module hands its training to a framework, and the precision it asks for.
 
 Accelerate's `Accelerator(mixed_precision=...)`, Lightning's `Trainer(precision=...)`
-and `Fabric(precision=...)`, HuggingFace's `TrainingArguments(fp16=..., bf16=...)`
+and Fabric's `Fabric(precision=...)`, HuggingFace's `TrainingArguments(fp16=..., bf16=...)`
 (and the TRL configs that subclass it) and DeepSpeed's config (the dict or JSON
 file `deepspeed.initialize` is given) each choose the precision of a loop the
 user never writes.  Every one of them defaults to FP32.
@@ -28,14 +28,12 @@ from amplint.analysis.statements import string_value
 
 ACCELERATORS = frozenset({"accelerate.Accelerator", "accelerate.accelerator.Accelerator"})
 LIGHTNING_TRAINERS = frozenset(
-    {
-        "lightning.Trainer",
-        "lightning.pytorch.Trainer",
-        "pytorch_lightning.Trainer",
-        "lightning.Fabric",
-        "lightning.fabric.Fabric",
-        "lightning_fabric.Fabric",
-    }
+    {"lightning.Trainer", "lightning.pytorch.Trainer", "pytorch_lightning.Trainer"}
+)
+# Fabric takes the Trainer's `precision` strings, but the user writes the loop:
+# it trains where the module calls `fabric.backward(loss)`, not `.fit(`.
+LIGHTNING_FABRICS = frozenset(
+    {"lightning.Fabric", "lightning.fabric.Fabric", "lightning_fabric.Fabric"}
 )
 # TrainingArguments and the TRL configs built on it (same fp16/bf16 fields).
 TRAINING_ARGUMENTS = frozenset(
@@ -79,10 +77,14 @@ class Precision(enum.Enum):
 class FrameworkSetup:
     """One call that sets a framework up, and the precision it asks for."""
 
-    framework: str  # "accelerate", "lightning", "transformers" or "deepspeed"
+    framework: str  # "accelerate", "lightning", "fabric", "transformers" or "deepspeed"
     call: cst.Call
     precision: Precision
     scope: Scope
+    # The call itself keeps training on the CPU (`Accelerator(cpu=True)`,
+    # `Trainer(accelerator="cpu")`, `TrainingArguments(use_cpu=True)`), where
+    # float16 autocast is slow or refused and bfloat16 is the mixed precision.
+    on_cpu: bool = False
     # DeepSpeed: the dict literal its config is (the one a fix edits), or the
     # JSON file it names; TrainingArguments(deepspeed=...) also names one.
     config: cst.Dict | None = None
@@ -265,6 +267,8 @@ class _SetupFinder(ScopedVisitor):
             self._add("accelerate", node, *_accelerator_precision(node))
         elif called in LIGHTNING_TRAINERS:
             self._add("lightning", node, *_lightning_precision(node))
+        elif called in LIGHTNING_FABRICS:
+            self._add("fabric", node, *_lightning_precision(node))
         elif called in TRAINING_ARGUMENTS:
             self._add("transformers", node, *_training_arguments_precision(node))
             config = keyword_value(node, "deepspeed")
@@ -292,9 +296,30 @@ class _SetupFinder(ScopedVisitor):
         self._add("deepspeed", call, *deepspeed_dict_precision(contents), config_file=path)
 
     def _add(self, framework, call, precision, spelled, **where) -> None:
+        on_cpu = _pins_cpu(framework, call)
         self.found.append(
-            FrameworkSetup(framework, call, precision, self.scope, spelled=spelled, **where)
+            FrameworkSetup(
+                framework, call, precision, self.scope, on_cpu=on_cpu, spelled=spelled, **where
+            )
         )
+
+
+# The keyword, and its literal value, by which each framework's set-up call
+# keeps training on the CPU.
+_CPU_PINS = {
+    "accelerate": (("cpu", True),),
+    "lightning": (("accelerator", "cpu"),),
+    "fabric": (("accelerator", "cpu"),),
+    "transformers": (("use_cpu", True), ("no_cuda", True)),
+}
+
+
+def _pins_cpu(framework: str, call: cst.Call) -> bool:
+    for keyword, value in _CPU_PINS.get(framework, ()):
+        given = keyword_value(call, keyword)
+        if given is not None and literal(given) == value:
+            return True
+    return False
 
 
 def find_framework_setups(

@@ -17,6 +17,7 @@ _NAMES = {
     "accelerate": "the Accelerator",
     "transformers": "the Trainer",
     "lightning": "the Lightning Trainer",
+    "fabric": "Lightning Fabric",
     "deepspeed": "the DeepSpeed engine",
 }
 # What each framework does itself once its precision is set.
@@ -24,6 +25,8 @@ _ALREADY = {
     "accelerate": "scales the loss in `accelerator.backward` and unscales it in its step",
     "transformers": "runs `compute_loss` under its own autocast (and, for fp16, GradScaler)",
     "lightning": "runs `training_step` under its own autocast (and, for 16-bit, GradScaler)",
+    "fabric": "runs the forward pass of the models it sets up under autocast and, for 16-bit, "
+    "scales the loss in `fabric.backward`",
     "deepspeed": "keeps the model in half precision and scales the loss in `engine.backward`",
 }
 _ADVICE = {

@@ -72,26 +72,28 @@ def _trains(text: str, method: str) -> bool:
 
 
 class _FrameworkInFp32(Rule):
-    framework: ClassVar[str]
-    trains_by: ClassVar[str]  # the method whose call shows the module trains
+    # The frameworks of the rule, each with the method whose call shows the
+    # module trains with it.
+    trains_by: ClassVar[dict[str, str]]
 
     def check(self, facts: ModuleFacts, settings: Settings) -> Iterator[Diagnostic]:
-        mine = [setup for setup in facts.framework_setups if setup.framework == self.framework]
-        unset = [setup for setup in mine if setup.precision is Precision.UNSET]
-        if not unset or not _trains(facts.text, self.trains_by):
-            return
-        if len(unset) < len(mine):
-            # Another set-up of the module chose (`if args.with_tracking:
-            # Accelerator(mixed_precision=args.mixed_precision) else:
-            # Accelerator()`, a benchmark's fp8 run beside its baseline): the
-            # one left at the default is left so on purpose.
-            return
-        for setup in unset:
-            if _does_amp_by_hand(setup, facts.module):
-                continue  # the scope does AMP by hand (AMP118's question, not this)
-            found = self.diagnostic(setup, facts, settings)
-            if found is not None:
-                yield found
+        for framework, method in self.trains_by.items():
+            mine = [setup for setup in facts.framework_setups if setup.framework == framework]
+            unset = [setup for setup in mine if setup.precision is Precision.UNSET]
+            if not unset or not _trains(facts.text, method):
+                continue
+            if len(unset) < len(mine):
+                # Another set-up of the module chose (`if args.with_tracking:
+                # Accelerator(mixed_precision=args.mixed_precision) else:
+                # Accelerator()`, a benchmark's fp8 run beside its baseline): the
+                # one left at the default is left so on purpose.
+                continue
+            for setup in unset:
+                if _does_amp_by_hand(setup, facts.module):
+                    continue  # the scope does AMP by hand (AMP118's question, not this)
+                found = self.diagnostic(setup, facts, settings)
+                if found is not None:
+                    yield found
 
     def diagnostic(
         self, setup: FrameworkSetup, facts: ModuleFacts, settings: Settings
@@ -103,28 +105,39 @@ class _FrameworkInFp32(Rule):
         """The code for the settings' dtype, by `pick(float16, bfloat16, torch)`:
         `torch` is the module's name for torch where the dtype is chosen at run
         time (`--dtype auto` on CUDA: bfloat16 where the GPU has it), else None.
-        None when that needs torch and the module has no name for it."""
+        None when that needs torch and the module has no name for it.  A set-up
+        that keeps training on the CPU gets bfloat16 whatever the settings say:
+        there Accelerate leaves float16 off, Lightning swaps it for bfloat16
+        with a warning, and the HuggingFace Trainer refuses it."""
         dtype = settings.dtype
-        if dtype == "auto" and settings.device_type == "cpu":
+        if setup.on_cpu or (dtype == "auto" and settings.device_type == "cpu"):
             dtype = "bfloat16"
         if dtype == "auto":
             torch = facts.imports.name_for("torch", setup.scope)
             return pick(None, None, torch) if torch is not None else None
         return pick(dtype == "float16", dtype == "bfloat16", None)
 
-    def string_switch(self, setup, facts, settings, keyword, float16, bfloat16) -> Fix | None:
-        """The fix adding `keyword=` with the framework's string for the dtype
-        (`float16` / `bfloat16` as the framework spells them), or None."""
+    def string_switch(
+        self, setup, facts, settings, keyword, float16, bfloat16
+    ) -> tuple[str, Fix | None]:
+        """What to set `keyword=` to, with the framework's string for the dtype
+        (`float16` / `bfloat16` as the framework spells them), and the fix
+        that sets it; no fix where the dtype needs torch and it has no name."""
         value = self.spelled(setup, facts, settings, _string_switch_value(float16, bfloat16))
         if value is None:
-            return None
-        return _keyword_fix(
+            return f"{bfloat16} where the GPU has it, else {float16}", None
+        fix = _keyword_fix(
             setup,
             value,
             keyword,
             f"{keyword}={value} ({NUMERICS_NOTE})",
             line=_line_of(setup, facts),
         )
+        return value, fix
+
+
+# Why a set-up pinned to the CPU gets bfloat16.
+_ON_CPU = "; bfloat16, as this call keeps training on the CPU, where float16 is slow or refused"
 
 
 def _string_switch_value(float16: str, bfloat16: str):
@@ -180,8 +193,7 @@ def _keyword_fix(
 
 class AcceleratorInFp32(_FrameworkInFp32):
     code = "AMP002"
-    framework = "accelerate"
-    trains_by = "backward"
+    trains_by = {"accelerate": "backward"}
 
     def diagnostic(self, setup, facts, settings):
         project = facts.project
@@ -202,10 +214,10 @@ class AcceleratorInFp32(_FrameworkInFp32):
         # user's `accelerate config` (both reach the Accelerator through this
         # variable, read only when the argument is None): the fix reads it first.
         value = self.spelled(setup, facts, settings, _string_switch_value('"fp16"', '"bf16"'))
+        os_name = facts.imports.name_for("os", setup.scope) or "os"
+        launched = f'{os_name}.environ.get("{_ACCELERATE_LAUNCHED}", {value})'
         fix = None
         if value is not None:
-            os_name = facts.imports.name_for("os", setup.scope) or "os"
-            launched = f'{os_name}.environ.get("{_ACCELERATE_LAUNCHED}", {value})'
             fix = _keyword_fix(
                 setup,
                 launched,
@@ -215,14 +227,16 @@ class AcceleratorInFp32(_FrameworkInFp32):
                 passes=(ensure_os_imported,) if os_name == "os" else (),
                 line=_line_of(setup, facts),
             )
+        else:  # `--dtype auto` in a module with no name for torch
+            launched = f'{os_name}.environ.get("{_ACCELERATE_LAUNCHED}", "bf16")'
         return Diagnostic(
             self.code,
             "the Accelerator trains in FP32 unless `accelerate launch` asks for mixed "
             "precision (its `--mixed_precision` flag, or the `accelerate config` it reads "
             "outside the project); no launch config of the project does. "
-            f'`mixed_precision=os.environ.get("{_ACCELERATE_LAUNCHED}", "bf16")` (or "fp16") '
-            "keeps the launcher's choice and otherwise runs the forward pass under autocast, "
-            "scaling the loss for you",
+            f"`mixed_precision={launched}` keeps the launcher's choice and otherwise runs "
+            "the forward pass under autocast, scaling the loss for you"
+            + (_ON_CPU if setup.on_cpu else ""),
             facts.span(setup.call),
             fix,
         )
@@ -230,16 +244,23 @@ class AcceleratorInFp32(_FrameworkInFp32):
 
 class LightningInFp32(_FrameworkInFp32):
     code = "AMP003"
-    framework = "lightning"
-    trains_by = "fit"
+    trains_by = {"lightning": "fit", "fabric": "backward"}
 
     def diagnostic(self, setup, facts, settings):
-        fix = self.string_switch(setup, facts, settings, "precision", '"16-mixed"', '"bf16-mixed"')
+        value, fix = self.string_switch(
+            setup, facts, settings, "precision", '"16-mixed"', '"bf16-mixed"'
+        )
         called = facts.module.code_for_node(setup.call.func)
+        runs = (
+            "runs the forward pass of the models it sets up under autocast, and for "
+            "16-bit scales the loss in `fabric.backward`"
+            if setup.framework == "fabric"
+            else "runs each step under autocast"
+        )
         return Diagnostic(
             self.code,
             f'`{called}(...)` trains in FP32 (`precision` defaults to "32-true"); '
-            '`precision="bf16-mixed"` (or "16-mixed") runs each step under autocast',
+            f"`precision={value}` {runs}" + (_ON_CPU if setup.on_cpu else ""),
             facts.span(setup.call),
             fix,
         )
@@ -247,23 +268,24 @@ class LightningInFp32(_FrameworkInFp32):
 
 class TrainingArgumentsInFp32(_FrameworkInFp32):
     code = "AMP004"
-    framework = "transformers"
-    trains_by = "train"
+    trains_by = {"transformers": "train"}
 
     def diagnostic(self, setup, facts, settings):
         called = facts.module.code_for_node(setup.call.func)
+        arguments = self.spelled(setup, facts, settings, _enabled_flags)
+        shown = (
+            ", ".join(f"{name}={code}" for name, code in arguments)
+            if arguments is not None
+            else "`bf16=True` where the GPU has it, else `fp16=True`"
+        )
+        if arguments is not None:
+            shown = f"`{shown}`"
         message = (
             f"`{called}(...)` sets neither `fp16` nor `bf16`: the Trainer trains in FP32; "
-            "`bf16=True` (or `fp16=True`) runs its steps under autocast"
+            f"{shown} runs its steps under autocast" + (_ON_CPU if setup.on_cpu else "")
         )
         fix = None
         if keyword_value(setup.call, "deepspeed") is None:
-            arguments = self.spelled(
-                setup,
-                facts,
-                settings,
-                _enabled_flags,
-            )
             if arguments is not None:
                 fix = _arguments_fix(setup, arguments)
         else:
@@ -285,13 +307,12 @@ def _arguments_fix(setup: FrameworkSetup, arguments: list[tuple[str, str]]) -> F
 
 class DeepSpeedInFp32(_FrameworkInFp32):
     code = "AMP005"
-    framework = "deepspeed"
-    trains_by = "backward"
+    trains_by = {"deepspeed": "backward"}
 
     def check(self, facts: ModuleFacts, settings: Settings) -> Iterator[Diagnostic]:
         # A config named by TrainingArguments is trained by `trainer.train()`.
         for setup in facts.framework_setups:
-            if setup.framework != self.framework or setup.precision is not Precision.UNSET:
+            if setup.framework != "deepspeed" or setup.precision is not Precision.UNSET:
                 continue
             by_trainer = setup.config is None and setup.config_file is not None
             if _trains(facts.text, "backward") or (by_trainer and _trains(facts.text, "train")):

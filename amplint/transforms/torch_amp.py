@@ -16,6 +16,7 @@ from amplint.transforms.arguments import (
     keyword_argument,
 )
 
+
 def bfloat16_in_hardware(torch: str) -> str:
     """The run-time test `--dtype auto` writes for bfloat16: a CUDA GPU of compute
     capability 8.0 or later, whose tensor cores run it.  Not
