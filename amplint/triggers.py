@@ -189,7 +189,8 @@ def _deprecated_autocast_state(clues: SourceClues) -> bool:
 
 # A framework set-up call (analysis/frameworks.py), as text.
 FRAMEWORK_SPELLED = re.compile(
-    r"\b(?:Accelerator|Trainer|Fabric|\w*TrainingArguments|\w+Config)\s*\(|\binitialize\s*\("
+    r"\b(?:Accelerator|Trainer|Fabric|Booster|\w*TrainingArguments|\w+Config)\s*\("
+    r"|\binitialize\s*\("
 )
 
 
@@ -208,6 +209,14 @@ def _training_arguments_in_fp32(clues: SourceClues) -> bool:
 
 def _deepspeed_in_fp32(clues: SourceClues) -> bool:
     return "deepspeed" in clues.text and (clues.may_call("backward") or clues.may_call("train"))
+
+
+def _booster_in_fp32(clues: SourceClues) -> bool:
+    return "Booster" in clues.text and clues.may_call("backward")
+
+
+def _booster_precision(clues: SourceClues) -> bool:
+    return "Booster" in clues.text and "mixed_precision" in clues.text
 
 
 def _manual_amp_under_framework(clues: SourceClues) -> bool:
@@ -249,6 +258,7 @@ TRIGGERS: dict[str, Callable[[SourceClues], bool]] = {
     "AMP003": _lightning_in_fp32,
     "AMP004": _training_arguments_in_fp32,
     "AMP005": _deepspeed_in_fp32,
+    "AMP006": _booster_in_fp32,
     "AMP101": _backward_in_autocast,
     "AMP102": _scaled_step,
     "AMP103": _scaled_step,
@@ -269,11 +279,13 @@ TRIGGERS: dict[str, Callable[[SourceClues], bool]] = {
     "AMP118": _manual_amp_under_framework,
     "AMP119": _half_model_with_scaler,
     "AMP120": _amp_against_fsdp_policy,
+    "AMP121": _booster_precision,
     "AMP201": _deprecated_amp("cuda"),
     "AMP202": _deprecated_amp("cpu"),
     "AMP203": _apex_amp,
     "AMP204": _apex_other,
     "AMP205": _deprecated_autocast_state,
+    "AMP206": _booster_precision,
     SYNTAX_ERROR: _parses_or_not,
 }
 # Every code amplint can report.

@@ -489,7 +489,7 @@ def test_a_model_prepared_by_accelerate_is_left_to_its_accelerator() -> None:
     plain = ACCELERATE_LOOP.format(precision="")
     assert _messages(plain) == []
     assert codes_of(plain) == ["AMP002"]
-    assert 'mixed_precision="fp16"' in fixed(plain)
+    assert 'mixed_precision=os.environ.get("ACCELERATE_MIXED_PRECISION", "fp16")' in fixed(plain)
     fp8 = ACCELERATE_LOOP.format(precision='mixed_precision="fp8"')
     assert _messages(fp8) == []  # mixed precision already, whatever the backward
     off = ACCELERATE_LOOP.format(precision='mixed_precision="no"')

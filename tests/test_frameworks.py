@@ -27,11 +27,12 @@ from tests.helpers import (
 )
 
 FOLDER = FIXTURES / "frameworks"
-FRAMEWORK_CODES = {"AMP002", "AMP003", "AMP004", "AMP005"}
+FRAMEWORK_CODES = {"AMP002", "AMP003", "AMP004", "AMP005", "AMP006"}
 FIRING = {
     "accelerate_glue.py": "AMP002",
     "lightning_classifier.py": "AMP003",
     "fabric_cpu_loop.py": "AMP003",
+    "colossalai_ddp_cifar.py": "AMP006",
     "hf_trainer_finetune.py": "AMP004",
     "deepspeed_zero2.py": "AMP005",
 }
@@ -462,3 +463,106 @@ def test_a_fabric_that_never_trains_is_left_alone() -> None:
         """)
     assert codes_of(inference) == []
     assert codes_of(inference + "\n\ndef fit(model):\n    model.fit()\n") == []
+
+
+# Colossal-AI's own shapes: a helper that runs `booster.backward`, and the
+# boosted optimizer's `optimizer.backward(loss)` (its examples/language/palm).
+BOOSTED_HELPER = dedent("""
+    import torch
+    from colossalai.booster import Booster
+
+
+    def run_forward_backward(model, optimizer, criterion, batch, booster):
+        optimizer.zero_grad()
+        loss = criterion(model(batch["x"]), batch["y"])
+        booster.backward(loss, optimizer)
+        return loss
+
+
+    def train(model, optimizer, criterion, loader, booster):
+        for batch in loader:
+            loss = run_forward_backward(model, optimizer, criterion, batch, booster)
+            optimizer.step()
+    """)
+BOOSTED_OPTIMIZER = dedent("""
+    import torch
+
+
+    def train(model, optimizer, loader):
+        for batch in loader:
+            optimizer.zero_grad()
+            loss = model(batch)
+            optimizer.backward(loss)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+            optimizer.step()
+    """)
+
+
+@pytest.mark.parametrize("text", [BOOSTED_HELPER, BOOSTED_OPTIMIZER], ids=["helper", "optimizer"])
+def test_a_loop_whose_backward_a_framework_owns_is_never_an_fp32_step(text: str) -> None:
+    """AMP001 said "the backward runs in `run_forward_backward(...)`" and
+    "cannot find where `optimizer` is computed": both backwards are the
+    framework's, which scales the loss in the precision it was set up with."""
+    assert "AMP001" not in codes_of(text)
+    # A helper with a plain backward is still a step split across functions.
+    plain = text.replace("booster.backward(loss, optimizer)", "loss.backward()").replace(
+        "optimizer.backward(loss)", "loss.backward()"
+    )
+    assert "AMP001" in codes_of(plain)
+
+
+def test_a_booster_whose_plugin_controls_the_precision_is_not_fp32() -> None:
+    text = _text("colossalai_ddp_cifar.py")
+    for plugin in (
+        "GeminiPlugin()",
+        "LowLevelZeroPlugin(stage=2)",
+        "HybridParallelPlugin(tp_size=2)",
+    ):
+        controlled = text.replace("TorchDDPPlugin()", plugin).replace(
+            "import TorchDDPPlugin", f"import {plugin.split('(')[0]}"
+        )
+        assert codes_of(controlled) == [], plugin
+    fp32 = text.replace("TorchDDPPlugin()", 'LowLevelZeroPlugin(precision="fp32")').replace(
+        "import TorchDDPPlugin", "import LowLevelZeroPlugin"
+    )
+    assert codes_of(fp32) == []  # FP32 chosen in so many words
+    unknown = text.replace("TorchDDPPlugin()", "make_plugin(args)")
+    assert codes_of(unknown) == []  # a plugin the code does not show
+    splat = text.replace("Booster(plugin=plugin)", "Booster(plugin=plugin, **booster_kwargs)")
+    assert codes_of(splat) == []
+
+
+def test_a_booster_precision_a_plugin_drops_is_amp121_and_apex_is_amp206() -> None:
+    text = _text("colossalai_ddp_cifar.py")
+    gemini = text.replace("TorchDDPPlugin()", "GeminiPlugin()").replace(
+        "import TorchDDPPlugin", "import GeminiPlugin"
+    )
+    ignored = gemini.replace(
+        "Booster(plugin=plugin)", 'Booster(mixed_precision="bf16", plugin=plugin)'
+    )
+    (finding,) = [d for d in findings_of(ignored) if d.code == "AMP121"]
+    assert (
+        '`mixed_precision="bf16"` is ignored: the Booster\'s plugin, GeminiPlugin'
+        in finding.message
+    )
+    kept = text.replace("Booster(plugin=plugin)", 'Booster(mixed_precision="bf16", plugin=plugin)')
+    assert codes_of(kept) == []  # TorchDDPPlugin leaves it to the Booster
+    apex = text.replace(
+        "Booster(plugin=plugin)", "Booster(plugin=plugin, mixed_precision='fp16_apex')"
+    )
+    assert codes_of(apex) == ["AMP206"]
+    assert "mixed_precision='fp16')" in fixed(apex)
+    assert codes_of(fixed(apex)) == []
+
+
+def test_manual_amp_beside_a_mixed_booster_is_amp118() -> None:
+    text = _text("colossalai_ddp_cifar.py").replace(
+        "Booster(plugin=plugin)", 'Booster(plugin=plugin, mixed_precision="fp16")'
+    )
+    assert codes_of(text) == []
+    scaled = text.replace(
+        "        outputs = model(images)\n        loss = criterion(outputs, labels)\n",
+        '        with torch.autocast("cuda"):\n'
+        "            outputs = model(images)\n            loss = criterion(outputs, labels)\n",
+    )
+    assert codes_of(scaled) == ["AMP118"]

@@ -33,7 +33,7 @@ from amplint.analysis.fsdp_scaler import ANY_GRAD_SCALER
 from amplint.analysis.imports import ImportMap, dotted_name
 from amplint.analysis.scopes import ScopedVisitor
 from amplint.analysis.statements import assigned_name, method_name
-from amplint.analysis.steps import FRAMEWORK_BACKWARD
+from amplint.analysis.module_roles import framework_backward
 from amplint.analysis.visitor import holds
 
 # The methods each framework runs under its own autocast and scaler.
@@ -89,8 +89,7 @@ class _ManualAmpFinder(ScopedVisitor):
     def visit_Call(self, node: cst.Call) -> None:
         method = method_name(node)
         if method == "backward":
-            receiver = dotted_name(node.func.value) or ""
-            if receiver.rsplit(".", 1)[-1] in FRAMEWORK_BACKWARD:
+            if framework_backward(dotted_name(node.func.value) or ""):
                 self._calls_framework_backward.add(id(self.scope))
                 if self._function() is None:
                     self.module_backwards.append(node)
@@ -154,7 +153,7 @@ def find_manual_amp(
         if setup is None:
             continue
         if (
-            setup.framework in ("accelerate", "fabric")
+            setup.framework in ("accelerate", "fabric", "colossalai")
             and found_inside
             and not found.inside_framework_backward
         ):
@@ -199,7 +198,9 @@ def _framework_of(found: _Found, running: dict[str, FrameworkSetup]) -> Framewor
             return accelerate
         if found.function is not None and found.function is accelerate.scope:
             return accelerate
-    deepspeed = running.get("deepspeed")
-    if deepspeed is not None and found.beside_framework_backward:
-        return deepspeed
+    # DeepSpeed and Colossal-AI run the model itself in their precision: an
+    # autocast or a scaler beside their backward is a second one.
+    for framework in ("deepspeed", "colossalai"):
+        if framework in running and found.beside_framework_backward:
+            return running[framework]
     return None

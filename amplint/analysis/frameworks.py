@@ -59,6 +59,16 @@ LIGHTNING_MODULES = frozenset(
     }
 )
 DEEPSPEED_INITIALIZE = frozenset({"deepspeed.initialize"})
+BOOSTERS = frozenset({"colossalai.booster.Booster", "colossalai.booster.booster.Booster"})
+# Colossal-AI plugins that control the precision themselves: the Booster then
+# drops its own `mixed_precision` (with a warning) and the plugin's `precision=`
+# decides, "fp16" by default.  TorchFSDPPlugin controls it through FSDP's own
+# mixed-precision policy; TorchDDPPlugin, or no plugin, leaves it to the Booster.
+PRECISION_PLUGINS = frozenset(
+    {"GeminiPlugin", "LowLevelZeroPlugin", "HybridParallelPlugin", "MoeHybridParallelPlugin"}
+)
+FSDP_PLUGIN = "TorchFSDPPlugin"
+PLAIN_PLUGINS = frozenset({"TorchDDPPlugin"})
 
 # Lightning precisions that are FP32 (or wider): anything else is a lower one.
 _LIGHTNING_FULL = frozenset({"32", "32-true", "64", "64-true"})
@@ -77,7 +87,8 @@ class Precision(enum.Enum):
 class FrameworkSetup:
     """One call that sets a framework up, and the precision it asks for."""
 
-    framework: str  # "accelerate", "lightning", "fabric", "transformers" or "deepspeed"
+    # "accelerate", "lightning", "fabric", "transformers", "deepspeed" or "colossalai"
+    framework: str
     call: cst.Call
     precision: Precision
     scope: Scope
@@ -91,6 +102,8 @@ class FrameworkSetup:
     config_file: Path | None = None
     # For the messages: the lower precision named ("bf16-mixed", "fp16").
     spelled: str | None = None
+    # Colossal-AI: the plugin's class name, where the code shows which it is.
+    plugin: str | None = None
 
 
 def literal(node: cst.BaseExpression) -> object:
@@ -150,6 +163,48 @@ def _launched_default(value: cst.BaseExpression) -> cst.BaseExpression | None:
     if literal(value.args[0].value) != "ACCELERATE_MIXED_PRECISION":
         return None
     return value.args[1].value
+
+
+def booster_precision(call: cst.Call, plugin: cst.Call | None) -> tuple[Precision, str | None]:
+    """What a Colossal-AI `Booster(mixed_precision=..., plugin=...)` trains in;
+    `plugin` is the plugin's construction where the code shows it."""
+    positional = [arg for arg in call.args if arg.keyword is None]
+    if _splats(call) or len(positional) >= 2:  # Booster(device, mixed_precision, plugin)
+        return Precision.UNKNOWN, None
+    if keyword_value(call, "plugin") is not None:
+        name = plugin_name(plugin)
+        if name is None or name == FSDP_PLUGIN:
+            return Precision.UNKNOWN, None
+        if name in PRECISION_PLUGINS:
+            chosen = keyword_value(plugin, "precision")
+            if chosen is None:
+                return Precision.MIXED, f'{name}\'s default "fp16"'
+            spelled = literal(chosen)
+            if spelled == "fp32":
+                return Precision.FULL, None
+            if isinstance(spelled, str):
+                return Precision.MIXED, f'{name}(precision="{spelled}")'
+            return Precision.UNKNOWN, None
+    value = keyword_value(call, "mixed_precision")
+    if value is None:
+        return Precision.UNSET, None
+    spelled = literal(value)
+    if spelled is None:
+        return Precision.FULL, None
+    if isinstance(spelled, str):
+        return Precision.MIXED, spelled
+    if isinstance(value, cst.Call) and (dotted_name(value.func) or "").endswith("MixedPrecision"):
+        return Precision.MIXED, dotted_name(value.func)
+    return Precision.UNKNOWN, None
+
+
+def plugin_name(plugin: cst.Call | None) -> str | None:
+    """The class name of a Colossal-AI plugin's construction, or None."""
+    if plugin is None:
+        return None
+    name = (dotted_name(plugin.func) or "").rsplit(".", 1)[-1]
+    known = PRECISION_PLUGINS | PLAIN_PLUGINS | {FSDP_PLUGIN}
+    return name if name in known else None
 
 
 def _lightning_precision(call: cst.Call) -> tuple[Precision, str | None]:
@@ -239,9 +294,12 @@ class _SetupFinder(ScopedVisitor):
         self.found: list[FrameworkSetup] = []
         # name -> the dict literal last assigned to it, per scope
         self._dicts: dict[int, dict[str, cst.Dict | None]] = {}
+        # name -> the call it is bound to, per scope (None: bound more than once)
+        self._calls: dict[int, dict[str, cst.Call | None]] = {}
 
     def enter_scope(self, scope: Scope) -> None:
         self._dicts[id(scope)] = {}
+        self._calls[id(scope)] = {}
 
     def visit_Assign(self, node: cst.Assign) -> None:
         for target in node.targets:
@@ -251,12 +309,26 @@ class _SetupFinder(ScopedVisitor):
                 # Assigned twice: which dict reaches the call is not known.
                 value = node.value if isinstance(node.value, cst.Dict) else None
                 known[name] = value if name not in known else None
+                made = self._calls[id(self.scope)]
+                value = node.value if isinstance(node.value, cst.Call) else None
+                made[name] = value if name not in made else None
 
     def _named_dict(self, name: str) -> cst.Dict | None:
         for scope in reversed(self.scopes):
             known = self._dicts.get(id(scope), {})
             if name in known:
                 return known[name]
+        return None
+
+    def _construction(self, value: cst.BaseExpression | None) -> cst.Call | None:
+        """`value` as the call that made it: itself, or the one its name is bound to."""
+        if isinstance(value, cst.Call):
+            return value
+        if isinstance(value, cst.Name):
+            for scope in reversed(self.scopes):
+                made = self._calls.get(id(scope), {})
+                if value.value in made:
+                    return made[value.value]
         return None
 
     def visit_Call(self, node: cst.Call) -> None:
@@ -274,6 +346,10 @@ class _SetupFinder(ScopedVisitor):
             config = keyword_value(node, "deepspeed")
             if config is not None:
                 self._add_deepspeed(node, config)
+        elif called in BOOSTERS:
+            plugin = self._construction(keyword_value(node, "plugin"))
+            precision, spelled = booster_precision(node, plugin)
+            self._add("colossalai", node, precision, spelled, plugin=plugin_name(plugin))
         elif called in DEEPSPEED_INITIALIZE:
             config = keyword_value(node, "config") or keyword_value(node, "config_params")
             if config is None:  # `args=args`: the command line names the file

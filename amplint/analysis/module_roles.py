@@ -23,6 +23,20 @@ from amplint.project.losses import LossHelper
 
 OPTIMIZER_NAME = re.compile(r"optim|^opt($|[_\dA-Z]|[dg]$)", re.I)
 SCHEDULER_NAME = re.compile(r"sched", re.I)
+# Receivers of `.backward(loss)` that belong to a framework owning precision.
+FRAMEWORK_BACKWARD = {"accelerator", "booster", "engine", "model_engine", "fabric"}
+
+
+def framework_backward(receiver: str) -> bool:
+    """Whether `<receiver>.backward(...)` is a framework's backward, which owns
+    the precision: `accelerator.backward(loss)`, `booster.backward(loss,
+    optimizer)`; and `optimizer.backward(loss)`, as a torch optimizer has no
+    backward: the wrappers that add one (Colossal-AI's boosted optimizer,
+    apex's FP16_Optimizer) scale the loss themselves."""
+    last = receiver.rsplit(".", 1)[-1]
+    if last in FRAMEWORK_BACKWARD:
+        return True
+    return bool(OPTIMIZER_NAME.search(last)) and not SCHEDULER_NAME.search(last)
 
 
 @dataclass
@@ -38,6 +52,9 @@ class ModuleRoles:
     # Defs that call `.backward()` themselves or in a nested def: closures a
     # training step can hand to `optimizer.step`.
     backward_functions: set[str]
+    # Defs whose backward is a framework's (`booster.backward(loss, optimizer)`
+    # in a helper of a Colossal-AI loop): a step calling one is the framework's.
+    framework_backward_functions: set[str] = field(default_factory=set)
     # Defs that call `<optimizer>.step()`: half of a step split across helpers.
     step_functions: set[str] = field(default_factory=set)
     # Defs that compute a loss which raises under CUDA autocast -> that loss.
@@ -130,9 +147,11 @@ class _RoleCollector(ScopedVisitor):
                 elif isinstance(scope, cst.ClassDef):
                     self.loss_classes.setdefault(scope.name.value, short_loss_name(called))
         if method_name(node) == "backward":
-            self.found.backward_functions.update(
-                scope.name.value for scope in self.scopes if isinstance(scope, cst.FunctionDef)
-            )
+            defs = [scope.name.value for scope in self.scopes if isinstance(scope, cst.FunctionDef)]
+            if framework_backward(dotted_name(node.func.value) or ""):
+                self.found.framework_backward_functions.update(defs)
+            else:
+                self.found.backward_functions.update(defs)
         if method_name(node) == "step" and not node.args:
             receiver = (dotted_name(node.func.value) or "").rsplit(".", 1)[-1]
             if OPTIMIZER_NAME.search(receiver) and not SCHEDULER_NAME.search(receiver):

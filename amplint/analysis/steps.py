@@ -24,7 +24,13 @@ from amplint.analysis.clips import clip_threshold
 from amplint.analysis.code_text import code_only
 from amplint.analysis.forward import ForwardRegion, ModelCalls, feeding_region, forward_region
 from amplint.analysis.imports import ImportMap, dotted_name
-from amplint.analysis.module_roles import OPTIMIZER_NAME, SCHEDULER_NAME, module_roles
+from amplint.analysis.module_roles import (
+    FRAMEWORK_BACKWARD,
+    OPTIMIZER_NAME,
+    SCHEDULER_NAME,
+    framework_backward,
+    module_roles,
+)
 from amplint.analysis.saved_forward import saved_forward
 from amplint.analysis.scopes import Scope, ScopedVisitor
 from amplint.analysis.statements import (
@@ -55,8 +61,6 @@ CLIP_FUNCTIONS = {
 # Clipping methods of wrappers that own sharded parameters: FSDP's
 # `model.clip_grad_norm_(max_norm)` reduces the norm across ranks.
 CLIP_METHODS = {"clip_grad_norm_", "clip_grad_value_"}
-# Receivers of `.backward(loss)` that belong to a framework owning precision.
-FRAMEWORK_BACKWARD = {"accelerator", "booster", "engine", "model_engine", "fabric"}
 # How a GradScaler is recognised: by the name every example gives it.
 # Making a GradScaler is not using one: a scaler left unused does not hide an
 # FP32 step (AMP001 reuses it); nor is reading its scale for a log (the apex
@@ -401,12 +405,11 @@ class _StepFinder(ScopedVisitor):
                 method = method_name(call)
                 receiver = call.func.value if method else None
                 if method == "backward":
-                    receiver_name = dotted_name(receiver) or ""
-                    if receiver_name.rsplit(".", 1)[-1] in FRAMEWORK_BACKWARD:
+                    if framework_backward(dotted_name(receiver) or ""):
                         framework = True
                     else:
                         backwards.append(BackwardCall(call, receiver, top, order, statement))
-                elif method == "manual_backward":
+                elif method == "manual_backward" or self._framework_helper(call):
                     framework = True
                 elif method == "step" and call.args and is_scaler(receiver):
                     steps.append(
@@ -597,6 +600,13 @@ class _StepFinder(ScopedVisitor):
             "through one GradScaler by hand (`scaler.step(opt)` in the loop, one "
             "`scaler.update()` after it, `scaler.unscale_(opt)` for each before a clip)"
         )
+
+    def _framework_helper(self, call: cst.Call) -> bool:
+        """`run_forward_backward(model, optimizer, ...)`: a def of this module
+        whose only backward is a framework's (`booster.backward(loss, optimizer)`)."""
+        name = (dotted_name(call.func) or "").rsplit(".", 1)[-1]
+        roles = self.roles
+        return name in roles.framework_backward_functions and name not in roles.backward_functions
 
     def _backward_helper(self, flat: list, steps: list[OptimizerStep]) -> cst.Call | None:
         """The first call, before an optimizer step of the block, of a function

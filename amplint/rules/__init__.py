@@ -8,6 +8,7 @@ from amplint.rules.autocast_device import AutocastDeviceType
 from amplint.rules.backward_in_autocast import BackwardInsideAutocast
 from amplint.rules.base import Rule
 from amplint.rules.bf16_scaler import ScalerWithBfloat16
+from amplint.rules.booster import BoosterApexAmp, BoosterPrecisionIgnored
 from amplint.rules.checkpoint import ScalerNotCheckpointed
 from amplint.rules.fp16_scaler import Float16WithoutScaler
 from amplint.rules.framework_amp import ManualAmpUnderFramework
@@ -31,6 +32,7 @@ from amplint.rules.deprecated_state import DeprecatedAutocastState
 from amplint.rules.fp32_step import FP32TrainingStep
 from amplint.rules.framework_fp32 import (
     AcceleratorInFp32,
+    BoosterInFp32,
     DeepSpeedInFp32,
     LightningInFp32,
     TrainingArgumentsInFp32,
@@ -42,6 +44,7 @@ RULES: tuple[Rule, ...] = (
     LightningInFp32(),
     TrainingArgumentsInFp32(),
     DeepSpeedInFp32(),
+    BoosterInFp32(),
     BackwardInsideAutocast(),
     ClipBeforeUnscale(),
     StepBypassesScaler(),
@@ -61,12 +64,14 @@ RULES: tuple[Rule, ...] = (
     ManualAmpUnderFramework(),
     HalfModelWithScaler(),
     AmpAgainstFsdpPolicy(),
+    BoosterPrecisionIgnored(),
     DeprecatedTorchAmp("AMP201", "cuda"),
     DeprecatedTorchAmp("AMP202", "cpu"),
     DeprecatedAutocastState(),
     AutocastDeviceType(),
     ApexAmp(),
     ApexOther(),
+    BoosterApexAmp(),
 )
 
 # Codes the engine reports itself rather than through a rule.

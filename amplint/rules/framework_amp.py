@@ -19,6 +19,7 @@ _NAMES = {
     "lightning": "the Lightning Trainer",
     "fabric": "Lightning Fabric",
     "deepspeed": "the DeepSpeed engine",
+    "colossalai": "the Colossal-AI Booster",
 }
 # What each framework does itself once its precision is set.
 _ALREADY = {
@@ -28,6 +29,8 @@ _ALREADY = {
     "fabric": "runs the forward pass of the models it sets up under autocast and, for 16-bit, "
     "scales the loss in `fabric.backward`",
     "deepspeed": "keeps the model in half precision and scales the loss in `engine.backward`",
+    "colossalai": "runs the boosted model's forward pass in its precision and scales the loss "
+    "in `booster.backward`",
 }
 _ADVICE = {
     "autocast": "remove this autocast",

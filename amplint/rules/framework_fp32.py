@@ -357,3 +357,23 @@ class DeepSpeedInFp32(_FrameworkInFp32):
             facts.span(setup.call),
             fix,
         )
+
+
+class BoosterInFp32(_FrameworkInFp32):
+    code = "AMP006"
+    trains_by = {"colossalai": "backward"}
+
+    def diagnostic(self, setup, facts, settings):
+        value, fix = self.string_switch(
+            setup, facts, settings, "mixed_precision", '"fp16"', '"bf16"'
+        )
+        plugin = f"its plugin, {setup.plugin}," if setup.plugin else "with no plugin, it"
+        return Diagnostic(
+            self.code,
+            f"the Colossal-AI Booster trains in FP32: {plugin} leaves the precision to the "
+            f"Booster, and `mixed_precision` defaults to None; `mixed_precision={value}` runs "
+            "the boosted model's forward pass under autocast and scales the loss in "
+            "`booster.backward`",
+            facts.span(setup.call),
+            fix,
+        )
