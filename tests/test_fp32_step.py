@@ -582,6 +582,49 @@ def test_a_gradient_penalty_keeps_float16_from_rewriting_the_step() -> None:
     assert 'with torch.autocast("cuda", dtype=torch.bfloat16):' in bf16
 
 
+MAML = dedent("""
+    import learn2learn as l2l
+    import torch
+
+
+    def fast_adapt(batch, learner, loss, steps):
+        data, labels = batch
+        for _ in range(steps):
+            learner.adapt(loss(learner(data), labels))
+        return loss(learner(data), labels)
+
+
+    def meta_train(model, tasks, iterations, device):
+        maml = l2l.algorithms.MAML(model.to(device), lr=0.5, first_order=False)
+        optimizer = torch.optim.Adam(maml.parameters(), 1e-3)
+        loss = torch.nn.CrossEntropyLoss()
+        for iteration in range(iterations):
+            optimizer.zero_grad()
+            learner = maml.clone()
+            error = fast_adapt(tasks.sample(), learner, loss, 1)
+            error.backward()
+            optimizer.step()
+    """)
+
+
+def test_a_meta_learning_inner_step_keeps_float16_from_rewriting_the_step() -> None:
+    """learn2learn's `learner.adapt(loss)` runs torch.autograd.grad on the
+    inner loss, in the library: like a gradient penalty, under a GradScaler
+    its gradients are taken on an unscaled float16 loss (Lightning's
+    examples/fabric/meta_learning/train_torch.py was rewritten so)."""
+    (message,) = _messages(MAML)
+    assert "`fast_adapt` takes gradients inside the forward pass (a gradient penalty, a " in (
+        message
+    )
+    assert fixed(MAML) == MAML
+    # The same loop without learn2learn: `adapt` is some other method.
+    plain = MAML.replace("import learn2learn as l2l\n", "").replace(
+        "l2l.algorithms.MAML(model.to(device), lr=0.5, first_order=False)", "model.to(device)"
+    )
+    assert "GradScaler" in fixed(plain)
+    assert 'dtype=torch.bfloat16' in fixed(MAML, Settings(dtype="bfloat16"))
+
+
 def test_a_target_network_average_is_not_an_update_by_hand() -> None:
     # DQN / SAC / TD3: the target network follows the online one by a Polyak
     # average of weights, not of gradients; the online network's step is AMP.

@@ -566,3 +566,32 @@ def test_manual_amp_beside_a_mixed_booster_is_amp118() -> None:
         "            outputs = model(images)\n            loss = criterion(outputs, labels)\n",
     )
     assert codes_of(scaled) == ["AMP118"]
+
+
+def test_a_switch_to_float16_is_not_written_where_the_module_breaks_float16() -> None:
+    """A gradient penalty, or learn2learn's `adapt`, takes gradients on a loss
+    the framework's float16 scaler never scales; a fill value beyond 65504
+    raises in float16.  bfloat16 has float32's range: its switch is written."""
+    fabric = _text("fabric_cpu_loop.py").replace('accelerator="cpu", ', "")
+    penalty = fabric.replace(
+        "            fabric.backward(loss)\n",
+        "            grads = torch.autograd.grad(loss, images, create_graph=True)[0]\n"
+        "            fabric.backward(loss + grads.pow(2).mean())\n",
+    )
+    (finding,) = findings_of(penalty)
+    assert finding.fix is None
+    assert finding.message.endswith(
+        "(not fixed: the module takes gradients inside its forward pass with "
+        "`torch.autograd.grad` (a gradient penalty), on a loss the framework's float16 "
+        "scaler never scales; `--dtype bfloat16` writes the bfloat16 switch)"
+    )
+    assert 'precision="bf16-mixed"' in fixed(penalty, Settings(dtype="bfloat16"))
+    assert 'precision="16-mixed"' in fixed(fabric)  # no penalty: fixed
+    maml = "import learn2learn as l2l\n" + fabric.replace("model(images)", "model.adapt(images)")
+    (finding,) = findings_of(maml)
+    assert "with learn2learn's `adapt` (a meta-learning inner step)" in finding.message
+    filled = fabric.replace("model(images)", "model(images).masked_fill(images > 9, -1e10)")
+    (finding,) = findings_of(filled)
+    assert "(not fixed: `masked_fill(..., -1e10)` cannot hold its value in float16" in (
+        finding.message
+    )

@@ -17,7 +17,7 @@ from typing import Callable, Sequence
 import libcst as cst
 
 from amplint.analysis.autocast import UNSAFE_LOSS_CLASSES, UNSAFE_LOSS_FUNCTIONS
-from amplint.analysis.imports import dotted_name
+from amplint.analysis.imports import ImportMap, dotted_name
 from amplint.analysis.statements import method_name, name_use
 from amplint.analysis.visitor import Visitor
 
@@ -163,6 +163,20 @@ class ForwardRegion:
     unsafe_problem: str | None = None
 
 
+# Libraries whose objects take gradients inside the forward pass, as a gradient
+# penalty does, by the method that does it: learn2learn's `learner.adapt(loss)`
+# (MAML, MetaSGD) runs torch.autograd.grad on the inner loss.
+DIFFERENTIATING_METHODS = {"learn2learn": frozenset({"adapt"})}
+
+
+def differentiating_methods(imports: ImportMap) -> frozenset[str]:
+    """The methods of DIFFERENTIATING_METHODS whose library the module imports."""
+    roots = {binding.target.split(".")[0] for binding in imports.statements}
+    return frozenset().union(
+        *(methods for library, methods in DIFFERENTIATING_METHODS.items() if library in roots)
+    )
+
+
 class ModelCalls:
     """Which calls of one module run a model, as opposed to making, moving or
     computing on data; and which of them are losses CUDA autocast refuses."""
@@ -175,8 +189,11 @@ class ModelCalls:
         torch_aliases: set[str],
         unsafe_names: dict[str, str],
         unsafe_helpers: dict[str, str],
+        differentiating: frozenset[str] = frozenset(),
     ) -> None:
         self.module = module
+        # Methods that take gradients in the forward pass (`learner.adapt(loss)`).
+        self.differentiating = differentiating
         self.resolve = resolve  # a name's qualified name where it is used
         self.module_functions = module_functions  # the defs at the module's top level
         self.torch_aliases = torch_aliases  # globals naming a torch callable
@@ -261,18 +278,29 @@ class ModelCalls:
 
     def gradient_penalty(self, region: ForwardRegion) -> str | None:
         """The call in the region that runs `torch.autograd.grad`, directly or
-        through a def of the module (WGAN-GP's `compute_gradient_penalty`)."""
+        through a def of the module (WGAN-GP's `compute_gradient_penalty`), or
+        a library method that does (learn2learn's `learner.adapt(loss)`)."""
         calls = _AllCalls()
         for statement in region.statements:
             calls.walk(statement)
         for call in calls.found:
-            if self.resolve(call.func) == "torch.autograd.grad":
+            if self._takes_gradients(call):
                 return self.module.code_for_node(call.func)
             if isinstance(call.func, cst.Name):
                 helper = self.module_functions.get(call.func.value)
-                if helper is not None and _calls_autograd_grad(helper, self.resolve):
+                if helper is not None and self._calls_differentiation(helper):
                     return call.func.value
         return None
+
+    def _takes_gradients(self, call: cst.Call) -> bool:
+        if self.resolve(call.func) == "torch.autograd.grad":
+            return True
+        return isinstance(call.func, cst.Attribute) and call.func.attr.value in self.differentiating
+
+    def _calls_differentiation(self, function: cst.FunctionDef) -> bool:
+        calls = _AllCalls()
+        calls.walk(function)
+        return any(self._takes_gradients(call) for call in calls.found)
 
 
 class _ModelCallFinder(Visitor):
@@ -368,12 +396,6 @@ def _loss_arguments_from(
             if isinstance(arg.value, cst.Name) and arg.value.value in names and not arg.star:
                 found.append(arg.value)
     return found
-
-
-def _calls_autograd_grad(function: cst.FunctionDef, resolve) -> bool:
-    calls = _AllCalls()
-    calls.walk(function)
-    return any(resolve(call.func) == "torch.autograd.grad" for call in calls.found)
 
 
 class _AllCalls(Visitor):

@@ -22,7 +22,13 @@ import libcst as cst
 from amplint.analysis.caller_forward import caller_regions, subclasses_of
 from amplint.analysis.clips import clip_threshold
 from amplint.analysis.code_text import code_only
-from amplint.analysis.forward import ForwardRegion, ModelCalls, feeding_region, forward_region
+from amplint.analysis.forward import (
+    ForwardRegion,
+    ModelCalls,
+    differentiating_methods,
+    feeding_region,
+    forward_region,
+)
 from amplint.analysis.imports import ImportMap, dotted_name
 from amplint.analysis.module_roles import (
     FRAMEWORK_BACKWARD,
@@ -289,6 +295,7 @@ class _StepFinder(ScopedVisitor):
             self.roles.torch_aliases,
             self.roles.unsafe_losses,
             self.roles.unsafe_helpers,
+            differentiating_methods(imports),
         )
         self.steps: list[TrainingStep] = []
         self.manual_updates: list[BackwardCall] = []

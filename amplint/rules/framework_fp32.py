@@ -15,6 +15,7 @@ an Accelerator used for inference, a Trainer only `.test()`-ed, is left alone.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import ClassVar, Iterator
 
 import libcst as cst
@@ -22,6 +23,7 @@ import libcst as cst
 from amplint.analysis.code_text import code_only
 from amplint.analysis import ModuleFacts
 from amplint.analysis.autocast import keyword_value
+from amplint.analysis.float16 import differentiates_in_forward, float16_obstacle
 from amplint.analysis.frameworks import FrameworkSetup, Precision
 from amplint.analysis.statements import assigned_name
 from amplint.config import Settings
@@ -67,6 +69,25 @@ def _does_amp_by_hand(setup: FrameworkSetup, module: cst.Module) -> bool:
     return False
 
 
+def _dtype(setup: FrameworkSetup, settings: Settings) -> str:
+    """The dtype a switch for `setup` asks for: the settings', bfloat16 where the
+    set-up keeps training on the CPU or `--dtype auto` targets the CPU."""
+    if setup.on_cpu or (settings.dtype == "auto" and settings.device_type == "cpu"):
+        return "bfloat16"
+    return settings.dtype
+
+
+def _differentiates(text: str) -> str | None:
+    how = differentiates_in_forward(text)
+    if how is None:
+        return None
+    return (
+        f"the module takes gradients inside its forward pass with {how}, on a loss the "
+        "framework's float16 scaler never scales; `--dtype bfloat16` writes the bfloat16 "
+        "switch"
+    )
+
+
 def _trains(text: str, method: str) -> bool:
     return re.search(rf"\.\s*{method}\s*\(", text) is not None
 
@@ -92,8 +113,17 @@ class _FrameworkInFp32(Rule):
                 if _does_amp_by_hand(setup, facts.module):
                     continue  # the scope does AMP by hand (AMP118's question, not this)
                 found = self.diagnostic(setup, facts, settings)
-                if found is not None:
-                    yield found
+                if found is None:
+                    continue
+                obstacle = _dtype(setup, settings) != "bfloat16" and (
+                    float16_obstacle(facts.code_text) or _differentiates(facts.code_text)
+                )
+                if obstacle and found.fix is not None:
+                    # The switch would run the module's float16 breakers too.
+                    found = replace(
+                        found, message=f"{found.message} (not fixed: {obstacle})", fix=None
+                    )
+                yield found
 
     def diagnostic(
         self, setup: FrameworkSetup, facts: ModuleFacts, settings: Settings
@@ -109,9 +139,7 @@ class _FrameworkInFp32(Rule):
         that keeps training on the CPU gets bfloat16 whatever the settings say:
         there Accelerate leaves float16 off, Lightning swaps it for bfloat16
         with a warning, and the HuggingFace Trainer refuses it."""
-        dtype = settings.dtype
-        if setup.on_cpu or (dtype == "auto" and settings.device_type == "cpu"):
-            dtype = "bfloat16"
+        dtype = _dtype(setup, settings)
         if dtype == "auto":
             torch = facts.imports.name_for("torch", setup.scope)
             return pick(None, None, torch) if torch is not None else None
