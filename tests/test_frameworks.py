@@ -595,3 +595,31 @@ def test_a_switch_to_float16_is_not_written_where_the_module_breaks_float16() ->
     assert "(not fixed: `masked_fill(..., -1e10)` cannot hold its value in float16" in (
         finding.message
     )
+
+
+def test_a_model_parallel_strategy_gets_bf16_mixed() -> None:
+    """Lightning raises on `precision="16-mixed"` with ModelParallelStrategy
+    (its connector accepts "32-true", "bf16-mixed", "bf16-true", "16-true"),
+    as Lightning's examples/fabric/tensor_parallel/train.py would have."""
+    text = dedent("""
+        import lightning as L
+        import torch
+        from lightning.fabric.strategies import ModelParallelStrategy
+
+
+        def train(model, batches, parallelize):
+            strategy = ModelParallelStrategy(parallelize_fn=parallelize, data_parallel_size=2)
+            fabric = L.Fabric(accelerator="cuda", devices=4, strategy=strategy)
+            fabric.launch()
+            optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+            model, optimizer = fabric.setup(model, optimizer)
+            for batch in batches:
+                loss = model(batch).sum()
+                fabric.backward(loss)
+                optimizer.step()
+        """)
+    (finding,) = findings_of(text)
+    assert finding.message.endswith(
+        'bfloat16, as Lightning refuses "16-mixed" with its ModelParallelStrategy'
+    )
+    assert '        strategy=strategy,\n        precision="bf16-mixed",\n    )' in fixed(text)

@@ -92,10 +92,11 @@ class FrameworkSetup:
     call: cst.Call
     precision: Precision
     scope: Scope
-    # The call itself keeps training on the CPU (`Accelerator(cpu=True)`,
-    # `Trainer(accelerator="cpu")`, `TrainingArguments(use_cpu=True)`), where
-    # float16 autocast is slow or refused and bfloat16 is the mixed precision.
-    on_cpu: bool = False
+    # Why only bfloat16 mixed precision fits this set-up, or None: the call
+    # keeps training on the CPU (`Accelerator(cpu=True)`, `Trainer(accelerator=
+    # "cpu")`, `TrainingArguments(use_cpu=True)`), where float16 autocast is
+    # slow or refused, or uses a strategy that refuses "16-mixed".
+    bfloat16_only: str | None = None
     # DeepSpeed: the dict literal its config is (the one a fix edits), or the
     # JSON file it names; TrainingArguments(deepspeed=...) also names one.
     config: cst.Dict | None = None
@@ -372,10 +373,23 @@ class _SetupFinder(ScopedVisitor):
         self._add("deepspeed", call, *deepspeed_dict_precision(contents), config_file=path)
 
     def _add(self, framework, call, precision, spelled, **where) -> None:
-        on_cpu = _pins_cpu(framework, call)
+        bfloat16_only = None
+        if _pins_cpu(framework, call):
+            bfloat16_only = "this call keeps training on the CPU, where float16 is slow or refused"
+        elif framework in ("lightning", "fabric"):
+            strategy = self._construction(keyword_value(call, "strategy"))
+            name = (dotted_name(strategy.func) or "") if strategy is not None else ""
+            if name.rsplit(".", 1)[-1] in _BFLOAT16_STRATEGIES:
+                bfloat16_only = f"Lightning refuses \"16-mixed\" with its {name.rsplit('.', 1)[-1]}"
         self.found.append(
             FrameworkSetup(
-                framework, call, precision, self.scope, on_cpu=on_cpu, spelled=spelled, **where
+                framework,
+                call,
+                precision,
+                self.scope,
+                bfloat16_only=bfloat16_only,
+                spelled=spelled,
+                **where,
             )
         )
 
@@ -388,6 +402,11 @@ _CPU_PINS = {
     "fabric": (("accelerator", "cpu"),),
     "transformers": (("use_cpu", True), ("no_cuda", True)),
 }
+
+
+# Lightning strategies whose mixed precision can only be bfloat16: its
+# connector accepts "32-true", "bf16-mixed", "bf16-true", "16-true" there.
+_BFLOAT16_STRATEGIES = frozenset({"ModelParallelStrategy"})
 
 
 def _pins_cpu(framework: str, call: cst.Call) -> bool:

@@ -70,9 +70,9 @@ def _does_amp_by_hand(setup: FrameworkSetup, module: cst.Module) -> bool:
 
 
 def _dtype(setup: FrameworkSetup, settings: Settings) -> str:
-    """The dtype a switch for `setup` asks for: the settings', bfloat16 where the
-    set-up keeps training on the CPU or `--dtype auto` targets the CPU."""
-    if setup.on_cpu or (settings.dtype == "auto" and settings.device_type == "cpu"):
+    """The dtype a switch for `setup` asks for: the settings', bfloat16 where
+    only bfloat16 fits the set-up or `--dtype auto` targets the CPU."""
+    if setup.bfloat16_only or (settings.dtype == "auto" and settings.device_type == "cpu"):
         return "bfloat16"
     return settings.dtype
 
@@ -136,9 +136,10 @@ class _FrameworkInFp32(Rule):
         `torch` is the module's name for torch where the dtype is chosen at run
         time (`--dtype auto` on CUDA: bfloat16 where the GPU has it), else None.
         None when that needs torch and the module has no name for it.  A set-up
-        that keeps training on the CPU gets bfloat16 whatever the settings say:
-        there Accelerate leaves float16 off, Lightning swaps it for bfloat16
-        with a warning, and the HuggingFace Trainer refuses it."""
+        that only bfloat16 fits gets it whatever the settings say: on the CPU
+        Accelerate leaves float16 off, Lightning swaps it for bfloat16 with a
+        warning and the HuggingFace Trainer refuses it; Lightning's
+        ModelParallelStrategy refuses "16-mixed"."""
         dtype = _dtype(setup, settings)
         if dtype == "auto":
             torch = facts.imports.name_for("torch", setup.scope)
@@ -164,8 +165,9 @@ class _FrameworkInFp32(Rule):
         return value, fix
 
 
-# Why a set-up pinned to the CPU gets bfloat16.
-_ON_CPU = "; bfloat16, as this call keeps training on the CPU, where float16 is slow or refused"
+def _bfloat16_only(setup: FrameworkSetup) -> str:
+    """Why the switch is bfloat16 whatever `--dtype` says, for the message."""
+    return f"; bfloat16, as {setup.bfloat16_only}" if setup.bfloat16_only else ""
 
 
 def _string_switch_value(float16: str, bfloat16: str):
@@ -263,8 +265,7 @@ class AcceleratorInFp32(_FrameworkInFp32):
             "precision (its `--mixed_precision` flag, or the `accelerate config` it reads "
             "outside the project); no launch config of the project does. "
             f"`mixed_precision={launched}` keeps the launcher's choice and otherwise runs "
-            "the forward pass under autocast, scaling the loss for you"
-            + (_ON_CPU if setup.on_cpu else ""),
+            "the forward pass under autocast, scaling the loss for you" + _bfloat16_only(setup),
             facts.span(setup.call),
             fix,
         )
@@ -288,7 +289,7 @@ class LightningInFp32(_FrameworkInFp32):
         return Diagnostic(
             self.code,
             f'`{called}(...)` trains in FP32 (`precision` defaults to "32-true"); '
-            f"`precision={value}` {runs}" + (_ON_CPU if setup.on_cpu else ""),
+            f"`precision={value}` {runs}" + _bfloat16_only(setup),
             facts.span(setup.call),
             fix,
         )
@@ -310,7 +311,7 @@ class TrainingArgumentsInFp32(_FrameworkInFp32):
             shown = f"`{shown}`"
         message = (
             f"`{called}(...)` sets neither `fp16` nor `bf16`: the Trainer trains in FP32; "
-            f"{shown} runs its steps under autocast" + (_ON_CPU if setup.on_cpu else "")
+            f"{shown} runs its steps under autocast" + _bfloat16_only(setup)
         )
         fix = None
         if keyword_value(setup.call, "deepspeed") is None:
