@@ -623,3 +623,10 @@ def test_a_model_parallel_strategy_gets_bf16_mixed() -> None:
         'bfloat16, as Lightning refuses "16-mixed" with its ModelParallelStrategy'
     )
     assert '        strategy=strategy,\n        precision="bf16-mixed",\n    )' in fixed(text)
+
+
+def test_a_tpu_trainer_is_left_alone() -> None:
+    # XLAPrecision raises on "16-mixed" and "bf16-mixed": no switch to write.
+    text = _text("lightning_classifier.py").replace('accelerator="auto"', 'accelerator="tpu"')
+    assert text != _text("lightning_classifier.py")
+    assert codes_of(text) == []

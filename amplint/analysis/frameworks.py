@@ -210,6 +210,11 @@ def plugin_name(plugin: cst.Call | None) -> str | None:
 
 def _lightning_precision(call: cst.Call) -> tuple[Precision, str | None]:
     value = keyword_value(call, "precision")
+    accelerator = keyword_value(call, "accelerator")
+    if value is None and accelerator is not None and literal(accelerator) == "tpu":
+        # XLA takes only "32-true", "16-true" and "bf16-true", and runs FP32
+        # matrix products in bfloat16 passes already: no switch to write.
+        return Precision.UNKNOWN, None
     if value is None:
         if _splats(call) or keyword_value(call, "plugins") is not None:
             return Precision.UNKNOWN, None
