@@ -204,10 +204,13 @@ def _has_step(text: str) -> bool:
 
 # A file whose model is in low precision already is no FP32 step: a model
 # loaded quantized (`load_in_8bit=True`, its other weights float16) or in half
-# precision (`torch_dtype=torch.bfloat16`) computes in it.
+# precision (`torch_dtype=torch.bfloat16`) computes in it.  Nor is a loop whose
+# backward a framework owns (Accelerate, Lightning, Fabric, DeepSpeed, a
+# Colossal-AI Booster or the optimizer it boosts): its switch is the framework's.
 _ALREADY_MANAGED = re.compile(
     r"autocast|GradScaler|scale_loss|accelerator\.backward|manual_backward|training_step"
-    r"|\.half\(\)|deepspeed|fabric\.|load_in_[48]bit|torch_dtype\s*=\s*torch\.b?float16"
+    r"|\.half\(\)|deepspeed|fabric\.|booster\.backward|optimizer\.backward\("
+    r"|load_in_[48]bit|torch_dtype\s*=\s*torch\.b?float16"
 )
 
 
