@@ -126,7 +126,7 @@ class ResultCache:
             str(project.whole_tree),
             _package_fingerprint(),
             ",".join(sorted(codes)),
-            ".".join(map(str, settings.target_torch)),
+            settings.target_torch_shown,  # with its source, which messages name
             settings.dtype,
             settings.device_type,
         ):

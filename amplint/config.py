@@ -46,10 +46,21 @@ class Settings:
     # Oldest torch the user's project must keep running on; fixes that need a
     # newer torch.amp API are not offered below it.
     target_torch: tuple[int, int] = DEFAULT_TARGET_TORCH
+    # Where target-torch came from: "default", the configuration that set it,
+    # or the requirement the project declares (`requirements.txt: torch>=1.8`).
+    target_torch_source: str = "default"
     # What AMP001 inserts: float16 (autocast + GradScaler), bfloat16 (autocast
     # only) or auto (bf16 where the GPU supports it, else fp16 with a scaler).
     dtype: str = "float16"
     device_type: str = "cuda"
+
+    @property
+    def target_torch_shown(self) -> str:
+        """target-torch for a message: `1.8 (requirements.txt: torch>=1.8)`."""
+        version = ".".join(map(str, self.target_torch))
+        if self.target_torch_source == "default":
+            return version
+        return f"{version} ({self.target_torch_source})"
 
     @property
     def all_excludes(self) -> tuple[str, ...]:
@@ -337,5 +348,9 @@ def _settings_from_table(
     if "device-type" in table:
         settings = replace(settings, device_type=parse_device_type(table["device-type"], where))
     if "target-torch" in table:
-        settings = replace(settings, target_torch=parse_torch_version(table["target-torch"], where))
+        settings = replace(
+            settings,
+            target_torch=parse_torch_version(table["target-torch"], where),
+            target_torch_source=where,
+        )
     return settings

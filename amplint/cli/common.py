@@ -22,6 +22,7 @@ from amplint.config import (
     parse_per_file_ignore,
     parse_selectors,
 )
+from amplint.declared_torch import declared_torch_floor
 from amplint.diagnostics import FileReport
 from amplint.files import (
     SourceError,
@@ -99,10 +100,17 @@ def _load_settings(
     device_type: str | None = None,
 ) -> Settings:
     config_file, overrides = _config_and_overrides(config)
+    start = Path(os.path.commonpath([real_path(p) for p in paths])) if paths else Path.cwd()
     if config_file is None:
-        start = Path(os.path.commonpath([real_path(p) for p in paths])) if paths else Path.cwd()
         config_file = find_config(start)
     settings = load_settings(config_file, ALL_CODES, overrides)
+    if settings.target_torch_source == "default":
+        # No configuration chose: the oldest torch the project declares.
+        declared = declared_torch_floor(start if start.is_dir() else start.parent)
+        if declared is not None:
+            settings = replace(
+                settings, target_torch=declared.version, target_torch_source=declared.where
+            )
     if select is not None:  # replaces the configuration's selection, extend-select too
         codes = parse_selectors(select, "select", "--select", ALL_CODES)
         settings = replace(settings, select=codes, extend_select=())
@@ -167,7 +175,7 @@ def settings_lines(settings: Settings) -> list[str]:
                 [f"{pattern}: {' '.join(codes)}" for pattern, codes in settings.per_file_ignores]
             ),
         ),
-        ("target-torch", ".".join(map(str, settings.target_torch))),
+        ("target-torch", settings.target_torch_shown),
         ("dtype", settings.dtype),
         ("device-type", settings.device_type),
         ("enabled rules", listed(sorted(settings.enabled_codes(ALL_CODES)))),

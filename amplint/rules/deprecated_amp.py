@@ -69,7 +69,7 @@ class DeprecatedTorchAmp(Rule):
         if needed is not None and settings.target_torch < needed:
             blocker = (
                 f"{modern} needs torch {_format_version(needed)}, "
-                f"target-torch is {_format_version(settings.target_torch)}"
+                f"target-torch is {settings.target_torch_shown}"
             )
         if use.kind is UseKind.CALL:
             shown = (

@@ -35,7 +35,7 @@ class DeprecatedAutocastState(Rule):
         message = f"`torch.{found.deprecated}()` is deprecated; use `{shown}`"
         blocker = None
         if settings.target_torch < INTRODUCED_IN:
-            target = ".".join(map(str, settings.target_torch))
+            target = settings.target_torch_shown
             blocker = f"torch.{found.replacement} needs torch 2.4, target-torch is {target}"
         elif not found.through_module:
             blocker = f"`{found.deprecated}` is imported by name; call it through torch"

@@ -67,7 +67,7 @@ SCALER_SINCE = (2, 3)  # torch.amp.GradScaler
 def scaler_obstacle(facts: ModuleFacts, settings: Settings) -> str | None:
     """Why a GradScaler cannot be added to this module, or None."""
     if settings.target_torch < SCALER_SINCE:
-        return "torch.amp.GradScaler needs torch 2.3, above target-torch"
+        return f"torch.amp.GradScaler needs torch 2.3, above target-torch {settings.target_torch_shown}"
     return None
 
 

@@ -172,7 +172,10 @@ class FunctionCasts:
 
     def _custom_fwd(self, function: AutogradFunction, dtype: str) -> None:
         if self.settings.target_torch < CUSTOM_FWD_SINCE:
-            raise MigrationBlocked("torch.amp.custom_fwd needs torch 2.4, above target-torch")
+            raise MigrationBlocked(
+                "torch.amp.custom_fwd needs torch 2.4, above target-torch "
+                f"{self.settings.target_torch_shown}"
+            )
         forward = cst.Decorator(
             cst.parse_expression(
                 f'{self.torch}.amp.custom_fwd(device_type="{self.settings.device_type}", '
