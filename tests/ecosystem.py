@@ -32,10 +32,11 @@ import subprocess
 import sys
 import tempfile
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from amplint.config import Settings
+from amplint.declared_torch import declared_torch_floor
 from amplint.diagnostics import FileReport
 from amplint.engine import lint_text
 from amplint.files import read_source, write_source_atomic
@@ -90,6 +91,10 @@ _SKIP_REASONS = (
         re.compile(r"overflows float16|in float16 and raises"),
     ),
     ("apex name with no torch counterpart", re.compile(r"no torch\.amp counterpart")),
+    (
+        "the torch the project declares predates the API",
+        re.compile(r"needs torch [\d.]+, (?:above target-torch|target-torch is)"),
+    ),
 )
 
 
@@ -230,6 +235,12 @@ def check_repo(entry: dict, clones: Path, scratch: Path, jobs: int) -> list[File
     for path in set(paths) - set(present):
         rows[path].status, rows[path].detail = "error", "not in the commit"
     settings = Settings(root=tree)
+    # As `amplint check` run at the root resolves it: the torch the project declares.
+    declared = declared_torch_floor(tree)
+    if declared is not None:
+        settings = replace(
+            settings, target_torch=declared.version, target_torch_source=declared.where
+        )
     originals = {path: read_source(path) for path in present}
     before = {report.path: report for report in run(present, settings, jobs=jobs)}
     # apex.amp users are fixed as a user migrating off apex runs it.
