@@ -510,6 +510,15 @@ _INFERENCE = dedent("""
     """)
 
 
+def _assert_prints_the_dtype_of_each_flag(script: Path) -> None:
+    """An inference script run with `--fp16` prints torch.float16, with `--fp32` torch.float32."""
+    for flag, dtype in (("--fp16", "torch.float16"), ("--fp32", "torch.float32")):
+        run = subprocess.run(
+            [sys.executable, str(script), flag], capture_output=True, text=True, timeout=300
+        )
+        assert run.stdout.strip() == dtype, run.stderr[-2000:]
+
+
 def test_an_o3_initialize_for_inference_becomes_half_and_says_what_differs(
     tmp_path: Path,
 ) -> None:
@@ -525,11 +534,7 @@ def test_an_o3_initialize_for_inference_becomes_half_and_says_what_differs(
     if importlib.util.find_spec("torch") is not None:
         script = tmp_path / "infer.py"
         script.write_text(migrated, encoding="utf-8")
-        for flag, dtype in (("--fp16", "torch.float16"), ("--fp32", "torch.float32")):
-            run = subprocess.run(
-                [sys.executable, str(script), flag], capture_output=True, text=True, timeout=300
-            )
-            assert run.stdout.strip() == dtype, run.stderr[-2000:]
+        _assert_prints_the_dtype_of_each_flag(script)
 
 
 _INFERENCE_O1 = _INFERENCE.replace("    mel = mel.half() if fp16 else mel\n", "")
@@ -561,11 +566,7 @@ def test_an_o1_initialize_for_inference_becomes_autocast_around_the_forward_pass
     if importlib.util.find_spec("torch") is not None:
         script = tmp_path / "infer.py"
         script.write_text(fixed(text, CPU_FLOAT16), encoding="utf-8")
-        for flag, dtype in (("--fp16", "torch.float16"), ("--fp32", "torch.float32")):
-            run = subprocess.run(
-                [sys.executable, str(script), flag], capture_output=True, text=True, timeout=300
-            )
-            assert run.stdout.strip() == dtype, run.stderr[-2000:]
+        _assert_prints_the_dtype_of_each_flag(script)
 
 
 @pytest.mark.parametrize(
@@ -1750,11 +1751,7 @@ def test_apex_first_api_puts_the_rest_of_its_function_under_autocast(tmp_path: P
     if importlib.util.find_spec("torch") is not None:
         script = tmp_path / "test_net.py"
         script.write_text(fixed(_FIRST_API, CPU_FLOAT16), encoding="utf-8")
-        for flag, dtype in (("--fp16", "torch.float16"), ("--fp32", "torch.float32")):
-            run = subprocess.run(
-                [sys.executable, str(script), flag], capture_output=True, text=True, timeout=300
-            )
-            assert run.stdout.strip() == dtype, run.stderr[-2000:]
+        _assert_prints_the_dtype_of_each_flag(script)
 
 
 @pytest.mark.parametrize(
