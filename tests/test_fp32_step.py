@@ -872,8 +872,11 @@ def test_a_scaler_for_the_scripts_device_comes_after_the_device() -> None:
     assert "torch.autocast(device.type, dtype=torch.float16)" in result
 
 
-def test_a_device_the_scalers_scope_cannot_read_falls_back_to_cuda() -> None:
-    # The scaler lives in __init__; `device` is a local of train_step only.
+def test_a_device_the_scalers_scope_cannot_read_declines_where_cuda_never_runs() -> None:
+    """The scaler lives in __init__; `device` is a local of train only.  A
+    "cuda" scaler and autocast there would stay off on the script's MPS or
+    CPU: a rewrite that claims mixed precision and runs none, so it is
+    declined; a device that may be CUDA (torch.accelerator's) keeps "cuda"."""
     source = dedent('''
         """Mentioning GradScaler in a docstring uses none."""
         import torch
@@ -893,7 +896,18 @@ def test_a_device_the_scalers_scope_cannot_read_falls_back_to_cuda() -> None:
                     loss.backward()
                     self.optimizer.step()
         ''')
-    result = fixed(source)
+    assert fixed(source) == source
+    (message,) = _messages(source)
+    assert (
+        "the script trains on `device` (cpu or mps), which the scope the GradScaler must "
+        'live in cannot read, and a "cuda" one would stay off: make it with `device.type` '
+        "where `device` is known"
+    ) in message
+    accelerator = source.replace(
+        'torch.device("mps" if torch.backends.mps.is_available() else "cpu")',
+        "torch.accelerator.current_accelerator()",
+    )
+    result = fixed(accelerator)
     assert 'self.scaler = torch.amp.GradScaler("cuda")' in result
     assert 'with torch.autocast("cuda", dtype=torch.float16):' in result
 

@@ -19,7 +19,7 @@ from amplint.analysis.imports import ImportMap, dotted_name
 from amplint.analysis.autocast import device_argument, keyword_value
 from amplint.analysis.bf16_scaler import GRAD_SCALERS
 from amplint.analysis.clips import returns_norm
-from amplint.analysis.device import ScriptDevice, script_device
+from amplint.analysis.device import ACCELERATOR, ScriptDevice, script_device
 from amplint.analysis.fsdp_scaler import SHARDED_GRAD_SCALER, SHARDED_SCALER_MODULE
 from amplint.analysis.forward import ForwardRegion
 from amplint.analysis.scopes import Scope
@@ -209,6 +209,8 @@ class InsertAmp:
         # every region of the step: each stays one thing.
         self._output_names_taken: set[str] = set()
         self.makes_sharded_scaler = False  # the scaler made is FSDP's ShardedGradScaler
+        # Why the scaler cannot follow the script's device, where nothing else can.
+        self.device_obstacle: str | None = None
         # The script's device where it proves one CUDA does not cover
         # (analysis/device.py), else None for the settings' own: see device_code.
         self.script_device = self._script_device() if choice is None else None
@@ -246,8 +248,18 @@ class InsertAmp:
     def _scaler_made_elsewhere(self) -> None:
         """The scaler is made outside the step's function (in `__init__`, in the
         callers, at module level): a device name local to the step cannot be
-        read there, so autocast and scaler both say the settings' device."""
-        if self.script_device is not None and not self.script_device.is_global:
+        read there, so autocast and scaler both say the settings' device.  Where
+        the script can never train on it (`"mps" if ... else "cpu"`), that
+        rewrite would claim mixed precision and run none: it is declined."""
+        found = self.script_device
+        if found is not None and not found.is_global:
+            if not found.types & {"cuda", ACCELERATOR}:
+                kinds = " or ".join(sorted(found.types))
+                self.device_obstacle = (
+                    f"the script trains on `{found.name}` ({kinds}), which the scope the "
+                    f'GradScaler must live in cannot read, and a "cuda" one would stay off: '
+                    f"make it with `{found.expression}` where `{found.name}` is known"
+                )
             self.script_device = None
 
     def _device_bound(self) -> set[str]:
@@ -287,7 +299,7 @@ class InsertAmp:
     def place_scaler(self) -> str | None:
         """Plan the scaler's creation beside the optimizer it serves (see
         transforms/scaler_scope.py); returns why it cannot be placed, or None."""
-        return self._place_scaler() or self.callers_obstacle()
+        return self._place_scaler() or self.device_obstacle or self.callers_obstacle()
 
     def callers_obstacle(self) -> str | None:
         """For a step whose forward regions are at its method's callers: the
