@@ -3,8 +3,8 @@ AMP001's rewrite and the framework switches (AMP002-AMP006) alike decline
 float16 there and say why; bfloat16, with float32's range, still goes.
 
 The module's code is read as text with comments and strings blanked
-(analysis/code_text.py): a fill value, a Gram matrix, gradients taken in the
-forward pass.
+(analysis/code_text.py): a fill value, a Gram matrix.  Gradients taken in the
+forward pass are found in the code itself (analysis/forward.py).
 """
 
 from __future__ import annotations
@@ -61,21 +61,4 @@ def float16_obstacle(text: str) -> str | None:
             f"a Gram matrix{spelled} sums products over whole feature maps and overflows "
             "float16 (every step skipped): compute it in float32, or use `--dtype bfloat16`"
         )
-    return None
-
-
-# Gradients taken inside a forward pass (a gradient penalty, a meta-learning
-# inner step): under float16 they are computed on an unscaled loss, and a
-# framework's loss scaler never reaches them.
-_TAKES_GRADIENTS = re.compile(r"\bautograd\.grad\(")
-_LEARN2LEARN = re.compile(r"^\s*(?:import|from)\s+learn2learn\b", re.M)
-_ADAPT = re.compile(r"\.adapt\(")
-
-
-def differentiates_in_forward(text: str) -> str | None:
-    """How the module takes gradients inside its forward pass, or None."""
-    if _TAKES_GRADIENTS.search(text):
-        return "`torch.autograd.grad` (a gradient penalty)"
-    if _LEARN2LEARN.search(text) and _ADAPT.search(text):
-        return "learn2learn's `adapt` (a meta-learning inner step)"
     return None

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
-from typing import Callable, Sequence
+from typing import Callable, Collection, Sequence
 
 import libcst as cst
 
 from amplint.analysis.autocast import UNSAFE_LOSS_CLASSES, UNSAFE_LOSS_FUNCTIONS
 from amplint.analysis.imports import ImportMap, dotted_name
+from amplint.analysis.scopes import ScopedVisitor
 from amplint.analysis.statements import method_name, name_use
 from amplint.analysis.visitor import Visitor
 
@@ -164,17 +165,46 @@ class ForwardRegion:
 
 
 # Libraries whose objects take gradients inside the forward pass, as a gradient
-# penalty does, by the method that does it: learn2learn's `learner.adapt(loss)`
-# (MAML, MetaSGD) runs torch.autograd.grad on the inner loss.
-DIFFERENTIATING_METHODS = {"learn2learn": frozenset({"adapt"})}
+# penalty does, by the methods that do it and what they are: learn2learn's
+# `learner.adapt(loss)` (MAML, MetaSGD) runs torch.autograd.grad on the inner loss.
+DIFFERENTIATING_METHODS = {"learn2learn": (frozenset({"adapt"}), "a meta-learning inner step")}
 
 
-def differentiating_methods(imports: ImportMap) -> frozenset[str]:
-    """The methods of DIFFERENTIATING_METHODS whose library the module imports."""
+def differentiating_methods(imports: ImportMap) -> dict[str, str]:
+    """The methods of DIFFERENTIATING_METHODS whose library the module imports,
+    each as `library's `method` (what it is)`, for messages."""
     roots = {binding.target.split(".")[0] for binding in imports.statements}
-    return frozenset().union(
-        *(methods for library, methods in DIFFERENTIATING_METHODS.items() if library in roots)
-    )
+    return {
+        method: f"{library}'s `{method}` ({what})"
+        for library, (methods, what) in DIFFERENTIATING_METHODS.items()
+        if library in roots
+        for method in methods
+    }
+
+
+def takes_gradients_in_forward(module: cst.Module, imports: ImportMap) -> str | None:
+    """How the module takes gradients inside a forward pass anywhere, for
+    switches that cover the whole module (a framework's): `torch.autograd.grad`
+    or a method of DIFFERENTIATING_METHODS.  None where it takes none."""
+    finder = _GradientTakers(imports, differentiating_methods(imports))
+    finder.walk(module)
+    return finder.found
+
+
+class _GradientTakers(ScopedVisitor):
+    def __init__(self, imports: ImportMap, methods: dict[str, str]) -> None:
+        super().__init__()
+        self.imports = imports
+        self.methods = methods
+        self.found: str | None = None
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if self.found is not None:
+            return
+        if self.imports.resolve(node.func, self.scope) == "torch.autograd.grad":
+            self.found = "`torch.autograd.grad` (a gradient penalty)"
+        elif isinstance(node.func, cst.Attribute) and node.func.attr.value in self.methods:
+            self.found = self.methods[node.func.attr.value]
 
 
 class ModelCalls:
@@ -189,7 +219,7 @@ class ModelCalls:
         torch_aliases: set[str],
         unsafe_names: dict[str, str],
         unsafe_helpers: dict[str, str],
-        differentiating: frozenset[str] = frozenset(),
+        differentiating: Collection[str] = (),
     ) -> None:
         self.module = module
         # Methods that take gradients in the forward pass (`learner.adapt(loss)`).

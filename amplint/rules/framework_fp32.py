@@ -23,7 +23,8 @@ import libcst as cst
 from amplint.analysis.code_text import code_only
 from amplint.analysis import ModuleFacts
 from amplint.analysis.autocast import keyword_value
-from amplint.analysis.float16 import differentiates_in_forward, float16_obstacle
+from amplint.analysis.float16 import float16_obstacle
+from amplint.analysis.forward import takes_gradients_in_forward
 from amplint.analysis.frameworks import FrameworkSetup, Precision
 from amplint.analysis.statements import assigned_name
 from amplint.config import Settings
@@ -77,8 +78,8 @@ def _dtype(setup: FrameworkSetup, settings: Settings) -> str:
     return settings.dtype
 
 
-def _differentiates(text: str) -> str | None:
-    how = differentiates_in_forward(text)
+def _differentiates(facts: ModuleFacts) -> str | None:
+    how = takes_gradients_in_forward(facts.module, facts.imports)
     if how is None:
         return None
     return (
@@ -116,7 +117,7 @@ class _FrameworkInFp32(Rule):
                 if found is None:
                     continue
                 obstacle = _dtype(setup, settings) != "bfloat16" and (
-                    float16_obstacle(facts.code_text) or _differentiates(facts.code_text)
+                    float16_obstacle(facts.code_text) or _differentiates(facts)
                 )
                 if obstacle and found.fix is not None:
                     # The switch would run the module's float16 breakers too.
