@@ -298,44 +298,33 @@ class _SetupFinder(ScopedVisitor):
         self.imports = imports
         self.read_config = read_config
         self.found: list[FrameworkSetup] = []
-        # name -> the dict literal last assigned to it, per scope
-        self._dicts: dict[int, dict[str, cst.Dict | None]] = {}
-        # name -> the call it is bound to, per scope (None: bound more than once)
-        self._calls: dict[int, dict[str, cst.Call | None]] = {}
+        # name -> the value assigned to it, per scope; None where it is assigned
+        # more than once (which value reaches the call is not known)
+        self._bound: dict[int, dict[str, cst.BaseExpression | None]] = {}
 
     def enter_scope(self, scope: Scope) -> None:
-        self._dicts[id(scope)] = {}
-        self._calls[id(scope)] = {}
+        self._bound[id(scope)] = {}
 
     def visit_Assign(self, node: cst.Assign) -> None:
         for target in node.targets:
             if isinstance(target.target, cst.Name):
-                known = self._dicts[id(self.scope)]
+                known = self._bound[id(self.scope)]
                 name = target.target.value
-                # Assigned twice: which dict reaches the call is not known.
-                value = node.value if isinstance(node.value, cst.Dict) else None
-                known[name] = value if name not in known else None
-                made = self._calls[id(self.scope)]
-                value = node.value if isinstance(node.value, cst.Call) else None
-                made[name] = value if name not in made else None
+                known[name] = node.value if name not in known else None
 
-    def _named_dict(self, name: str) -> cst.Dict | None:
-        for scope in reversed(self.scopes):
-            known = self._dicts.get(id(scope), {})
-            if name in known:
-                return known[name]
-        return None
+    def _value_of(self, value: cst.BaseExpression | None) -> cst.BaseExpression | None:
+        """`value`, or what the name it is was bound to once, in the nearest scope."""
+        if isinstance(value, cst.Name):
+            for scope in reversed(self.scopes):
+                known = self._bound.get(id(scope), {})
+                if value.value in known:
+                    return known[value.value]
+        return value
 
     def _construction(self, value: cst.BaseExpression | None) -> cst.Call | None:
         """`value` as the call that made it: itself, or the one its name is bound to."""
-        if isinstance(value, cst.Call):
-            return value
-        if isinstance(value, cst.Name):
-            for scope in reversed(self.scopes):
-                made = self._calls.get(id(scope), {})
-                if value.value in made:
-                    return made[value.value]
-        return None
+        value = self._value_of(value)
+        return value if isinstance(value, cst.Call) else None
 
     def visit_Call(self, node: cst.Call) -> None:
         called = self.imports.resolve(node.func, self.scope)
@@ -364,8 +353,8 @@ class _SetupFinder(ScopedVisitor):
                 self._add_deepspeed(node, config)
 
     def _add_deepspeed(self, call: cst.Call, config: cst.BaseExpression) -> None:
-        if isinstance(config, cst.Name):
-            config = self._named_dict(config.value) or config
+        if isinstance(config, cst.Name) and isinstance(self._value_of(config), cst.Dict):
+            config = self._value_of(config)
         if isinstance(config, cst.Dict):
             self._add("deepspeed", call, *_dict_precision(config), config=config)
             return
@@ -383,9 +372,9 @@ class _SetupFinder(ScopedVisitor):
             bfloat16_only = "this call keeps training on the CPU, where float16 is slow or refused"
         elif framework in ("lightning", "fabric"):
             strategy = self._construction(keyword_value(call, "strategy"))
-            name = (dotted_name(strategy.func) or "") if strategy is not None else ""
-            if name.rsplit(".", 1)[-1] in _BFLOAT16_STRATEGIES:
-                bfloat16_only = f"Lightning refuses \"16-mixed\" with its {name.rsplit('.', 1)[-1]}"
+            name = (dotted_name(strategy.func) or "").rsplit(".", 1)[-1] if strategy else ""
+            if name in _BFLOAT16_STRATEGIES:
+                bfloat16_only = f'Lightning refuses "16-mixed" with its {name}'
         self.found.append(
             FrameworkSetup(
                 framework,
