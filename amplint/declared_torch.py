@@ -20,8 +20,10 @@ import ast
 import configparser
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+
+from amplint.config import Settings
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -62,6 +64,17 @@ def declared_torch_floor(start: Path) -> DeclaredFloor | None:
                     found.append(DeclaredFloor(floor, f"{path.name}: {spelled.strip()}"))
         return min(found, key=lambda declared: declared.version) if found else None
     return None
+
+
+def with_declared_torch(settings: Settings, start: Path) -> Settings:
+    """`settings` with the declared floor of the project around `start` as
+    target-torch, where no configuration chose one."""
+    if settings.target_torch_source != "default":
+        return settings
+    declared = declared_torch_floor(start if start.is_dir() else start.parent)
+    if declared is None:
+        return settings
+    return replace(settings, target_torch=declared.version, target_torch_source=declared.where)
 
 
 def _floor(requirement: str) -> tuple[int, int] | None:

@@ -32,11 +32,11 @@ import subprocess
 import sys
 import tempfile
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from amplint.config import Settings
-from amplint.declared_torch import declared_torch_floor
+from amplint.declared_torch import with_declared_torch
 from amplint.diagnostics import FileReport
 from amplint.engine import lint_text
 from amplint.files import read_source, write_source_atomic
@@ -234,13 +234,8 @@ def check_repo(entry: dict, clones: Path, scratch: Path, jobs: int) -> list[File
     present = [path for path in paths if path.exists()]
     for path in set(paths) - set(present):
         rows[path].status, rows[path].detail = "error", "not in the commit"
-    settings = Settings(root=tree)
     # As `amplint check` run at the root resolves it: the torch the project declares.
-    declared = declared_torch_floor(tree)
-    if declared is not None:
-        settings = replace(
-            settings, target_torch=declared.version, target_torch_source=declared.where
-        )
+    settings = with_declared_torch(Settings(root=tree), tree)
     originals = {path: read_source(path) for path in present}
     before = {report.path: report for report in run(present, settings, jobs=jobs)}
     # apex.amp users are fixed as a user migrating off apex runs it.

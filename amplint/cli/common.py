@@ -22,7 +22,7 @@ from amplint.config import (
     parse_per_file_ignore,
     parse_selectors,
 )
-from amplint.declared_torch import declared_torch_floor
+from amplint.declared_torch import with_declared_torch
 from amplint.diagnostics import FileReport
 from amplint.files import (
     SourceError,
@@ -103,14 +103,8 @@ def _load_settings(
     start = Path(os.path.commonpath([real_path(p) for p in paths])) if paths else Path.cwd()
     if config_file is None:
         config_file = find_config(start)
-    settings = load_settings(config_file, ALL_CODES, overrides)
-    if settings.target_torch_source == "default":
-        # No configuration chose: the oldest torch the project declares.
-        declared = declared_torch_floor(start if start.is_dir() else start.parent)
-        if declared is not None:
-            settings = replace(
-                settings, target_torch=declared.version, target_torch_source=declared.where
-            )
+    # Where no configuration chose target-torch: the oldest torch the project declares.
+    settings = with_declared_torch(load_settings(config_file, ALL_CODES, overrides), start)
     if select is not None:  # replaces the configuration's selection, extend-select too
         codes = parse_selectors(select, "select", "--select", ALL_CODES)
         settings = replace(settings, select=codes, extend_select=())
