@@ -93,7 +93,7 @@ _SKIP_REASONS = (
     ("apex name with no torch counterpart", re.compile(r"no torch\.amp counterpart")),
     (
         "the torch the project declares predates the API",
-        re.compile(r"needs torch [\d.]+, (?:above target-torch|target-torch is)"),
+        re.compile(r"needs torch [\d.]+(?: \([\w.]+\))?, (?:above target-torch|target-torch is)"),
     ),
 )
 

@@ -637,11 +637,18 @@ def test_a_backward_outside_any_training_step_is_not_fixed() -> None:
     assert fixed_unsafe(before) == before
 
 
-def test_target_torch_below_the_scaler_is_not_fixed() -> None:
+def test_target_torch_below_the_generic_scaler_gets_cudas_own() -> None:
     before = _train('    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n')
     settings = Settings(target_torch=(2, 2))
-    assert "torch.amp.GradScaler needs torch 2.3" in findings(before, settings)[0]
-    assert fixed(before, settings) == before
+    after = fixed(before, settings)
+    assert "torch.cuda.amp.GradScaler()" in after and "torch.amp.GradScaler" not in after
+    assert 'torch.autocast("cuda", dtype=torch.float16)' in after
+    assert findings(after, settings) == [] and fixed(after, settings) == after
+    # Below torch 1.10, CUDA's autocast too; a CPU scaler has no spelling before 2.3.
+    assert "torch.cuda.amp.autocast()" in fixed(before, Settings(target_torch=(1, 8)))
+    cpu = Settings(target_torch=(2, 2), device_type="cpu")
+    assert "a GradScaler for cpu needs torch 2.3" in findings(before, cpu)[0]
+    assert fixed(before, cpu) == before
 
 
 def test_private_amp_state_blocks_the_migration_and_is_amp204() -> None:

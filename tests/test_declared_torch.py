@@ -95,10 +95,7 @@ def test_a_declared_floor_keeps_the_old_torch_fallback_and_says_where(
     assert "target-torch      1.8 (requirements.txt: torch>=1.8)" in shown.output
     result = run_cli("fix", "--apply", "--no-cache", ".")
     assert (tmp_path / "scaler.py").read_text(encoding="utf-8") == GUARDED
-    assert (
-        "(not fixed: torch.amp.GradScaler needs torch 2.3, target-torch is 1.8 "
-        "(requirements.txt: torch>=1.8))"
-    ) in result.output
+    assert "AMP201" not in result.output  # torch 1.8's own spelling
     # A configuration that says otherwise wins, and says so.
     (tmp_path / "amplint.toml").write_text('target-torch = "2.4"\n', encoding="utf-8")
     assert "target-torch      2.4 (" in run_cli("check", "--show-settings", ".").output
@@ -106,7 +103,7 @@ def test_a_declared_floor_keeps_the_old_torch_fallback_and_says_where(
     assert "torch.cuda.amp" not in (tmp_path / "scaler.py").read_text(encoding="utf-8")
 
 
-def test_an_fp32_step_in_a_project_on_old_torch_says_which_floor_stops_the_fix(
+def test_an_fp32_step_in_a_project_on_old_torch_gets_that_torchs_spelling(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     step = dedent("""
@@ -123,8 +120,15 @@ def test_an_fp32_step_in_a_project_on_old_torch_says_which_floor_stops_the_fix(
     (tmp_path / "setup.py").write_text('setup(install_requires=["torch>=1.10"])\n')
     (tmp_path / "train.py").write_text(step, encoding="utf-8")
     monkeypatch.chdir(tmp_path)
+    result = run_cli("fix", "--apply", "--no-cache", ".")
+    fixed = (tmp_path / "train.py").read_text(encoding="utf-8")
+    assert "scaler = torch.cuda.amp.GradScaler()" in fixed, result.output
+    assert 'with torch.autocast("cuda", dtype=torch.float16):' in fixed
+    assert run_cli("check", "--no-cache", ".").exit_code == 0  # nothing of ours left
+    # Below torch.cuda.amp itself there is nothing to write, and the floor is named.
+    (tmp_path / "setup.py").write_text('setup(install_requires=["torch>=1.5"])\n')
+    (tmp_path / "train.py").write_text(step, encoding="utf-8")
     result = run_cli("check", "--no-cache", ".")
     assert (
-        "torch.amp.GradScaler needs torch 2.3, above target-torch 1.10 "
-        "(setup.py: torch>=1.10)"
+        "torch.cuda.amp needs torch 1.6, above target-torch 1.5 (setup.py: torch>=1.5)"
     ) in result.output

@@ -354,10 +354,33 @@ def test_cli_dtype_and_device_type_options(tmp_path) -> None:
     assert 'torch.autocast("cpu", dtype=torch.bfloat16)' in (tmp_path / "a.py").read_text()
 
 
-def test_target_torch_below_2_3_keeps_float16_unfixed() -> None:
-    settings = replace(Settings(), target_torch=(2, 2))
+@pytest.mark.parametrize(
+    ("target", "scaler", "autocast"),
+    [
+        ((2, 2), "torch.cuda.amp.GradScaler()", 'torch.autocast("cuda", dtype=torch.float16)'),
+        ((1, 9), "torch.cuda.amp.GradScaler()", "torch.cuda.amp.autocast()"),
+    ],
+)
+def test_target_torch_below_2_3_gets_cudas_own_scaler(
+    target: tuple[int, int], scaler: str, autocast: str
+) -> None:
+    settings = replace(Settings(), target_torch=target)
+    after = fixed(LOOP, settings)
+    assert scaler in after and autocast in after
+    assert _messages(after, settings) == [] and fixed(after, settings) == after
+
+
+@pytest.mark.parametrize(
+    ("settings", "reason"),
+    [
+        (Settings(target_torch=(2, 2), device_type="mps"), "a GradScaler for mps needs torch 2.3"),
+        (Settings(target_torch=(1, 9), dtype="bfloat16"), "needs torch 1.10 (torch.autocast)"),
+        (Settings(target_torch=(1, 5)), "torch.cuda.amp needs torch 1.6"),
+    ],
+)
+def test_target_torch_without_a_spelling_says_which(settings: Settings, reason: str) -> None:
     (message,) = _messages(LOOP, settings)
-    assert "torch.amp.GradScaler needs torch 2.3" in message
+    assert reason in message
     assert fixed(LOOP, settings) == LOOP
 
 
@@ -622,7 +645,7 @@ def test_a_meta_learning_inner_step_keeps_float16_from_rewriting_the_step() -> N
         "l2l.algorithms.MAML(model.to(device), lr=0.5, first_order=False)", "model.to(device)"
     )
     assert "GradScaler" in fixed(plain)
-    assert 'dtype=torch.bfloat16' in fixed(MAML, Settings(dtype="bfloat16"))
+    assert "dtype=torch.bfloat16" in fixed(MAML, Settings(dtype="bfloat16"))
 
 
 def test_a_target_network_average_is_not_an_update_by_hand() -> None:

@@ -1,7 +1,11 @@
 """AMP201 / AMP202: the deprecated torch.cuda.amp and torch.cpu.amp APIs.
 
 Since torch 2.4 every call of them raises a FutureWarning; torch.amp takes the
-device as an argument instead.  Uses inside version fallbacks are left alone.
+device as an argument instead.  Uses inside version fallbacks are left alone,
+and so are uses whose replacement the project's oldest torch (target-torch)
+does not have: `torch.cuda.amp.GradScaler()` is the right spelling for a
+project that supports torch 2.2, and the one amplint's own fixes write there
+(transforms/spelling.py).
 """
 
 from __future__ import annotations
@@ -13,15 +17,17 @@ from amplint.analysis.deprecated_amp import DeprecatedAmpUse, UseKind
 from amplint.config import Settings
 from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix
 from amplint.rules.base import Rule
-from amplint.transforms import torch_amp
+from amplint.transforms import spelling, torch_amp
 from amplint.transforms.imports import ensure_functools_imported, tidy_deprecated_amp_imports
 
-# The torch release that introduced each torch.amp replacement.
-_INTRODUCED_IN = {"GradScaler": (2, 3), "custom_fwd": (2, 4), "custom_bwd": (2, 4)}
-
-
-def _format_version(version: tuple[int, int]) -> str:
-    return ".".join(map(str, version))
+# The torch release that introduced each torch.amp replacement (for autocast,
+# the device-generic autocast itself: below it CUDA's is the only one).
+_INTRODUCED_IN = {
+    "GradScaler": spelling.SCALER_SINCE,
+    "autocast": spelling.AUTOCAST_SINCE,
+    "custom_fwd": (2, 4),
+    "custom_bwd": (2, 4),
+}
 
 
 class DeprecatedTorchAmp(Rule):
@@ -33,6 +39,8 @@ class DeprecatedTorchAmp(Rule):
         for use in facts.deprecated_amp_uses:
             if use.device != self.device or use.in_version_fallback:
                 continue
+            if settings.target_torch < _INTRODUCED_IN.get(use.member, (0, 0)):
+                continue  # the deprecated spelling is the one target-torch has
             yield self._diagnostic(use, facts, settings)
 
     def _diagnostic(
@@ -64,13 +72,7 @@ class DeprecatedTorchAmp(Rule):
         """(replacement shown to the user, the edit or None, why there is no edit)."""
         member, device = use.member, use.device
         modern = f"torch.amp.{member}"
-        needed = _INTRODUCED_IN.get(member)
         blocker = None
-        if needed is not None and settings.target_torch < needed:
-            blocker = (
-                f"{modern} needs torch {_format_version(needed)}, "
-                f"target-torch is {settings.target_torch_shown}"
-            )
         if use.kind is UseKind.CALL:
             shown = (
                 f'{modern}(..., device_type="{device}")'

@@ -18,7 +18,8 @@ from amplint.analysis.fsdp_scaler import PlainScaler
 from amplint.config import Settings
 from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix
 from amplint.rules.base import Rule
-from amplint.transforms.insert_amp import SCALER_SINCE, sharded_or_plain_scaler
+from amplint.transforms.insert_amp import sharded_or_plain_scaler
+from amplint.transforms.spelling import SCALER_SINCE
 
 # Each plain scaler's parameters in order; ShardedGradScaler swaps
 # growth_factor and backoff_factor, so the fix passes them by keyword.

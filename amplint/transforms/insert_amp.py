@@ -38,6 +38,7 @@ from amplint.transforms.scaler_scope import (
     with_parameter_after,
 )
 from amplint.transforms.statements import StatementPlan
+from amplint.transforms import spelling
 from amplint.transforms.torch_amp import bfloat16_in_hardware
 
 
@@ -61,14 +62,12 @@ def amp_choice(settings: Settings) -> AmpChoice:
     return AmpChoice(settings.device_type, settings.dtype)
 
 
-SCALER_SINCE = (2, 3)  # torch.amp.GradScaler
-
-
 def scaler_obstacle(facts: ModuleFacts, settings: Settings) -> str | None:
-    """Why a GradScaler cannot be added to this module, or None."""
-    if settings.target_torch < SCALER_SINCE:
-        return f"torch.amp.GradScaler needs torch 2.3, above target-torch {settings.target_torch_shown}"
-    return None
+    """Why autocast and a GradScaler for the settings' device cannot be written
+    for target-torch, or None (the script's own device is InsertAmp's)."""
+    return spelling.obstacle(
+        settings.target_torch, settings.target_torch_shown, {settings.device_type}, "float16", True
+    )
 
 
 def needs_sharded_scaler(facts: ModuleFacts) -> bool:
@@ -198,6 +197,7 @@ class InsertAmp:
     ) -> None:
         self.step = step
         self.facts = facts
+        self.settings = settings
         self.choice = choice or amp_choice(settings)
         self.torch = facts.imports.name_for("torch", step.enclosing_scope) or "torch"
         self.plan = StatementPlan()
@@ -278,19 +278,25 @@ class InsertAmp:
     def _creation(self, owner_prefix: str, dtype_name: str, scaler_name: str) -> list[str]:
         torch, device = self.torch, self.device_code
         lines = []
-        enabled = f", enabled={self.device_enabled}" if self.device_enabled else ""
+        enabled_arguments = [f"enabled={self.device_enabled}"] if self.device_enabled else []
         if self.choice.picks_dtype_at_run_time:
             lines.append(
                 f"{owner_prefix}{dtype_name} = {torch}.bfloat16 if "
                 f"{bfloat16_in_hardware(torch)} else {torch}.float16"
             )
-            enabled = f", enabled={owner_prefix}{dtype_name} == {torch}.float16"
+            enabled_arguments = [f"enabled={owner_prefix}{dtype_name} == {torch}.float16"]
         if self.choice.uses_scaler:
-            made = f"{torch}.amp.GradScaler({device}{enabled})"
+            made = spelling.grad_scaler(
+                torch, self.settings.target_torch, device, enabled_arguments
+            )
             if needs_sharded_scaler(self.facts):
                 # The imports are module_passes' business, for every rewrite.
                 made, _ = sharded_or_plain_scaler(
-                    self.facts.imports, self.step.enclosing_scope, torch, f"{device}{enabled}", made
+                    self.facts.imports,
+                    self.step.enclosing_scope,
+                    torch,
+                    ", ".join([device, *enabled_arguments]),
+                    made,
                 )
                 self.makes_sharded_scaler = True
             lines.append(f"{owner_prefix}{scaler_name} = {made}")
@@ -299,7 +305,29 @@ class InsertAmp:
     def place_scaler(self) -> str | None:
         """Plan the scaler's creation beside the optimizer it serves (see
         transforms/scaler_scope.py); returns why it cannot be placed, or None."""
-        return self._place_scaler() or self.device_obstacle or self.callers_obstacle()
+        return (
+            self.spelling_obstacle()
+            or self._place_scaler()
+            or self.device_obstacle
+            or self.callers_obstacle()
+        )
+
+    def spelling_obstacle(self) -> str | None:
+        """Why target-torch has no spelling for what the step needs on the
+        script's device (a GradScaler for the MPS before torch 2.3), or None."""
+        settings = self.settings
+        types = self.script_device.types if self.script_device is not None else {self.choice.device}
+        found = spelling.obstacle(
+            settings.target_torch,
+            settings.target_torch_shown,
+            types,
+            self.choice.dtype,
+            self.choice.uses_scaler,
+        )
+        if found is None and needs_sharded_scaler(self.facts) and self.choice.uses_scaler:
+            if settings.target_torch < spelling.SCALER_SINCE:
+                found = "the fix writes ShardedGradScaler as torch 2.3 defines it"
+        return found
 
     def callers_obstacle(self) -> str | None:
         """For a step whose forward regions are at its method's callers: the
@@ -584,11 +612,14 @@ class InsertAmp:
     @property
     def autocast_code(self) -> str:
         """The autocast context manager the forward regions get, as Python."""
-        autocast = f"{self.torch}.autocast({self.device_code}, dtype={self.dtype_expression}"
         enabled = self.autocast_enabled or self.device_enabled
-        if enabled is not None:
-            autocast += f", enabled={enabled}"
-        return autocast + ")"
+        return spelling.autocast(
+            self.torch,
+            self.settings.target_torch,
+            self.device_code,
+            self.dtype_expression,
+            [f"enabled={enabled}"] if enabled is not None else [],
+        )
 
     def plan_step(self, autocast_regions: bool = True) -> None:
         """Plan autocast around the forward regions (unless the step has its own,

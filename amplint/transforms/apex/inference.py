@@ -120,8 +120,8 @@ class ApexInference:
                 f"amplint does not, as {found}"
             )
         choice = apex_choice(self.settings)
-        autocast = f'torch.autocast("{choice.device}", dtype=torch.{choice.dtype}'
-        autocast += f", enabled={condition})" if condition is not None else ")"
+        enabled = [f"enabled={condition}"] if condition is not None else []
+        autocast = self._autocast(f"{self.torch}.{choice.dtype}", enabled)
         for statement in found:
             self.book.rewrite(statement, lambda node: _wrapped(node, autocast))
         self._remove(self._vanishing(use))
@@ -166,15 +166,16 @@ class ApexInference:
         if obstacle is not None:
             raise MigrationBlocked(f"{recipe}; amplint does not, as {obstacle}")
         choice = apex_choice(self.settings)
-        autocast = f'{self.torch}.autocast("{choice.device}", dtype={self.torch}.{choice.dtype}'
         enabled = keywords.get("enabled")
-        if enabled is not None:
-            autocast += f", enabled={self.code(enabled.value)}"
+        autocast = self._autocast(
+            f"{self.torch}.{choice.dtype}",
+            [f"enabled={self.code(enabled.value)}"] if enabled is not None else [],
+        )
         marker = cst.SimpleStatementLine([cst.Pass()], leading_lines=statement.leading_lines)
         self.book.rewrite(statement, lambda _: marker)
         self.book.rewrite(
             function.body,
-            lambda block: _tail_wrapped(block, marker, cst.parse_expression(autocast + ")")),
+            lambda block: _tail_wrapped(block, marker, cst.parse_expression(autocast)),
         )
         self.removed.add(id(statement))
         self.inference_only = True

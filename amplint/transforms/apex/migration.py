@@ -89,6 +89,7 @@ from amplint.transforms.apex.statements import (
     with_backward_of,
     without_apex_comments,
 )
+from amplint.transforms import spelling
 from amplint.transforms.edits import EditBook, apply_edits
 from amplint.transforms.imports import (
     ensure_functools_imported,
@@ -99,7 +100,6 @@ from amplint.transforms.insert_amp import (
     InsertAmp,
     micro_step_edit_obstacle,
     needs_sharded_scaler,
-    scaler_obstacle,
 )
 
 # amp.initialize keywords torch.amp has no counterpart for, and what changes
@@ -208,9 +208,23 @@ class _Migrator(ApexBranches, ApexInference):
     def code(self, node: cst.CSTNode) -> str:
         return self.facts.module.code_for_node(node)
 
+    def _grad_scaler(self, arguments: list[str]) -> str:
+        """The GradScaler in apex's place, as target-torch spells it."""
+        device = f'"{self.settings.device_type}"'
+        return spelling.grad_scaler(self.torch, self.settings.target_torch, device, arguments)
+
+    def _autocast(self, dtype: str | None, arguments: list[str]) -> str:
+        """Autocast on the migration's device, as target-torch spells it."""
+        device = f'"{self.settings.device_type}"'
+        return spelling.autocast(self.torch, self.settings.target_torch, device, dtype, arguments)
+
     # -- driving ------------------------------------------------------------------
     def run(self) -> ApexMigration:
-        obstacle = scaler_obstacle(self.facts, self.settings)
+        choice = apex_choice(self.settings)
+        settings = self.settings
+        obstacle = spelling.obstacle(
+            settings.target_torch, settings.target_torch_shown, {choice.device}, choice.dtype, True
+        )
         if obstacle is None and needs_sharded_scaler(self.facts):
             obstacle = "FSDP needs ShardedGradScaler in place of apex's loss scaler"
         if obstacle is not None:
@@ -281,9 +295,7 @@ class _Migrator(ApexBranches, ApexInference):
         elif member.split(".")[0] == "_amp_state" and use.call is None:
             self._loss_scale(use)
         elif member == "disable_casts" and use.call is not None and not use.call.args:
-            autocast = cst.parse_expression(
-                f'{self.torch}.autocast("{self.settings.device_type}", enabled=False)'
-            )
+            autocast = cst.parse_expression(self._autocast(None, ["enabled=False"]))
             self.book.rewrite(use.call, lambda call: autocast)
         elif member in ("float_function", "half_function", "promote_function"):
             self.casts.cast_function(use, member.split("_")[0])
@@ -447,10 +459,8 @@ class _Migrator(ApexBranches, ApexInference):
                     "no `__init__` of its own to make one, off, for when it is not called"
                 )
             this = constructor.params.params[0].name.value
-            device = self.settings.device_type
-            default = cst.parse_statement(
-                f'{this}.{self.scaler} = {self.torch}.amp.GradScaler("{device}", enabled=False)\n'
-            )
+            made = self._grad_scaler(["enabled=False"])
+            default = cst.parse_statement(f"{this}.{self.scaler} = {made}\n")
 
             planned.append(
                 (constructor.body, lambda block, default=default: with_first(block, default))
@@ -482,7 +492,7 @@ class _Migrator(ApexBranches, ApexInference):
         """`scaler = torch.amp.GradScaler(...)` where `init` ran (`self.scaler = `
         in a method, where the instance keeps it)."""
         init_scale = init.init_scale
-        arguments = [f'"{self.settings.device_type}"']
+        arguments = []
         if self._bfloat16:
             # bfloat16 has float32's range: the scaler stays for apex's state
             # (checkpoints, scale reads), turned off (AMP112).
@@ -493,7 +503,7 @@ class _Migrator(ApexBranches, ApexInference):
         if condition is not None:
             arguments.append(f"enabled={condition}")
         target = self.scaler_at(init.use.scope)
-        line = f"{target} = {self.torch}.amp.GradScaler({', '.join(arguments)})"
+        line = f"{target} = {self._grad_scaler(arguments)}"
         return cst.parse_statement(line + "\n")
 
     def _create_one_scaler(self, inits: list[_Initialization]) -> None:
