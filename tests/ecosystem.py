@@ -92,6 +92,10 @@ _SKIP_REASONS = (
     ),
     ("apex name with no torch counterpart", re.compile(r"no torch\.amp counterpart")),
     (
+        "apex state no program initializes (library code)",
+        re.compile(r"no amp\.initialize in this program"),
+    ),
+    (
         "the torch the project declares predates the API",
         re.compile(r"needs torch [\d.]+(?: \([\w.]+\))?, (?:above target-torch|target-torch is)"),
     ),

@@ -354,14 +354,15 @@ def test_a_builder_call_in_another_module_that_keeps_the_tuple_whole_stops_the_m
     ) in result.output
 
 
-def test_a_script_whose_losses_apex_scaled_in_another_module_names_that_module(
+def test_a_loss_scaler_object_without_an_autocast_switch_names_the_class_and_what_is_missing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """timm's shape: train.py calls amp.initialize and hands each loss to a
-    scaler object whose class, re-exported by a package, runs `amp.scale_loss`.  The
-    class cannot be migrated (its loss comes from its callers), and the
-    message on train.py names where the losses are scaled, not the GradScaler
-    that would be left unused there."""
+    """timm's shape without timm's `amp_autocast` name: train.py calls
+    amp.initialize and hands each loss to a scaler object whose class,
+    re-exported by a package, runs `amp.scale_loss`.  The class could take the
+    GradScaler, but nothing says where its callers' forward passes get
+    autocast: the message on train.py names the class and what is missing,
+    and the class's module names train.py."""
     (tmp_path / "pyproject.toml").write_text("", encoding="utf-8")
     (tmp_path / "utils").mkdir()
     (tmp_path / "utils" / "__init__.py").write_text(
@@ -399,8 +400,10 @@ def test_a_script_whose_losses_apex_scaled_in_another_module_names_that_module(
     result = run_cli("check", "--no-cache", ".")
     (line,) = [line for line in result.output.splitlines() if "train.py:" in line]
     assert line.endswith(
-        "(not fixed: the GradScaler made in place of `amp.initialize` would scale no loss: "
-        "this module scales none, and apex scaled this program's losses in utils/scalers.py (its "
-        "findings say what stops that part))"
+        "(not fixed: apex's O1 cast the forward passes of the losses `ApexScaler` "
+        "(utils/scalers.py) scales, which run where its instances are called: they need "
+        "torch.autocast there; amplint writes it through the program's own autocast switch "
+        "(`amp_autocast = suppress`, else `partial(torch.autocast, ...)`), and no name in "
+        "`main` switches between `nullcontext`/`suppress` and torch.autocast)"
     ), line
-    assert "`loss` is a parameter of `__call__`" in result.output  # scalers.py's own reason
+    assert "the same change rewrites train.py, which is not fixed" in result.output

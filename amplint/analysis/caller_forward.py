@@ -41,7 +41,9 @@ def caller_regions(
 ) -> list[ForwardRegion] | str:
     """The forward region at each call `self.<function>(...)` in the other
     methods of `class_def` and of its `subclasses`, where `loss` (a parameter
-    of `function`) is passed; or why they cannot all be found."""
+    of `function`) is passed; or why they cannot all be found.  No region at
+    all (an empty list): the class never calls `function` itself, so its
+    loss comes from the code that calls the instances (`forward_outside`)."""
     parameters = parameter_names(function)
     if not isinstance(loss, cst.Name) or len(parameters) < 2 or loss.value not in parameters[1:]:
         return "the loss comes from the caller"
@@ -75,14 +77,19 @@ def caller_regions(
             if not any(runs_model(statement) for statement in region.statements):
                 return f"{where}: no model call computes the loss it passes"
             regions.append(region)
-    if not regions:
-        shown = "its instances" if name == "__call__" else f"`{name}`"
-        return (
-            f"`{loss.value}` is a parameter of `{name}`, and the forward pass that computes "
-            f"it runs in the code that calls {shown}, not in this class: autocast belongs "
-            "there, and amplint does not follow an object to its callers"
-        )
     return regions
+
+
+def forward_outside(function: cst.FunctionDef, loss: cst.Name) -> str:
+    """Why a step whose loss its method is given, and which its class never
+    calls, cannot take autocast itself (timm's `ApexScaler.__call__`)."""
+    name = function.name.value
+    shown = "its instances" if name == "__call__" else f"`{name}`"
+    return (
+        f"`{loss.value}` is a parameter of `{name}`, and the forward pass that computes "
+        f"it runs in the code that calls {shown}, not in this class: autocast belongs "
+        "there, and amplint does not follow an object to its callers"
+    )
 
 
 def subclasses_of(class_def: cst.ClassDef, classes: Sequence[cst.ClassDef]) -> list[cst.ClassDef]:

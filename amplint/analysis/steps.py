@@ -19,7 +19,7 @@ from typing import Callable, Iterator, Sequence, Union
 
 import libcst as cst
 
-from amplint.analysis.caller_forward import caller_regions, subclasses_of
+from amplint.analysis.caller_forward import caller_regions, forward_outside, subclasses_of
 from amplint.analysis.clips import clip_threshold
 from amplint.analysis.code_text import code_only
 from amplint.analysis.forward import (
@@ -221,6 +221,10 @@ class TrainingStep:
     # The forward regions are at the calls of the step's method in its class
     # (`self.optimize(loss)`), not in the step's own block.
     forward_at_callers: bool = False
+    # The loss is given to the step's method, which its class never calls: the
+    # forward pass runs wherever the instances are called (timm's `ApexScaler`),
+    # so the step can take a GradScaler but not autocast (`skip` says so).
+    forward_outside: bool = False
     # A loss in a forward region that raises under CUDA autocast, as spelled.
     unsafe_loss: str | None = None
     # The call that takes gradients inside the forward pass (a gradient penalty),
@@ -845,6 +849,9 @@ class _StepFinder(ScopedVisitor):
             self.module.code_for_node,
             subclasses_of(step.class_def, self.roles.classes),
         )
+        if found == []:
+            step.forward_outside = True
+            return forward_outside(step.function, backward.loss)
         if isinstance(found, list):
             step.forward_at_callers = True
         return found

@@ -446,6 +446,23 @@ class ProjectView:
         path = self.index._find_module(self.path, absolute) if absolute else None
         return path.resolve() if path is not None else None
 
+    def defining_module(self, spelled: str, name: str) -> Path | None:
+        """The project module that defines `name` imported from `spelled`: that
+        module, or where it is a package whose `__init__.py` re-exports `name`
+        (`from .amp import ApexScaler`), the module it re-exports it from."""
+        path = self.module_path(spelled)
+        if path is None or path.name != "__init__.py":
+            return path
+        package = self.index.module(path)
+        if package is None or package.tree is None:
+            return path
+        for imported in self.index.imported_modules(path):
+            target = self.index.module(imported)
+            if target is not None and (name, name) in set(_bindings(package, target)):
+                self.note(imported)
+                return imported.resolve()
+        return path
+
     def callers(self, function: str) -> list[CallSite]:
         sites = self.index.callers(self.path, function)
         for site in sites:

@@ -67,6 +67,10 @@ class ApexProgram:
     # that receive it from a call of one.
     builders: frozenset[Taker] = frozenset()
     receivers: frozenset[Taker] = frozenset()
+    # The classes whose method scales a loss it is given, by module: the
+    # forward passes of those losses run wherever the instances are called, so
+    # autocast belongs to the modules that call amp.initialize.
+    scaled_at_callers: tuple[tuple[Path, str], ...] = ()
 
     def takers_in(self, path: Path) -> dict[str, Taker]:
         return {taker.name: taker for taker in self.takers if taker.path == path}
@@ -92,6 +96,9 @@ class _Definition:
     uses_state: bool = False
     initializes: bool = False
     scales_loss: bool = False  # calls `amp.scale_loss`
+    # A method of this class scales a loss it is given (`def __call__(self,
+    # loss, optimizer)`, timm's `ApexScaler`): the forward pass runs at the callers.
+    scales_given_loss: bool = False
     returns_value: bool = False  # a `return X` of its own (not a nested def's)
     calls: set[str] = field(default_factory=set)  # callees, dotted: `utils.save`, `Trainer`
 
@@ -166,6 +173,8 @@ def _apex_facts(module: ModuleSource) -> _ApexFacts | None:
                     definition.calls.add(callee)
         if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)):
             definition.returns_value = _returns_value(statement)
+        if isinstance(statement, ast.ClassDef):
+            definition.scales_given_loss = _scales_given_loss(statement, member_of)
         facts.definitions[definition.name] = definition
     facts.definitions[_MODULE_LEVEL] = outside
     return facts if facts.uses_amp else None
@@ -230,12 +239,42 @@ def _assembled(
                 if any(d.scales_loss for d in f.definitions.values())
             )
         ),
+        scaled_at_callers=tuple(
+            (path, d.name)
+            for path, f in sorted(facts.items())
+            for d in f.definitions.values()
+            if d.scales_given_loss
+        ),
         takers=frozenset(takers),
         scaler_names={path: free_name(SCALER_NAMES, text_of(path)) for path in facts},
         obstacles=tuple(obstacles),
         builders=frozenset(builders),
         receivers=frozenset(receivers),
     )
+
+
+def _scales_given_loss(class_def: ast.ClassDef, member_of: Callable[[ast.AST], str | None]) -> bool:
+    """Whether a method of `class_def` calls `amp.scale_loss(loss, ...)` on a
+    `loss` that is one of its own parameters, and the class never calls that
+    method itself (`self.optimize(loss)` puts the forward pass in the class,
+    where the step's own rewrite finds it: analysis/caller_forward.py)."""
+    called_in_class = {node.attr for node in ast.walk(class_def) if isinstance(node, ast.Attribute)}
+    for method in class_def.body:
+        if not isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        if method.name in called_in_class:
+            continue
+        parameters = {arg.arg for arg in method.args.args + method.args.kwonlyargs}
+        for node in ast.walk(method):
+            if (
+                isinstance(node, ast.Call)
+                and member_of(node.func) == "scale_loss"
+                and node.args
+                and isinstance(node.args[0], ast.Name)
+                and node.args[0].id in parameters
+            ):
+                return True
+    return False
 
 
 def _returns_value(function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
@@ -391,7 +430,7 @@ def _calls_taker(index: ProjectIndex, module: ModuleSource, taker: Taker) -> boo
     if target is None or module.tree is None:
         return False
     spellings = set()
-    for imported, local in _bindings(module, target):
+    for imported, local in _bindings_through_packages(index, module, target):
         if imported is None:  # `import utils`: `utils.save_checkpoint(...)`
             spellings.add(f"{local}.{taker.name}")
         elif imported == taker.name:  # `from utils import save_checkpoint`
@@ -400,6 +439,28 @@ def _calls_taker(index: ProjectIndex, module: ModuleSource, taker: Taker) -> boo
         isinstance(node, ast.Call) and dotted_expression(node.func) in spellings
         for node in ast.walk(module.tree)
     )
+
+
+def _bindings_through_packages(index: ProjectIndex, module: ModuleSource, target: ModuleSource):
+    """`_bindings(module, target)`, and the names `module` imports from a
+    package whose `__init__.py` re-exports them from `target` (`from scalers
+    import ApexScaler`, where scalers/__init__.py has `from .amp import
+    ApexScaler`): one level, as packages re-export their modules' names."""
+    yield from _bindings(module, target)
+    for path in index.imported_modules(module.path):
+        package = index.module(path)
+        if package is None or package is target or package.tree is None:
+            continue
+        if package.path.name != "__init__.py":
+            continue
+        exported = {
+            local: imported
+            for imported, local in _bindings(package, target)
+            if imported is not None
+        }
+        for imported, local in _bindings(module, package):
+            if imported in exported:
+                yield exported[imported], local
 
 
 def _imports(index: ProjectIndex) -> dict[Path, set[Path]]:

@@ -20,7 +20,8 @@ forward passes in code the function calls (an evaluation library's
 
 `ApexInference` is mixed into the migrator (migration.py): it reads the
 migrator's `facts`, `uses`, `settings`, `book` and `changes`, calls its `code`,
-`_conditions`, `_remove` and `_vanishing`, and sets `inference_only`.
+`_conditions`, `_remove`, `_vanishing` and `switch_statement`, and sets
+`inference_only`.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import libcst as cst
 from amplint.analysis.apex import ApexUse, assigned_names, squeezed
 from amplint.analysis.statements import name_use, positional_args, string_value
 from amplint.analysis.visitor import children
+from amplint.transforms.apex.autocast_switch import switch_names, under_autocast
 from amplint.transforms.apex.common import MigrationBlocked, apex_choice, keyword_args
 from amplint.transforms.apex.conditions import conjunction
 
@@ -96,8 +98,25 @@ class ApexInference:
 
     def _autocast_for_inference(self, use: ApexUse, target: str, model: str) -> None:
         """O1 for inference: the initialize goes, and autocast goes around each
-        later call of the model in its function (transforms/apex/inference.py)."""
+        later call of the model in its function (transforms/apex/inference.py);
+        where the function keeps its autocast in a switch (`amp_autocast =
+        suppress`, `partial(torch.autocast, ...)` for native AMP), the switch is
+        turned on in the initialize's place instead (autocast_switch.py)."""
         call = use.call
+        function = use.scope
+        switches = (
+            switch_names(function, self.facts.imports)
+            if isinstance(function, cst.FunctionDef)
+            else []
+        )
+        if len(switches) == 1 and target == squeezed(model):
+            switch = self.switch_statement(switches[0], function)
+            self.book.rewrite(
+                use.statement,
+                lambda node: switch.with_changes(leading_lines=node.leading_lines),
+            )
+            self.inference_only = True
+            return
         conditions = self._conditions(use)
         condition = conjunction(conditions)
         found = (
@@ -112,6 +131,13 @@ class ApexInference:
             if isinstance(use.scope, cst.FunctionDef) and target == squeezed(model)
             else "it is not bound back to the model's name in a function"
         )
+        if not isinstance(found, str) and any(
+            under_autocast(function, statement, self.facts.imports) for statement in found
+        ):
+            found = (
+                "its forward passes run under an autocast of the program's own, which an "
+                "autocast with `enabled=` inside would turn off"
+            )
         if isinstance(found, str):
             raise MigrationBlocked(
                 f"`{self.code(call)}` prepares a model for inference (no optimizer), which "

@@ -60,6 +60,8 @@ from amplint.analysis.statements import (
 from amplint.config import Settings
 from amplint.diagnostics import Edit
 from amplint.names import SCALER_NAMES, free_name
+from amplint.files import shown_path
+from amplint.transforms.apex.autocast_switch import autocast_switch, switch_on
 from amplint.transforms.apex.branches import ApexBranches
 from amplint.transforms.apex.builders import return_scaler, take_scaler
 from amplint.transforms.apex.conditions import conjunction, disjunction, negated
@@ -125,6 +127,10 @@ class _Initialization:
     # Further GradScaler keywords, from apex's loss scaler set right after it
     # was made (`loss_scalers[0]._scale_seq_len = 1000`: growth_interval=1000).
     settings: dict[str, str] = field(default_factory=dict)
+    # What the statement becomes where a loss-scaler object's forward passes run
+    # under the program's autocast switch (autocast_switch.py): `amp_autocast =
+    # partial(torch.autocast, ...)`, made in place of amp.initialize.
+    switch: cst.BaseStatement | None = None
 
 
 @dataclass
@@ -173,6 +179,7 @@ class _Migrator(ApexBranches, ApexInference):
         # scaler, or that it is made before.
         self.made_at: dict[int, cst.BaseStatement] = {}
         self.inference_only = False  # an amp.initialize with no optimizer was migrated
+        self.needs_functools = False  # an autocast switch is set with functools.partial
         # A scaler made off in `__init__` until a method running amp.initialize replaces it.
         self.off_until_initialized = False
         # The element count of each `amp.initialize(...)` that stands for what
@@ -256,7 +263,7 @@ class _Migrator(ApexBranches, ApexInference):
             self._place_scaler()
         module = apply_edits(self.facts.module, self.book.edits())
         module = tidy_apex_imports(module)
-        if self.casts.float32_helper is not None:
+        if self.casts.float32_helper is not None or self.needs_functools:
             module = ensure_functools_imported(module)
         module = self._complete_steps(module)
         return ApexMigration(
@@ -336,7 +343,44 @@ class _Migrator(ApexBranches, ApexInference):
         self.changes[use] = changes
         if conditions != ["False"]:
             conditions = self._conditions(use) + conditions
-        self.initializations.append(_Initialization(use, removable, conditions, init_scale))
+        initialization = _Initialization(use, removable, conditions, init_scale)
+        if self.program is not None and self.program.scaled_at_callers:
+            initialization.switch = self._switch_on(initialization)
+        self.initializations.append(initialization)
+
+    def _switch_on(self, init: _Initialization) -> cst.BaseStatement:
+        """`amp_autocast = partial(torch.autocast, ...)` in place of amp.initialize,
+        for the forward passes of the losses a loss-scaler object scales
+        (autocast_switch.py)."""
+        classes = ", ".join(
+            f"`{name}` ({shown_path(path)})" for path, name in self.program.scaled_at_callers
+        )
+        need = (
+            f"apex's O1 cast the forward passes of the losses {classes} scales, which run "
+            "where its instances are called: they need torch.autocast there"
+        )
+        use = init.use
+        if not init.removable or not isinstance(use.scope, cst.FunctionDef):
+            raise MigrationBlocked(f"{need}, in the function that called amp.initialize")
+        return self.switch_statement(
+            autocast_switch(use.scope, self.facts.imports, need), use.scope
+        )
+
+    def switch_statement(self, name: str, scope: cst.FunctionDef) -> cst.BaseStatement:
+        """`name = partial(torch.autocast, device_type=..., dtype=...)`: the
+        program's autocast switch turned on for apex's float16."""
+        partial = self.facts.imports.name_for("functools.partial", scope)
+        self.needs_functools |= partial is None
+        choice = apex_choice(self.settings)
+        line = switch_on(
+            name,
+            self.torch,
+            partial,
+            choice.device,
+            f"{self.torch}.{choice.dtype}",
+            self._autocast(None, []),
+        )
+        return cst.parse_statement(line + "\n")
 
     def _options(self, call: cst.Call) -> tuple[list[str], list[str], str | None]:
         """What amp.initialize's keywords mean for the scaler: the conditions it
@@ -526,7 +570,9 @@ class _Migrator(ApexBranches, ApexInference):
         self.made_at[id(inits[0].use.scope)] = top
         condition = disjunction([init.conditions for init in inits])
         created = self._scaler_statement(inits[0], condition)
-        removed = {id(init.use.statement) for init in inits if init.removable} | self.removed
+        removed = {
+            id(init.use.statement) for init in inits if init.removable and init.switch is None
+        } | self.removed
         if isinstance(top, cst.If) and holds_only(top, removed):
             self.book.rewrite(
                 top,
@@ -536,7 +582,9 @@ class _Migrator(ApexBranches, ApexInference):
             )
             return
         for init in inits:
-            if init.removable:
+            if init.switch is not None:
+                self._switch_in_place(init)
+            elif init.removable:
                 self._remove(init.use.statement)
         self.book.insert_before(top, [created])
 
@@ -547,6 +595,10 @@ class _Migrator(ApexBranches, ApexInference):
         earlier = self._resume_before(init, top)
         self.made_at[id(use.scope)] = earlier or top
         if not init.removable:
+            self.book.insert_before(earlier or top, [created])
+            return
+        if init.switch is not None:
+            self._switch_in_place(init)
             self.book.insert_before(earlier or top, [created])
             return
         vanishing = self._vanishing(use)
@@ -560,6 +612,15 @@ class _Migrator(ApexBranches, ApexInference):
         else:  # made before the statement it was nested in, whichever branch runs
             self._remove(vanishing)
             self.book.insert_before(earlier or top, [created])
+
+    def _switch_in_place(self, init: _Initialization) -> None:
+        switch = init.switch
+        self.book.rewrite(
+            init.use.statement,
+            lambda node: switch.with_changes(
+                leading_lines=without_apex_comments(leading_lines_of(node))
+            ),
+        )
 
     def _resume_before(self, init: _Initialization, top: cst.BaseStatement):
         """The statement of the scope's body that restores the optimizer from a
@@ -752,6 +813,16 @@ class _Migrator(ApexBranches, ApexInference):
             if scaler is None:
                 continue
             losses = [facts.module.code_for_node(b.loss) for b in step.backwards]
+            scaled_here = any(loss in self.losses for loss in losses)
+            if step.forward_outside and scaled_here and self._autocast_at_callers(step):
+                # A loss-scaler object: the GradScaler's calls here, autocast
+                # where amp.initialize ran (_switch_on).
+                insert = InsertAmp(step, facts, self.settings, apex_choice(self.settings))
+                insert.use_scaler(scaler, None)
+                insert.plan_step(autocast_regions=False)
+                edits.append(Edit(insert.target, insert.rewrite))
+                scaled += losses
+                continue
             if step.skip is not None:
                 if any(loss in self.losses for loss in losses):
                     raise MigrationBlocked(
@@ -778,6 +849,16 @@ class _Migrator(ApexBranches, ApexInference):
                 )
             scaled.remove(loss)
         return apply_edits(module, edits)
+
+    def _autocast_at_callers(self, step) -> bool:
+        """Whether the program puts autocast where the instances of the step's
+        class are called: the project model names the class (initializing
+        modules then switch autocast on, or stop, in `_switch_on`)."""
+        if self.program is None or step.class_def is None:
+            return False
+        here = self.facts.program_path
+        name = step.class_def.name.value
+        return (here, name) in self.program.scaled_at_callers
 
     def _scaler_of(self, function: cst.FunctionDef | None, module: cst.Module) -> str | None:
         """How a step in `function` (of the partly migrated `module`) reaches

@@ -21,7 +21,6 @@ from amplint.transforms.apex.common import MigrationBlocked
 from amplint.transforms.apex.statements import own_init, with_first
 from amplint.transforms.arguments import insert_argument, keyword_argument
 from amplint.transforms.edits import EditBook
-from amplint.transforms.imports import is_docstring
 from amplint.transforms.scaler_scope import with_keyword_only
 
 _DEFINITIONS = (cst.FunctionDef, cst.ClassDef)
@@ -180,8 +179,13 @@ class ScalerReach:
         )
 
         def with_init(node: cst.ClassDef) -> cst.ClassDef:
+            # After the docstring and the class attributes (`state_dict_key =
+            # "amp"`), before the first method: where an `__init__` is read.
             statements = list(node.body.body)
-            at = 1 if statements and is_docstring(statements[0]) else 0
+            at = next(
+                (i for i, s in enumerate(statements) if not isinstance(s, cst.SimpleStatementLine)),
+                len(statements),
+            )
             spaced = made.with_changes(leading_lines=[cst.EmptyLine(indent=False)] if at else [])
             following = statements[at:]
             if following and not following[0].leading_lines:
@@ -233,7 +237,7 @@ class CallsOf(ScopedVisitor):
         if target is None or project is None or not self.elsewhere:
             return None
         owner, _, name = target.rpartition(".")
-        path = project.module_path(owner) if owner else None
+        path = project.defining_module(owner, name) if owner else None
         return self.elsewhere.get((path, name)) if path is not None else None
 
 
