@@ -1327,3 +1327,38 @@ def test_numpy_of_the_loss_for_a_log_does_not_decline_bfloat16() -> None:
     plotted = source.replace("loss.data.numpy()", "prediction.data.numpy()")
     (message,) = _messages(plotted, Settings(dtype="bfloat16"))
     assert "`prediction.data.numpy()` hands NumPy a tensor the forward pass computes" in message
+
+
+MPS_OR_CPU = 'torch.device("mps" if torch.backends.mps.is_available() else "cpu")'
+
+
+def test_a_cuda_scaler_left_on_a_script_that_never_trains_on_cuda_is_not_reused() -> None:
+    """`scaler = torch.amp.GradScaler()` is CUDA's: on the script's MPS or CPU it
+    turns itself off, and autocast written to agree with it ("cuda") would too:
+    a rewrite that claims mixed precision and runs none.  Declined, naming the
+    scaler to write; once it is written, it is reused and autocast follows it."""
+    script = dedent(DEVICE_SCRIPT.format(device=MPS_OR_CPU)).replace(
+        "lr=0.1)\n", "lr=0.1)\nscaler = torch.amp.GradScaler()\n", 1
+    )
+    assert fixed(script) == script
+    (message,) = _messages(script)
+    assert (
+        "the script trains on `device` (cpu or mps), and its GradScaler `scaler` is CUDA's, "
+        "which stays off there: make it with `torch.amp.GradScaler(device.type)`"
+    ) in message
+    followed = script.replace("torch.amp.GradScaler()", "torch.amp.GradScaler(device.type)")
+    after = fixed(followed)
+    assert after.count("GradScaler(") == 1  # the user's, reused: no second scaler
+    assert (
+        'with torch.autocast(device.type, dtype=torch.float16, enabled=device.type != "cpu"):'
+        in after
+    )
+    assert "scaler.scale(loss).backward()" in after and fixed(after) == after
+
+
+def test_a_cuda_scaler_on_a_script_that_may_train_on_cuda_is_still_reused() -> None:
+    script = dedent(DEVICE_SCRIPT.format(device="torch.accelerator.current_accelerator()"))
+    script = script.replace("lr=0.1)\n", "lr=0.1)\nscaler = torch.amp.GradScaler()\n", 1)
+    after = fixed(script)
+    assert after.count("GradScaler(") == 1
+    assert 'with torch.autocast("cuda", dtype=torch.float16):' in after

@@ -356,10 +356,18 @@ class InsertAmp:
         function = step.function
         existing = self._existing_scaler()
         if existing is not None:
-            # The user's scaler names the settings' device (_existing_scaler):
-            # autocast agrees with it.
-            self.script_device = None
-            name, enabled = existing
+            name, enabled, on_script_device = existing
+            found = self.script_device
+            if not on_script_device and found is not None:
+                if not found.types & {"cuda", ACCELERATOR}:
+                    return (
+                        f"the script trains on `{found.name}` ({' or '.join(sorted(found.types))}"
+                        f"), and its GradScaler `{name}` is CUDA's, which stays off there: make "
+                        f"it with `{self.torch}.amp.GradScaler({found.expression})`, and autocast "
+                        "will follow that device"
+                    )
+                # The user's scaler names the settings' device: autocast agrees with it.
+                self.script_device = None
             self.use_scaler(name, enabled)
             return None
         optimizers = list(dict.fromkeys(self.code(s.optimizer) for s in step.steps))
@@ -399,14 +407,17 @@ class InsertAmp:
                 self.plan = StatementPlan()
         return self._place_beside_binding(optimizers)
 
-    def _existing_scaler(self) -> tuple[str, str | None] | None:
+    def _existing_scaler(self) -> tuple[str, str | None, bool] | None:
         """A GradScaler the script made already, unused, before the step's loop
         in the same scope (`scaler = torch.cuda.amp.GradScaler(enabled=args.amp)`
-        left from a half-done migration): its name and its `enabled=`, if any.
-        A second scaler beside it would leave it dead and confuse a reader."""
+        left from a half-done migration): its name, its `enabled=`, if any, and
+        whether it names the script's own device (`GradScaler(device.type)`)
+        rather than the settings'.  A second scaler beside it would leave it
+        dead and confuse a reader."""
         step = self.step
         if step.owner is step.function or step.outermost_loop is None:
             return None
+        script = self.script_device.expression if self.script_device is not None else None
         found = None
         for statement in step.setup:
             if not isinstance(statement, cst.SimpleStatementLine):
@@ -417,12 +428,13 @@ class InsertAmp:
                     and len(small.targets) == 1
                     and isinstance(small.targets[0].target, cst.Name)
                     and isinstance(small.value, cst.Call)
-                    and self._scaler_device(small.value) == self.choice.device
+                    and self._scaler_device(small.value) in (self.choice.device, script)
                 ):
                     enabled = keyword_value(small.value, "enabled")
                     found = (
                         small.targets[0].target.value,
                         None if enabled is None else self.code(enabled),
+                        script is not None and self._scaler_device(small.value) == script,
                     )
         return found
 
@@ -437,7 +449,8 @@ class InsertAmp:
         if device is None:
             return "cuda"  # torch.amp.GradScaler's default
         spelled = string_value(device)
-        return spelled.split(":", 1)[0] if spelled is not None else None
+        # Not a literal: the expression itself (`device.type`), which may be the script's.
+        return spelled.split(":", 1)[0] if spelled is not None else self.code(device)
 
     def _place_beside_binding(self, optimizers: list[str]) -> str | None:
         """A scaler in the scope that makes the optimizers: right after the
