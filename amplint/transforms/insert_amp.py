@@ -417,7 +417,10 @@ class InsertAmp:
         step = self.step
         if step.owner is step.function or step.outermost_loop is None:
             return None
-        script = self.script_device.expression if self.script_device is not None else None
+        # The devices a reusable scaler may name: the settings', or the script's own.
+        devices = {self.choice.device}
+        if self.script_device is not None:
+            devices.add(self.script_device.expression)
         found = None
         for statement in step.setup:
             if not isinstance(statement, cst.SimpleStatementLine):
@@ -428,13 +431,13 @@ class InsertAmp:
                     and len(small.targets) == 1
                     and isinstance(small.targets[0].target, cst.Name)
                     and isinstance(small.value, cst.Call)
-                    and self._scaler_device(small.value) in (self.choice.device, script)
+                    and self._scaler_device(small.value) in devices
                 ):
                     enabled = keyword_value(small.value, "enabled")
                     found = (
                         small.targets[0].target.value,
                         None if enabled is None else self.code(enabled),
-                        script is not None and self._scaler_device(small.value) == script,
+                        self._scaler_device(small.value) != self.choice.device,
                     )
         return found
 
