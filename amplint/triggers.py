@@ -247,6 +247,14 @@ def _apex_other(clues: SourceClues) -> bool:
     )
 
 
+def _cuda_amp_on_other_device(clues: SourceClues) -> bool:
+    # CUDA's autocast or GradScaler, and a model moved to a device the script
+    # names (`.to(device)` or `device=`: analysis/device.py's proof).
+    return (clues.may_use("GradScaler") or clues.may_use("autocast")) and (
+        clues.may_call("to") or "device" in clues.text
+    )
+
+
 def _parses_or_not(clues: SourceClues) -> bool:
     # AMP900 needs a parse, and a file is parsed only for another rule.
     return False
@@ -280,6 +288,7 @@ TRIGGERS: dict[str, Callable[[SourceClues], bool]] = {
     "AMP119": _half_model_with_scaler,
     "AMP120": _amp_against_fsdp_policy,
     "AMP121": _booster_precision,
+    "AMP122": _cuda_amp_on_other_device,
     "AMP201": _deprecated_amp("cuda"),
     "AMP202": _deprecated_amp("cpu"),
     "AMP203": _apex_amp,
