@@ -630,3 +630,73 @@ def test_a_tpu_trainer_is_left_alone() -> None:
     text = _text("lightning_classifier.py").replace('accelerator="auto"', 'accelerator="tpu"')
     assert text != _text("lightning_classifier.py")
     assert codes_of(text) == []
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        # LightningCLI builds the Trainer from `--trainer.precision` or a config file.
+        """
+        import lightning as L
+        from lightning.pytorch.cli import LightningCLI
+
+
+        class Model(L.LightningModule):
+            def training_step(self, batch, batch_idx):
+                return self.layer(batch).sum()
+
+
+        def main():
+            LightningCLI(Model, trainer_defaults={"max_epochs": 3})
+        """,
+        # HfArgumentParser fills TrainingArguments from `--fp16` / `--bf16` or a JSON file.
+        """
+        from transformers import HfArgumentParser, Trainer, TrainingArguments
+
+
+        def main():
+            parser = HfArgumentParser((TrainingArguments,))
+            (training_args,) = parser.parse_args_into_dataclasses()
+            trainer = Trainer(model=model, args=training_args, train_dataset=data)
+            trainer.train()
+        """,
+        # DeepSpeed reads `--deepspeed_config ds.json` from the command line.
+        """
+        import argparse
+
+        import deepspeed
+
+
+        def main():
+            parser = deepspeed.add_config_arguments(argparse.ArgumentParser())
+            args = parser.parse_args()
+            engine, _, _, _ = deepspeed.initialize(args=args, model=model)
+            for batch in loader:
+                loss = engine(batch)
+                engine.backward(loss)
+                engine.step()
+        """,
+        # A Trainer whose precision is a flag of the script's own.
+        """
+        import argparse
+
+        import lightning as L
+
+
+        def main():
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--precision", default="32-true")
+            args = parser.parse_args()
+            trainer = L.Trainer(max_epochs=3, precision=args.precision)
+            trainer.fit(model, loader)
+        """,
+    ],
+    ids=["lightning-cli", "hf-argument-parser", "deepspeed-config-arguments", "own-flag"],
+)
+def test_a_precision_the_launch_chooses_gets_no_switch_written(script: str) -> None:
+    """Issue 42, launch settings win: where the precision comes from the command
+    line or a config file the launch names, any value written into the script
+    would override the user's choice; nothing is reported and nothing written."""
+    text = dedent(script)
+    assert not FRAMEWORK_CODES & set(codes_of(text))
+    assert fixed(text, unsafe=True) == text
