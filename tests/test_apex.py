@@ -156,7 +156,9 @@ FP32_FLAGS = {
 }
 
 
-def _run_migrated(script: Path, *arguments: str) -> dict:
+def recorded_run(script: Path, *arguments: str, printed: str | None = None) -> dict:
+    """Run `script` in its folder under RECORDER, without apex; what it saw of
+    GradScalers and autocast.  `printed`: a line the script must print."""
     run = subprocess.run(
         [sys.executable, "-c", RECORDER, script.name, *arguments],
         cwd=script.parent,
@@ -166,6 +168,7 @@ def _run_migrated(script: Path, *arguments: str) -> dict:
     )
     assert run.returncode == 0, run.stderr[-3000:]
     assert "ModuleNotFoundError" not in run.stderr
+    assert printed is None or printed in run.stdout
     line = next(line for line in run.stdout.splitlines() if line.startswith("AMPLINT-SEEN "))
     return json.loads(line[len("AMPLINT-SEEN ") :])
 
@@ -174,7 +177,7 @@ def _run_migrated(script: Path, *arguments: str) -> dict:
 @pytest.mark.parametrize("script", SCRIPTS, ids=ids)
 def test_migrated_script_runs_without_apex_with_fp16_on(script: Path) -> None:
     pytest.importorskip("torch")
-    seen = _run_migrated(EXPECTED / script.name)
+    seen = recorded_run(EXPECTED / script.name)
     assert seen["scaler_enabled"] and all(seen["scaler_enabled"])
     assert seen["scaled"] > 0  # every backward went through the scaler
     assert seen["autocast"] and all(
@@ -197,7 +200,7 @@ def test_migrated_for_the_cpu_the_scaler_really_scales(script: Path, tmp_path: P
     assert not any(call in result.text for call in written)  # apex itself cannot import
     migrated = tmp_path / script.name
     migrated.write_text(result.text, encoding="utf-8")
-    seen = _run_migrated(migrated)
+    seen = recorded_run(migrated)
     assert seen["scaler_enabled"] and all(seen["scaler_enabled"])
     assert seen["scaled"] > 0
     # custom_fwd turns autocast off inside the op it guards: ["cpu", "None"].
@@ -209,7 +212,7 @@ def test_migrated_for_the_cpu_the_scaler_really_scales(script: Path, tmp_path: P
 @pytest.mark.parametrize("script", [s for s in SCRIPTS if FP32_FLAGS[s.stem]], ids=lambda s: s.stem)
 def test_the_fp32_flag_still_turns_mixed_precision_off(script: Path) -> None:
     pytest.importorskip("torch")
-    seen = _run_migrated(EXPECTED / script.name, *FP32_FLAGS[script.stem])
+    seen = recorded_run(EXPECTED / script.name, *FP32_FLAGS[script.stem])
     assert seen["scaler_enabled"] and not any(seen["scaler_enabled"])
 
 
@@ -308,10 +311,10 @@ def test_a_migration_for_bfloat16_runs_in_bfloat16_on_the_cpu(tmp_path: Path) ->
     source = (FIXTURES / "apex" / "resume_closure.py").read_text(encoding="utf-8")
     script = tmp_path / "train.py"
     script.write_text(fixed_unsafe(source, CPU_BFLOAT16), encoding="utf-8")
-    seen = _run_migrated(script, "--steps", "3")
+    seen = recorded_run(script, "--steps", "3")
     assert seen["scaler_enabled"] == [False]
     assert seen["autocast"] == [["cpu", "torch.bfloat16"]] * 3
-    off = _run_migrated(script, "--steps", "1", *FP32_FLAGS["resume_closure"])
+    off = recorded_run(script, "--steps", "1", *FP32_FLAGS["resume_closure"])
     assert off["autocast"] == [["cpu", "torch.bfloat16"]]  # made with enabled=args.amp, False
 
 
@@ -1846,9 +1849,9 @@ def test_an_apex_branch_with_accumulation_the_fp32_branch_lacks_is_kept(tmp_path
     assert migrated.count("scaler.update()") == 2
     script = tmp_path / "train.py"
     script.write_text(migrated, encoding="utf-8")
-    seen = _run_migrated(script)
+    seen = recorded_run(script)
     assert seen["scaler_enabled"] == [True] and seen["scaled"] == 6
-    assert _run_migrated(script, "--fp32")["scaled"] == 6
+    assert recorded_run(script, "--fp32")["scaled"] == 6
 
 
 # amp.initialize in a method the caller may skip (XLM's `init_amp`).
@@ -1904,9 +1907,9 @@ def test_initialize_in_a_method_the_caller_may_skip_leaves_a_scaler_off_until_th
     assert "enabled=self.scaler.is_enabled()" in migrated
     script = tmp_path / "train.py"
     script.write_text(migrated, encoding="utf-8")
-    off = _run_migrated(script)
+    off = recorded_run(script)
     assert off["scaler_enabled"] == [False] and off["scaled"] == 3
-    on = _run_migrated(script, "--fp16")
+    on = recorded_run(script, "--fp16")
     assert on["scaler_enabled"] == [False, True] and on["scaled"] == 3
     assert on["autocast"] == [["cpu", "torch.float16"]] * 3
 
@@ -1992,11 +1995,11 @@ def test_an_xlm_shaped_trainer_migrates_and_runs_each_path(tmp_path: Path) -> No
     assert migrated.count("self.scaler.unscale_(optimizer)") == 2
     script = tmp_path / "train.py"
     script.write_text(migrated, encoding="utf-8")
-    fp32 = _run_migrated(script, "-1")  # no init_amp: the scaler made off in __init__
+    fp32 = recorded_run(script, "-1")  # no init_amp: the scaler made off in __init__
     assert fp32["scaler_enabled"] == [False] and fp32["scaled"] == 6
-    o0 = _run_migrated(script, "0")
+    o0 = recorded_run(script, "0")
     assert o0["scaler_enabled"] == [False, False]
-    o1 = _run_migrated(script, "1")  # accumulation over 2: 3 steps, 3 micro-steps
+    o1 = recorded_run(script, "1")  # accumulation over 2: 3 steps, 3 micro-steps
     assert o1["scaler_enabled"] == [False, True] and o1["scaled"] == 6
     assert o1["autocast"] == [["cpu", "torch.float16"]] * 6
 
@@ -2038,7 +2041,7 @@ def test_a_migrated_subclass_runs_its_forward_passes_under_autocast(tmp_path: Pa
     pytest.importorskip("torch")
     script = tmp_path / "train.py"
     script.write_text(fixed_unsafe(_XLM_WITH_SUBCLASS, CPU_FLOAT16), encoding="utf-8")
-    o1 = _run_migrated(script, "1")
+    o1 = recorded_run(script, "1")
     assert o1["scaler_enabled"] == [False, True] and o1["scaled"] == 12
     assert o1["autocast"] == [["cpu", "torch.float16"]] * 12
 

@@ -15,16 +15,13 @@ apex wrote and from one it wrote itself.
 
 from __future__ import annotations
 
-import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.helpers import FIXTURES, assert_matches_golden, run_cli
-from tests.test_apex import RECORDER, findings, fixed_unsafe
+from tests.test_apex import findings, fixed_unsafe, recorded_run
 
 PROJECT = FIXTURES / "apex" / "loss_scaler_object"
 EXPECTED = FIXTURES / "apex" / "expected" / "loss_scaler_object"
@@ -88,17 +85,7 @@ def test_without_the_switch_the_program_stops_and_names_it(tmp_path: Path) -> No
 
 
 def _run(project: Path, *arguments: str) -> dict:
-    run = subprocess.run(
-        [sys.executable, "-c", RECORDER, "train.py", *arguments],
-        cwd=project,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert "epoch 1 loss" in run.stdout
-    line = next(line for line in run.stdout.splitlines() if line.startswith("AMPLINT-SEEN "))
-    return json.loads(line[len("AMPLINT-SEEN ") :])
+    return recorded_run(project / "train.py", *arguments, printed="epoch 1 loss")
 
 
 def _weights(path: Path) -> dict:

@@ -10,17 +10,14 @@ is written only when every module of it can be.
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.helpers import FIXTURES, assert_matches_golden, dedent, run_cli
-from tests.test_apex import RECORDER
+from tests.test_apex import recorded_run
 
 PROJECT = FIXTURES / "apex" / "apex_trainer"
 EXPECTED = FIXTURES / "apex" / "expected" / "apex_trainer"
@@ -72,17 +69,7 @@ def test_a_second_fix_changes_nothing(migrated: Path) -> None:
 
 
 def _run(project: Path, *arguments: str, printed: str = "epoch 1 loss") -> dict:
-    run = subprocess.run(
-        [sys.executable, "-c", RECORDER, "train.py", *arguments],
-        cwd=project,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert printed in run.stdout
-    line = next(line for line in run.stdout.splitlines() if line.startswith("AMPLINT-SEEN "))
-    return json.loads(line[len("AMPLINT-SEEN ") :])
+    return recorded_run(project / "train.py", *arguments, printed=printed)
 
 
 @pytest.mark.slow
@@ -251,16 +238,7 @@ def test_initialize_in_a_method_keeps_the_scaler_on_the_instance_and_autocasts_t
     assert second.output == "Would fix 0 findings in 0 files; 0 would remain.\n"
     pytest.importorskip("torch")
     for flags, enabled in ((["--fp16"], True), ([], False)):
-        run = subprocess.run(
-            [sys.executable, "-c", RECORDER, script.name, *flags],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert run.returncode == 0, run.stderr[-3000:]
-        line = next(line for line in run.stdout.splitlines() if line.startswith("AMPLINT-SEEN "))
-        seen = json.loads(line[len("AMPLINT-SEEN ") :])
+        seen = recorded_run(script, *flags)
         assert seen["scaler_enabled"] == [enabled]
         assert seen["scaled"] == 6  # both objectives, three times, through the scaler
         assert seen["autocast"] == [["cuda", "torch.float16"]] * 6
