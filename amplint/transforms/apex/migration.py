@@ -98,7 +98,9 @@ from amplint.transforms.imports import (
     ensure_torch_imported,
     tidy_apex_imports,
 )
+from amplint.transforms.arguments import one_per_line
 from amplint.transforms.insert_amp import (
+    LINE_LENGTH,
     InsertAmp,
     micro_step_edit_obstacle,
     needs_sharded_scaler,
@@ -727,28 +729,36 @@ class _Migrator(ApexBranches, ApexInference):
         params = cst.parse_expression(
             f'(p for group in {optimizer}.param_groups for p in group["params"])'
         )
-        # The sole argument of a call needs no parentheses of its own:
-        # `list(p for group in ...)`, not `list((p for group in ...))`.
-        enclosing = next(
+        holder = next(
             (
                 call
                 for call in descendants(use.statement)
-                if isinstance(call, cst.Call)
-                and len(call.args) == 1
-                and call.args[0].value is use.call
-                and not call.args[0].keyword
-                and not call.args[0].star
+                if isinstance(call, cst.Call) and any(arg.value is use.call for arg in call.args)
             ),
             None,
         )
-        if enclosing is None:
+        if holder is None:
             self.book.rewrite(use.call, lambda _: params)
             return
-        bare = params.with_changes(lpar=[], rpar=[])
-        self.book.rewrite(
-            enclosing,
-            lambda call: call.with_changes(args=[call.args[0].with_changes(value=bare)]),
-        )
+        # The sole argument of a call needs no parentheses of its own:
+        # `list(p for group in ...)`, not `list((p for group in ...))`.
+        at = next(index for index, arg in enumerate(holder.args) if arg.value is use.call)
+        arg = holder.args[at]
+        sole = len(holder.args) == 1 and not arg.keyword and not arg.star
+        value = params.with_changes(lpar=[], rpar=[]) if sole else params
+        # A call on one line that the parameters would push past black's line
+        # length gets an argument per line, as black lays it out.
+        line = self.facts.text.splitlines()[self.facts.span(use.call).line - 1]
+        grown = len(line.rstrip()) - len(self.code(use.call)) + len(self.code(value))
+        explode = grown > LINE_LENGTH and "\n" not in self.code(holder)
+
+        def rewrite(call: cst.Call) -> cst.Call:
+            args = list(call.args)
+            args[at] = args[at].with_changes(value=value)
+            call = call.with_changes(args=args)
+            return one_per_line(call) if explode else call
+
+        self.book.rewrite(holder, rewrite)
 
     # -- amp._amp_state.loss_scalers[0].loss_scale() ------------------------------
     def _scaler_setting(self, use: ApexUse) -> bool:
