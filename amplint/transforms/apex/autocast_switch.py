@@ -31,7 +31,9 @@ from amplint.analysis.imports import ImportMap
 from amplint.analysis.scopes import Scope
 from amplint.analysis.statements import name_use
 from amplint.analysis.visitor import Visitor, descendants, holds
-from amplint.transforms.apex.common import MigrationBlocked
+from amplint.files import shown_path
+from amplint.transforms.apex.common import MigrationBlocked, apex_choice
+from amplint.transforms.apex.statements import leading_lines_of, without_apex_comments
 
 # Context-manager factories that do nothing: the switch's "off".
 _NO_OP = frozenset({"contextlib.suppress", "contextlib.nullcontext"})
@@ -130,3 +132,52 @@ def _mentions_autocast(value: cst.BaseExpression, imports: ImportMap, scope: Sco
     return resolved in ("torch.autocast", "torch.amp.autocast") or resolved.endswith(
         ".amp.autocast"
     )
+
+
+class AutocastSwitch:
+    """The switch turned on in amp.initialize's place, mixed into the migrator
+    (migration.py): it reads the migrator's `facts`, `program`, `settings`,
+    `torch` and `book`, calls its `_autocast`, and sets `needs_functools`."""
+
+    def _switch_on(self, init) -> cst.BaseStatement:  # init: migration._Initialization
+        """`amp_autocast = partial(torch.autocast, ...)` in place of amp.initialize,
+        for the forward passes of the losses a loss-scaler object scales."""
+        classes = ", ".join(
+            f"`{name}` ({shown_path(path)})" for path, name in self.program.scaled_at_callers
+        )
+        need = (
+            f"apex's O1 cast the forward passes of the losses {classes} scales, which run "
+            "where its instances are called: they need torch.autocast there"
+        )
+        use = init.use
+        if not init.removable or not isinstance(use.scope, cst.FunctionDef):
+            raise MigrationBlocked(f"{need}, in the function that called amp.initialize")
+        return self.switch_statement(
+            autocast_switch(use.scope, self.facts.imports, need), use.scope
+        )
+
+    def switch_statement(self, name: str, scope: cst.FunctionDef) -> cst.BaseStatement:
+        """`name = partial(torch.autocast, device_type=..., dtype=...)`: the
+        program's autocast switch turned on for apex's float16."""
+        partial = self.facts.imports.name_for("functools.partial", scope)
+        self.needs_functools |= partial is None
+        choice = apex_choice(self.settings)
+        line = switch_on(
+            name,
+            self.torch,
+            partial,
+            choice.device,
+            f"{self.torch}.{choice.dtype}",
+            self._autocast(None, []),
+        )
+        return cst.parse_statement(line + "\n")
+
+    def _switch_in_place(self, init) -> None:
+        """The amp.initialize statement becomes the switch, keeping its leading lines."""
+        switch = init.switch
+        self.book.rewrite(
+            init.use.statement,
+            lambda node: switch.with_changes(
+                leading_lines=without_apex_comments(leading_lines_of(node))
+            ),
+        )

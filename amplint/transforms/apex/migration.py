@@ -21,7 +21,8 @@ each training step the recipe AMP001 writes:
 What happens to the code around apex (probes, import fallbacks, FP32
 branches) is branches.py; the builders that return the scaler, builders.py;
 how the scaler reaches other defs and modules, reach.py; the conditions of its
-`enabled=`, conditions.py; statement-level helpers, statements.py.
+`enabled=`, conditions.py; the autocast switch turned on for a loss-scaler
+object's callers, autocast_switch.py; statement-level helpers, statements.py.
 
 The whole module is migrated or nothing is: half an apex migration runs neither
 with apex nor without it.  So the plan is carried out when the rule checks the
@@ -60,8 +61,7 @@ from amplint.analysis.statements import (
 from amplint.config import Settings
 from amplint.diagnostics import Edit
 from amplint.names import SCALER_NAMES, free_name
-from amplint.files import shown_path
-from amplint.transforms.apex.autocast_switch import autocast_switch, switch_on
+from amplint.transforms.apex.autocast_switch import AutocastSwitch
 from amplint.transforms.apex.branches import ApexBranches
 from amplint.transforms.apex.builders import return_scaler, take_scaler
 from amplint.transforms.apex.conditions import conjunction, disjunction, negated
@@ -154,7 +154,7 @@ def migrate_apex(facts: ModuleFacts, scan: ApexScan, settings: Settings) -> Apex
     return _Migrator(facts, scan, settings).run()
 
 
-class _Migrator(ApexBranches, ApexInference):
+class _Migrator(ApexBranches, ApexInference, AutocastSwitch):
     def __init__(self, facts: ModuleFacts, scan: ApexScan, settings: Settings) -> None:
         self.facts = facts
         self.scan = scan
@@ -349,40 +349,6 @@ class _Migrator(ApexBranches, ApexInference):
         if self.program is not None and self.program.scaled_at_callers:
             initialization.switch = self._switch_on(initialization)
         self.initializations.append(initialization)
-
-    def _switch_on(self, init: _Initialization) -> cst.BaseStatement:
-        """`amp_autocast = partial(torch.autocast, ...)` in place of amp.initialize,
-        for the forward passes of the losses a loss-scaler object scales
-        (autocast_switch.py)."""
-        classes = ", ".join(
-            f"`{name}` ({shown_path(path)})" for path, name in self.program.scaled_at_callers
-        )
-        need = (
-            f"apex's O1 cast the forward passes of the losses {classes} scales, which run "
-            "where its instances are called: they need torch.autocast there"
-        )
-        use = init.use
-        if not init.removable or not isinstance(use.scope, cst.FunctionDef):
-            raise MigrationBlocked(f"{need}, in the function that called amp.initialize")
-        return self.switch_statement(
-            autocast_switch(use.scope, self.facts.imports, need), use.scope
-        )
-
-    def switch_statement(self, name: str, scope: cst.FunctionDef) -> cst.BaseStatement:
-        """`name = partial(torch.autocast, device_type=..., dtype=...)`: the
-        program's autocast switch turned on for apex's float16."""
-        partial = self.facts.imports.name_for("functools.partial", scope)
-        self.needs_functools |= partial is None
-        choice = apex_choice(self.settings)
-        line = switch_on(
-            name,
-            self.torch,
-            partial,
-            choice.device,
-            f"{self.torch}.{choice.dtype}",
-            self._autocast(None, []),
-        )
-        return cst.parse_statement(line + "\n")
 
     def _options(self, call: cst.Call) -> tuple[list[str], list[str], str | None]:
         """What amp.initialize's keywords mean for the scaler: the conditions it
@@ -614,15 +580,6 @@ class _Migrator(ApexBranches, ApexInference):
         else:  # made before the statement it was nested in, whichever branch runs
             self._remove(vanishing)
             self.book.insert_before(earlier or top, [created])
-
-    def _switch_in_place(self, init: _Initialization) -> None:
-        switch = init.switch
-        self.book.rewrite(
-            init.use.statement,
-            lambda node: switch.with_changes(
-                leading_lines=without_apex_comments(leading_lines_of(node))
-            ),
-        )
 
     def _resume_before(self, init: _Initialization, top: cst.BaseStatement):
         """The statement of the scope's body that restores the optimizer from a
