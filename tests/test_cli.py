@@ -432,3 +432,20 @@ def test_force_exclude_applies_the_excludes_to_named_files(tmp_path: Path) -> No
     assert "old.py" in run_cli("check", "--no-cache", *named).stdout
     result = run_cli("check", "--no-cache", "--force-exclude", *named)
     assert "old.py" not in result.stdout and "train.py" in result.stdout
+
+
+def test_a_config_value_longer_than_any_file_name_is_an_override_not_a_crash(
+    tmp_path: Path,
+) -> None:
+    """`--config KEY=VALUE` longer than the system's file-name limit (255 bytes)
+    was tested as a path first and crashed the run (issue 43: `OSError: File name
+    too long`).  A valid one now applies; a bad one, or no KEY=VALUE at all, is
+    exit 2 with a message."""
+    (tmp_path / "a.py").write_text(CPU_AND_CUDA)
+    pattern = "generated/" + "x" * 300 + "/*.py"
+    applied = run_cli("check", "--config", f'extend-exclude = ["{pattern}"]', tmp_path)
+    assert applied.exit_code == 1 and "AMP20" in applied.output  # ran, found its findings
+    unknown = run_cli("check", "--config", f'select = ["{"A" * 300}"]', tmp_path)
+    assert unknown.exit_code == 2 and "`select` names `AAAA" in unknown.output
+    neither = run_cli("check", "--config", "x" * 300, tmp_path)
+    assert neither.exit_code == 2 and "cannot read" in neither.output

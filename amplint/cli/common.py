@@ -138,11 +138,19 @@ def _config_and_overrides(values: tuple[str, ...]) -> tuple[Path | None, list[st
     one), or TOML `KEY = VALUE` overrides."""
     files, overrides = [], []
     for value in values:
-        is_file = Path(value).is_file()
-        (overrides if "=" in value and not is_file else files).append(value)
+        (overrides if "=" in value and not _names_a_file(value) else files).append(value)
     if len(files) > 1:
         raise ConfigError(f"--config names two files ({files[0]}, {files[1]}); give one")
     return (Path(files[0]) if files else None), overrides
+
+
+def _names_a_file(value: str) -> bool:
+    """Whether `value` is the path of a file; a value no path can be (longer
+    than the system allows, a NUL in it) is not, and is no error here."""
+    try:
+        return Path(value).is_file()
+    except (OSError, ValueError):
+        return False
 
 
 STDIN = Path("-")
