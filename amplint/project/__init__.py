@@ -451,17 +451,13 @@ class ProjectView:
         module, or where it is a package whose `__init__.py` re-exports `name`
         (`from .amp import ApexScaler`), the module it re-exports it from."""
         path = self.module_path(spelled)
-        if path is None or path.name != "__init__.py":
+        if path is None:
+            return None
+        found = reexported(self.index, path).get(name)
+        if found is None or found[1] != name:
             return path
-        package = self.index.module(path)
-        if package is None or package.tree is None:
-            return path
-        for imported in self.index.imported_modules(path):
-            target = self.index.module(imported)
-            if target is not None and (name, name) in set(_bindings(package, target)):
-                self.note(imported)
-                return imported.resolve()
-        return path
+        self.note(found[0])
+        return found[0]
 
     def callers(self, function: str) -> list[CallSite]:
         sites = self.index.callers(self.path, function)
@@ -679,6 +675,24 @@ def _bindings(module: ModuleSource, target: ModuleSource):
             for alias in node.names:
                 if _names_module(alias.name, target):
                     yield None, alias.asname or alias.name
+
+
+def reexported(index: ProjectIndex, package: Path) -> dict[str, tuple[Path, str]]:
+    """The names a package's `__init__.py` binds from the project modules it
+    imports (`from .amp import ApexScaler`): each local name -> (that module,
+    the name there).  Empty for a module that is no package's `__init__.py`."""
+    source = index.module(package)
+    if package.name != "__init__.py" or source is None or source.tree is None:
+        return {}
+    found: dict[str, tuple[Path, str]] = {}
+    for imported in index.imported_modules(package):
+        target = index.module(imported)
+        if target is None or target is source:
+            continue
+        for name, local in _bindings(source, target):
+            if name is not None:
+                found.setdefault(local, (imported.resolve(), name))
+    return found
 
 
 def _calls_of(module: ModuleSource, target: ModuleSource, function: str) -> list[CallSite]:

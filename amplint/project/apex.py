@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Callable
 
 from amplint.names import SCALER_NAMES, free_name
-from amplint.project import ProjectIndex, ProjectView, _bindings
+from amplint.project import ProjectIndex, ProjectView, _bindings, reexported
 from amplint.project.source import ModuleSource, dotted_expression
 
 # apex.amp members that read or change the loss scaler's state; their users
@@ -448,19 +448,15 @@ def _bindings_through_packages(index: ProjectIndex, module: ModuleSource, target
     ApexScaler`): one level, as packages re-export their modules' names."""
     yield from _bindings(module, target)
     for path in index.imported_modules(module.path):
-        package = index.module(path)
-        if package is None or package is target or package.tree is None:
-            continue
-        if package.path.name != "__init__.py":
-            continue
         exported = {
-            local: imported
-            for imported, local in _bindings(package, target)
-            if imported is not None
+            local: name
+            for local, (where, name) in reexported(index, path).items()
+            if index.module(where) is target
         }
-        for imported, local in _bindings(module, package):
-            if imported in exported:
-                yield exported[imported], local
+        if exported:
+            for imported, local in _bindings(module, index.module(path)):
+                if imported in exported:
+                    yield exported[imported], local
 
 
 def _imports(index: ProjectIndex) -> dict[Path, set[Path]]:
