@@ -277,6 +277,14 @@ class ModuleFacts:
     def _positions(self) -> NodePositions:
         return NodePositions(self.module)
 
+    @cached_property
+    def _lines(self) -> list[str]:
+        return self.text.splitlines()
+
+    def line_of(self, node: cst.CSTNode) -> str:
+        """The source line `node` starts on (a fix's layout measures it)."""
+        return self._lines[self.span(node).line - 1]
+
     def span(self, node: cst.CSTNode) -> Span:
         start, end = self._positions.range(node)
         return Span(

@@ -51,7 +51,7 @@ class _Finder(ScopedVisitor):
     def visit_Call(self, node: cst.Call) -> None:
         called = self.imports.resolve(node.func, self.scope)
         if called in AUTOCAST:
-            device = keyword_value(node, "device_type") or device_argument(node)
+            device = device_argument(node)  # `device_type=` or the first positional
             if device is not None and string_value(device) == "cuda":
                 self.found.append(CudaAmpCall(node, self.scope, False, device))
         elif called in GENERIC_SCALERS:

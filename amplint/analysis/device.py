@@ -16,6 +16,7 @@ Anything else (`args.device`, a function's result) proves nothing.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Iterable
 
 import libcst as cst
 
@@ -24,6 +25,12 @@ from amplint.analysis.scopes import ScopedVisitor
 from amplint.analysis.statements import parameter_names, string_value
 
 ACCELERATOR = "accelerator"  # whichever torch.accelerator finds at run time
+
+
+def shown_types(types: Iterable[str]) -> str:
+    """Device types for a message: `cpu or mps`; ACCELERATOR said as what it is."""
+    shown = ("the device torch.accelerator finds" if t == ACCELERATOR else t for t in types)
+    return " or ".join(sorted(shown))
 
 
 @dataclass(frozen=True)

@@ -353,10 +353,9 @@ class _SetupFinder(ScopedVisitor):
                 self._add_deepspeed(node, config)
 
     def _add_deepspeed(self, call: cst.Call, config: cst.BaseExpression) -> None:
-        if isinstance(config, cst.Name) and isinstance(self._value_of(config), cst.Dict):
-            config = self._value_of(config)
-        if isinstance(config, cst.Dict):
-            self._add("deepspeed", call, *_dict_precision(config), config=config)
+        bound = self._value_of(config)  # the dict literal itself, or the one a name holds
+        if isinstance(bound, cst.Dict):
+            self._add("deepspeed", call, *_dict_precision(bound), config=bound)
             return
         spelled = literal(config)
         read = self.read_config(spelled) if isinstance(spelled, str) and self.read_config else None

@@ -19,10 +19,11 @@ import libcst as cst
 from amplint.analysis import ModuleFacts
 from amplint.analysis.autocast import keyword_value
 from amplint.analysis.cuda_only_amp import CudaAmpCall, cuda_amp_calls
-from amplint.analysis.device import ACCELERATOR, ScriptDevice, script_device
+from amplint.analysis.device import ACCELERATOR, ScriptDevice, script_device, shown_types
 from amplint.config import Settings
 from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix
 from amplint.rules.base import Rule
+from amplint.transforms.apex.common import atom, code_of
 from amplint.transforms.arguments import insert_argument, is_positional, keyword_argument
 
 
@@ -33,7 +34,7 @@ class CudaAmpOnOtherDevice(Rule):
         proven = facts.proven_device
         if proven is None or proven.spelled.types & {"cuda", ACCELERATOR}:
             return  # CUDA may be where it runs: "cuda" is right there
-        kinds = " or ".join(sorted(proven.spelled.types))
+        kinds = shown_types(proven.spelled.types)
         for use in cuda_amp_calls(facts.module, facts.imports):
             written = facts.module.code_for_node(use.call)
             torch = facts.imports.name_for("torch", use.scope) or "torch"
@@ -90,10 +91,8 @@ def _on_device(use: CudaAmpCall, found: ScriptDevice, torch: str) -> cst.Call:
                 call, len(call.args), keyword_argument("enabled", cst.parse_expression(off_on_cpu))
             )
         else:
-            own = _code(enabled)
-            if not isinstance(enabled, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)):
-                own = f"({own})"  # `a or b` must stay one operand of the `and`
-            both = cst.parse_expression(f"{own} and {off_on_cpu}")
+            # `a or b` must stay one operand of the `and`
+            both = cst.parse_expression(f"{code_of(atom(enabled))} and {off_on_cpu}")
             call = call.deep_replace(enabled, both)
     return call
 
@@ -101,7 +100,3 @@ def _on_device(use: CudaAmpCall, found: ScriptDevice, torch: str) -> cst.Call:
 def _positional(use: CudaAmpCall) -> int:
     """How many arguments the call passes by position (the device one of them)."""
     return sum(is_positional(arg) for arg in use.call.args)
-
-
-def _code(node: cst.CSTNode) -> str:
-    return cst.Module([]).code_for_node(node)

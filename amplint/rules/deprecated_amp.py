@@ -41,17 +41,15 @@ class DeprecatedTorchAmp(Rule):
                 continue
             if settings.target_torch < _INTRODUCED_IN.get(use.member, (0, 0)):
                 continue  # the deprecated spelling is the one target-torch has
-            yield self._diagnostic(use, facts, settings)
+            yield self._diagnostic(use, facts)
 
-    def _diagnostic(
-        self, use: DeprecatedAmpUse, facts: ModuleFacts, settings: Settings
-    ) -> Diagnostic:
+    def _diagnostic(self, use: DeprecatedAmpUse, facts: ModuleFacts) -> Diagnostic:
         deprecated = f"torch.{use.device}.amp.{use.member}"
         spelled = (
             f"`{use.spelled}`" if use.spelled == deprecated else f"`{use.spelled}` ({deprecated})"
         )
         torch_name = facts.imports.name_for("torch", use.scope) or "torch"
-        replacement, edit, blocker = self._replacement(use, torch_name, settings)
+        replacement, edit, blocker = self._replacement(use, torch_name)
         message = f"{spelled} is deprecated; use `{replacement}`"
         if blocker is not None:
             message += f" (not fixed: {blocker})"
@@ -68,7 +66,7 @@ class DeprecatedTorchAmp(Rule):
             )
         return Diagnostic(self.code, message, facts.span(use.node), fix)
 
-    def _replacement(self, use: DeprecatedAmpUse, torch_name: str, settings: Settings):
+    def _replacement(self, use: DeprecatedAmpUse, torch_name: str):
         """(replacement shown to the user, the edit or None, why there is no edit)."""
         member, device = use.member, use.device
         modern = f"torch.amp.{member}"

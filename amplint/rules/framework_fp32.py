@@ -161,7 +161,7 @@ class _FrameworkInFp32(Rule):
             value,
             keyword,
             f"{keyword}={value} ({NUMERICS_NOTE})",
-            line=_line_of(setup, facts),
+            line=facts.line_of(setup.call),
         )
         return value, fix
 
@@ -191,11 +191,6 @@ def _enabled_flags(fp16: bool, bf16: bool, torch: str | None) -> list[tuple[str,
         supported = bfloat16_in_hardware(torch)
         return [("bf16", supported), ("fp16", f"not {supported}")]
     return [("fp16" if fp16 else "bf16", "True")]
-
-
-def _line_of(setup: FrameworkSetup, facts: ModuleFacts) -> str:
-    """The line the set-up call starts on."""
-    return facts.text.splitlines()[facts.span(setup.call).line - 1]
 
 
 def _keyword_fix(
@@ -256,7 +251,7 @@ class AcceleratorInFp32(_FrameworkInFp32):
                 f"mixed_precision={launched} ({NUMERICS_NOTE}; `accelerate launch` and its "
                 "config still decide)",
                 passes=(ensure_os_imported,) if os_name == "os" else (),
-                line=_line_of(setup, facts),
+                line=facts.line_of(setup.call),
             )
         else:  # `--dtype auto` in a module with no name for torch
             launched = f'{os_name}.environ.get("{_ACCELERATE_LAUNCHED}", "bf16")'

@@ -19,7 +19,7 @@ from amplint.analysis.imports import ImportMap, dotted_name
 from amplint.analysis.autocast import device_argument, keyword_value
 from amplint.analysis.bf16_scaler import GRAD_SCALERS
 from amplint.analysis.clips import returns_norm
-from amplint.analysis.device import ACCELERATOR, ScriptDevice, script_device
+from amplint.analysis.device import ACCELERATOR, ScriptDevice, script_device, shown_types
 from amplint.analysis.fsdp_scaler import SHARDED_GRAD_SCALER, SHARDED_SCALER_MODULE
 from amplint.analysis.forward import ForwardRegion
 from amplint.analysis.scopes import Scope
@@ -254,9 +254,8 @@ class InsertAmp:
         found = self.script_device
         if found is not None and not found.is_global:
             if not found.types & {"cuda", ACCELERATOR}:
-                kinds = " or ".join(sorted(found.types))
                 self.device_obstacle = (
-                    f"the script trains on `{found.name}` ({kinds}), which the scope the "
+                    f"the script trains on `{found.name}` ({shown_types(found.types)}), which the scope the "
                     f'GradScaler must live in cannot read, and a "cuda" one would stay off: '
                     f"make it with `{found.expression}` where `{found.name}` is known"
                 )
@@ -361,8 +360,8 @@ class InsertAmp:
             if not on_script_device and found is not None:
                 if not found.types & {"cuda", ACCELERATOR}:
                     return (
-                        f"the script trains on `{found.name}` ({' or '.join(sorted(found.types))}"
-                        f"), and its GradScaler `{name}` is CUDA's, which stays off there: make "
+                        f"the script trains on `{found.name}` ({shown_types(found.types)}), "
+                        f"and its GradScaler `{name}` is CUDA's, which stays off there: make "
                         f"it with `{self.torch}.amp.GradScaler({found.expression})`, and autocast "
                         "will follow that device"
                     )
@@ -426,18 +425,20 @@ class InsertAmp:
             if not isinstance(statement, cst.SimpleStatementLine):
                 continue
             for small in statement.body:
-                if (
+                if not (
                     isinstance(small, cst.Assign)
                     and len(small.targets) == 1
                     and isinstance(small.targets[0].target, cst.Name)
                     and isinstance(small.value, cst.Call)
-                    and self._scaler_device(small.value) in devices
                 ):
+                    continue
+                device = self._scaler_device(small.value)
+                if device in devices:
                     enabled = keyword_value(small.value, "enabled")
                     found = (
                         small.targets[0].target.value,
                         None if enabled is None else self.code(enabled),
-                        self._scaler_device(small.value) != self.choice.device,
+                        device != self.choice.device,
                     )
         return found
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from amplint.analysis.device import ACCELERATOR
+from amplint.analysis.device import shown_types
 
 CUDA_AMP_SINCE = (1, 6)  # torch.cuda.amp.GradScaler, torch.cuda.amp.autocast
 AUTOCAST_SINCE = (1, 10)  # torch.autocast(device_type, dtype=...)
@@ -42,22 +42,15 @@ def obstacle(
         return f"torch.cuda.amp needs torch 1.6, above target-torch {target_shown}"
     if scales and target < SCALER_SINCE and types != {"cuda"}:
         return (
-            f"a GradScaler for {_devices(types)} needs torch 2.3 (torch.amp.GradScaler), above "
+            f"a GradScaler for {shown_types(types)} needs torch 2.3 (torch.amp.GradScaler), above "
             f"target-torch {target_shown}; before it only CUDA had one"
         )
     if target < AUTOCAST_SINCE and (types != {"cuda"} or dtype != "float16"):
         return (
-            f"autocast for {_devices(types)} in {dtype} needs torch 1.10 "
+            f"autocast for {shown_types(types)} in {dtype} needs torch 1.10 "
             f"(torch.autocast), above target-torch {target_shown}"
         )
     return None
-
-
-def _devices(types: set[str]) -> str:
-    """`mps`, `cuda or mps`; the device `torch.accelerator` finds at run time
-    (analysis/device.py's ACCELERATOR) said as such."""
-    shown = sorted("the device torch.accelerator finds" if t == ACCELERATOR else t for t in types)
-    return " or ".join(shown)
 
 
 def grad_scaler(torch: str, target: tuple[int, int], device: str, arguments: Iterable[str]) -> str:

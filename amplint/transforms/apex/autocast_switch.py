@@ -172,11 +172,11 @@ class AutocastSwitch:
         )
         return cst.parse_statement(line + "\n")
 
-    def _switch_in_place(self, init) -> None:
-        """The amp.initialize statement becomes the switch, keeping its leading lines."""
-        switch = init.switch
+    def _switch_in_place(self, statement: cst.BaseStatement, switch: cst.BaseStatement) -> None:
+        """The amp.initialize `statement` becomes `switch`, keeping its leading
+        lines but the comments about apex."""
         self.book.rewrite(
-            init.use.statement,
+            statement,
             lambda node: switch.with_changes(
                 leading_lines=without_apex_comments(leading_lines_of(node))
             ),

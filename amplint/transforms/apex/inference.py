@@ -20,7 +20,8 @@ forward passes in code the function calls (an evaluation library's
 
 `ApexInference` is mixed into the migrator (migration.py): it reads the
 migrator's `facts`, `uses`, `settings`, `book` and `changes`, calls its `code`,
-`_conditions`, `_remove`, `_vanishing` and `switch_statement`, and sets
+`_conditions`, `_remove`, `_vanishing`, `switch_statement` and
+`_switch_in_place`, and sets
 `inference_only`.
 """
 
@@ -110,11 +111,7 @@ class ApexInference:
             else []
         )
         if len(switches) == 1 and target == squeezed(model):
-            switch = self.switch_statement(switches[0], function)
-            self.book.rewrite(
-                use.statement,
-                lambda node: switch.with_changes(leading_lines=node.leading_lines),
-            )
+            self._switch_in_place(use.statement, self.switch_statement(switches[0], function))
             self.inference_only = True
             return
         conditions = self._conditions(use)

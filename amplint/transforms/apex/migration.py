@@ -551,7 +551,7 @@ class _Migrator(ApexBranches, ApexInference, AutocastSwitch):
             return
         for init in inits:
             if init.switch is not None:
-                self._switch_in_place(init)
+                self._switch_in_place(init.use.statement, init.switch)
             elif init.removable:
                 self._remove(init.use.statement)
         self.book.insert_before(top, [created])
@@ -566,7 +566,7 @@ class _Migrator(ApexBranches, ApexInference, AutocastSwitch):
             self.book.insert_before(earlier or top, [created])
             return
         if init.switch is not None:
-            self._switch_in_place(init)
+            self._switch_in_place(init.use.statement, init.switch)
             self.book.insert_before(earlier or top, [created])
             return
         vanishing = self._vanishing(use)
@@ -705,7 +705,7 @@ class _Migrator(ApexBranches, ApexInference, AutocastSwitch):
         value = params.with_changes(lpar=[], rpar=[]) if sole else params
         # A call on one line that the parameters would push past black's line
         # length gets an argument per line, as black lays it out.
-        line = self.facts.text.splitlines()[self.facts.span(use.call).line - 1]
+        line = self.facts.line_of(use.call)
         grown = len(line.rstrip()) - len(self.code(use.call)) + len(self.code(value))
         explode = grown > LINE_LENGTH and "\n" not in self.code(holder)
 
@@ -791,14 +791,14 @@ class _Migrator(ApexBranches, ApexInference, AutocastSwitch):
                 scaled += losses
                 continue
             if step.skip is not None:
-                if any(loss in self.losses for loss in losses):
+                if scaled_here:
                     raise MigrationBlocked(
                         f"the training step of `{losses[0]}.backward()` cannot take autocast "
                         f"and the GradScaler: {step.skip}"
                     )
                 continue
             obstacle = micro_step_edit_obstacle(step, facts.module)
-            if obstacle is not None and any(loss in self.losses for loss in losses):
+            if obstacle is not None and scaled_here:
                 raise MigrationBlocked(obstacle)
             insert = InsertAmp(step, facts, self.settings, apex_choice(self.settings))
             insert.use_scaler(scaler, self._autocast_enabled(step.function, scaler, module))
