@@ -1,15 +1,17 @@
 """Run `amplint verify` on the bundled GPU examples and print the README table.
 
-    python tests/verify_table.py [--steps 50] [--out DIR] [VERIFY OPTIONS...]
+    python tests/verify_table.py [--steps 40] [--repeat 3] [--out DIR] [VERIFY OPTIONS...]
     make verify-gpu
 
 On a CUDA GPU each example runs in FP32, in FP32 with TF32 matmuls, and as
-amplint rewrites it (float16 autocast + GradScaler by default), 50 steps each,
-timed after 10.  On a machine without CUDA it says so in one line and makes a
-dry run of the same code path on the CPU (small sizes, `--device-type cpu
---dtype bfloat16`, 10 steps), exiting 0 when that passes: the suite runs it so.
-Extra options go to `amplint verify`; `--small` picks the CPU sizes.  The table
-and each example's JSON are written to `--out` (default build/verify-gpu).
+amplint rewrites it (float16 autocast + GradScaler by default), 40 steps each,
+timed after 10, in 3 interleaved rounds: the table gives each median step time
+with the spread (IQR) of the rounds' medians.  On a machine without CUDA it
+says so in one line and makes a dry run of the same code path on the CPU (small
+sizes, `--device-type cpu --dtype bfloat16`, 10 steps, 2 rounds), exiting 0
+when that passes: the suite runs it so.  Extra options go to `amplint verify`;
+`--small` picks the CPU sizes.  The table and each example's JSON are written
+to `--out` (default build/verify-gpu), each JSON as soon as its example is done.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -52,22 +55,34 @@ def _cuda_available() -> bool:
     return probe.stdout.strip() == "True"
 
 
+def _step_ms(run: dict, round_medians: list[float] | None) -> str:
+    """A run's median step time in ms, with the IQR of the rounds' medians
+    when there were several rounds."""
+    cell = f"{run['median_step_s'] * 1000:.1f}"
+    if round_medians and len(round_medians) > 1:
+        low, _, high = statistics.quantiles(round_medians, n=4, method="inclusive")
+        cell += f" (IQR {(high - low) * 1000:.1f})"
+    return cell
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=50)
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--repeat", type=int, default=3, help="interleaved rounds of timing runs")
     parser.add_argument("--small", action="store_true", help="CPU-sized models")
     parser.add_argument("--out", type=Path, default=Path("build") / "verify-gpu")
     options, verify_options = parser.parse_known_args(argv)
     if not _cuda_available():
         print("no CUDA device here: a dry run of the same code path on the CPU, not figures")
-        options.small, options.steps = True, 10
+        options.small, options.steps, options.repeat = True, 10, 2
         verify_options = ["--device-type", "cpu", "--dtype", "bfloat16", *verify_options]
     rows, documents = [], {}
     options.out.mkdir(parents=True, exist_ok=True)
     plots = importlib.util.find_spec("matplotlib") is not None
     for script, (full_size, small) in RUNS.items():
         command = [sys.executable, "-m", "amplint", "verify", str(EXAMPLES / script)]
-        command += ["--steps", str(options.steps), "--json", *verify_options]
+        command += ["--steps", str(options.steps), "--repeat", str(options.repeat)]
+        command += ["--json", *verify_options]
         command += THROUGHPUT[script][1 if options.small else 0]
         if plots:
             command += ["--plot", str(options.out / f"{Path(script).stem}.png")]
@@ -82,22 +97,27 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{script}: {document['error']}", file=sys.stderr)
             return document["exit_code"]
         documents[script] = document
+        # Written now: a run cut short still leaves the examples it finished.
+        (options.out / f"{Path(script).stem}.json").write_text(
+            json.dumps(document, indent=2), encoding="utf-8"
+        )
         base, amp, tf32 = document["baseline"], document["amp"], document["tf32"]
+        spread = document["repeats"] or {}
         peak = (
             "-"
             if document["mem_ratio"] is None
             else f"{base['peak_mem_bytes'] / 2**30:.2f} -> {amp['peak_mem_bytes'] / 2**30:.2f} GiB"
         )
         tf32_cells = (
-            f"{tf32['median_step_s'] * 1000:.1f} | {document['tf32_speedup']:.2f}x"
+            f"{_step_ms(tf32, spread.get('TF32'))} | {document['tf32_speedup']:.2f}x"
             if tf32
             else "- | -"
         )
         unit = document["throughput_unit"]
         rate = f"{base['throughput']:,.0f} -> {amp['throughput']:,.0f} {unit}"
         rows.append(
-            f"| `{script}` | {document['dtype']} | {base['median_step_s'] * 1000:.1f} | "
-            f"{tf32_cells} | {amp['median_step_s'] * 1000:.1f} | "
+            f"| `{script}` | {document['dtype']} | {_step_ms(base, spread.get('baseline'))} | "
+            f"{tf32_cells} | {_step_ms(amp, spread.get('AMP'))} | "
             f"**{document['speedup']:.2f}x** | {rate} | {peak} | {document['loss_gap']:.2%} | "
             f"{amp['skipped_steps']} | {'passed' if document['passed'] else 'failed'} |"
         )
@@ -119,12 +139,13 @@ def main(argv: list[str] | None = None) -> int:
         "|---|---|---:|---:|---:|---:|---:|---|---|---:|---:|---|",
         *rows,
     ]
-    print("\n".join(table))
-    (options.out / "table.md").write_text("\n".join(table) + "\n", encoding="utf-8")
-    for script, document in documents.items():
-        (options.out / f"{Path(script).stem}.json").write_text(
-            json.dumps(document, indent=2), encoding="utf-8"
-        )
+    notes = [
+        f"- `{script}`: {note}"
+        for script, document in documents.items()
+        for note in document["notes"] + document["problems"]
+    ]
+    print("\n".join(table + [""] + notes))
+    (options.out / "table.md").write_text("\n".join(table + [""] + notes) + "\n", encoding="utf-8")
     print(f"table, JSON{' and plots' if plots else ''} in {options.out}")
     return 0 if all(document["passed"] for document in documents.values()) else 1
 
