@@ -20,6 +20,7 @@ from amplint.verify.compare import (
     MIN_BAND,
     Comparison,
     Thresholds,
+    active_autocast,
     default_warmup,
     inactive_amp,
     median_step_s,
@@ -370,6 +371,33 @@ def test_files_the_baseline_writes_where_the_amp_run_can_read_them_are_noted(
     ]
 
 
+def test_a_cpu_check_runs_on_the_cpu_on_a_machine_with_cuda(tmp_path: Path) -> None:
+    """--device-type cpu: the runs see no CUDA device, so a script that picks
+    CUDA when it sees one trains where the rewrite's CPU autocast applies (on
+    an H100 the bundled examples ran on the GPU, the autocast cast nothing, and
+    the check said "passed")."""
+    script = tmp_path / "picks_cuda.py"
+    script.write_text(dedent("""
+        import os
+
+        import torch
+
+        if os.environ.get("CUDA_VISIBLE_DEVICES") != "" or torch.cuda.is_available():
+            raise SystemExit("this run can see CUDA")
+        model = torch.nn.Linear(8, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+        for step in range(10):
+            loss = model(torch.randn(16, 8)).pow(2).mean()
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+        """))
+    result = run_cli("verify", script, *CPU_BF16, "--json")
+    report = json.loads(result.stdout)
+    assert result.exit_code == 0, report
+    assert report["amp"]["parameter_devices"] == ["cpu"]
+
+
 def test_why_amp_was_inactive() -> None:
     def run(autocast=(), scalers=(), cuda=False) -> dict:
         regions = [dict(zip(("device", "dtype", "enabled"), region)) for region in autocast]
@@ -388,6 +416,16 @@ def test_why_amp_was_inactive() -> None:
     assert inactive_amp(run([("cuda", "float16", False)])) == (
         "autocast (cuda, float16) was disabled, as this machine has no CUDA device"
     )
+    # An autocast for another device than the parameters' casts nothing.
+    elsewhere = run([("cpu", "bfloat16", True)], cuda=True)
+    elsewhere["parameter_devices"] = ["cuda"]
+    assert inactive_amp(elsewhere) == (
+        "autocast (cpu, bfloat16) was on, but the optimizer's parameters are on cuda, "
+        "whose operations it does not cast"
+    )
+    assert active_autocast(elsewhere) == []
+    elsewhere["parameter_devices"] = ["cpu", "cuda"]  # part of the model on each
+    assert inactive_amp(elsewhere) is None
     # What the script itself turned off is not blamed on the machine.
     asked_off = run([("cuda", "float16", False)], [("cuda", False)])
     asked_off["autocast"][0]["asked"] = asked_off["scalers"][0]["asked"] = False
@@ -422,6 +460,7 @@ def test_harness_records_what_the_script_asked_autocast_and_scalers_for(tmp_path
     )
     assert [s["asked"] for s in result["scalers"]] == [False]
     assert [region["asked"] for region in result["autocast"]] == [False]
+    assert result["parameter_devices"] == ["cpu"]
     assert inactive_amp(result) == (
         "autocast (cuda, float16) and GradScaler (cuda) were disabled by the script "
         "(enabled=False)"
@@ -1149,7 +1188,23 @@ def test_harness_says_when_the_script_compiled_its_model(tmp_path: Path) -> None
         "5",
     )
     environment = environment["environment"]
-    assert environment["compiled"] is True and "gpu" not in environment
+    assert environment["compiled"] is True and ("gpu" in environment) is _cuda()
+
+
+def test_the_driver_version_is_what_nvidia_smi_says(tmp_path: Path, monkeypatch) -> None:
+    """torch has no public call for the driver's version: nvidia-smi answers,
+    and without it (or when it fails) the figure is left out, never the run."""
+    from amplint.verify.harness import driver_version
+
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text('#!/bin/sh\n[ "$1" = --query-gpu=driver_version ] && echo 580.159.04\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert driver_version() == "580.159.04"
+    fake.write_text("#!/bin/sh\nexit 9\n")
+    assert driver_version() is None
+    fake.unlink()
+    assert driver_version() is None
 
 
 def test_make_verify_gpu_makes_a_dry_run_on_the_cpu(tmp_path: Path) -> None:

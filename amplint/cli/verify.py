@@ -95,7 +95,10 @@ from amplint.terminal import RunProgress, color
 @click.option("--unsafe-fixes", is_flag=True, help="Rewrite with unsafe fixes too, as fix would.")
 @click.option("--config", multiple=True, metavar="FILE | KEY=VALUE", help="As for check and fix.")
 @click.option("--dtype", type=click.Choice(DTYPES), help="As for fix.")
-@click.option("--device-type", help="As for fix; `cpu` with bfloat16 checks parity on a CPU.")
+@click.option(
+    "--device-type",
+    help="As for fix; `cpu` with bfloat16 checks parity on a CPU (the runs see no CUDA device).",
+)
 def verify(
     script,
     script_args,

@@ -47,18 +47,34 @@ def active_autocast(run: dict) -> list[str]:
     return [
         f"{region['device']} {region['dtype']}"
         for region in run.get("autocast", ())
-        if region["enabled"]
+        if region["enabled"] and _on_parameters_device(region, run)
     ]
 
 
+def _on_parameters_device(region: dict, run: dict) -> bool:
+    """Whether an autocast region is for a device the optimizers' parameters
+    live on: autocast changes only the operations of its own device, so a CPU
+    autocast around a model on CUDA casts nothing (torch says nothing of it)."""
+    devices = run.get("parameter_devices")
+    return not devices or region["device"] in devices
+
+
 def inactive_amp(run: dict) -> str | None:
-    """Why the run trained without AMP (no autocast region and no GradScaler
-    enabled), in words; None when AMP was on."""
+    """Why the run trained without AMP (no autocast region on the parameters'
+    device and no GradScaler enabled), in words; None when AMP was on."""
     regions, scalers = run.get("autocast", ()), run.get("scalers", ())
-    if any(region["enabled"] for region in regions) or any(s["enabled"] for s in scalers):
+    if active_autocast(run) or any(s["enabled"] for s in scalers):
         return None
     if not regions and not scalers:
         return "no autocast region was entered and no GradScaler made"
+    elsewhere = [region for region in regions if region["enabled"]]
+    if elsewhere:
+        shown = " and ".join(f"autocast ({r['device']}, {r['dtype']})" for r in elsewhere)
+        devices = ", ".join(run["parameter_devices"])
+        return (
+            f"{shown} {'was' if len(elsewhere) == 1 else 'were'} on, but the optimizer's "
+            f"parameters are on {devices}, whose operations it does not cast"
+        )
     # Turned off by the script's own `enabled=False` (`asked` False), or by
     # torch: a CUDA autocast or GradScaler on a machine without CUDA.
     by_script, by_torch = [], []
@@ -517,6 +533,7 @@ class Comparison:
                 "loss_scale": first.get("loss_scale"),
                 "autocast": first.get("autocast", []),
                 "scalers": first.get("scalers", []),
+                "parameter_devices": first.get("parameter_devices", []),
                 "settings": first.get("settings"),
             }
 

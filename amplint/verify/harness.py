@@ -39,6 +39,8 @@ import linecache
 import math
 import os
 import random
+import shutil
+import subprocess
 import sys
 import time
 import traceback
@@ -94,6 +96,9 @@ class Recorder:
         self._received: list[UpdateRecord] = []  # optimizer steps since the last step event
         self._before: dict[int, tuple[UpdateRecord, list]] = {}  # id(optimizer) -> parameters
         self._optimizers: dict[int, int] = {}  # id(optimizer) -> its number, in order made
+        # The device types of the parameters the optimizers stepped: an
+        # autocast for another device casts none of their operations.
+        self.parameter_devices: set[str] = set()
 
     # -- events ------------------------------------------------------------------
     def backward(self, tensor) -> None:
@@ -129,6 +134,7 @@ class Recorder:
         copies = []
         for group in optimizer.param_groups:
             with_grad = [p for p in group["params"] if p.grad is not None]
+            self.parameter_devices.update(p.device.type for p in with_grad)
             grads = [_dense(p.grad).detach().float() for p in with_grad]
             if grads:
                 norms = torch.stack([torch.linalg.vector_norm(g) for g in grads])
@@ -264,6 +270,7 @@ class Recorder:
                 for (device, dtype, enabled, asked), count in sorted(self.autocast.items())
             ],
             "scalers": self.scalers_made,
+            "parameter_devices": sorted(self.parameter_devices),
             "updates": [
                 None if records is None else [record.as_json() for record in records]
                 for records in self.updates
@@ -331,11 +338,6 @@ def environment(torch, cuda: bool, compiled: bool) -> dict:
     if not cuda:
         return found
     major, minor = torch.cuda.get_device_capability()
-    driver = getattr(torch._C, "_cuda_getDriverVersion", None)
-    try:
-        driver_version = driver() if driver is not None else None
-    except Exception:  # a private call: its absence costs a figure, not the run
-        driver_version = None
     return {
         **found,
         "gpu": torch.cuda.get_device_name(),
@@ -343,8 +345,28 @@ def environment(torch, cuda: bool, compiled: bool) -> dict:
         "bf16_native": major >= 8,
         "cuda": torch.version.cuda,
         "cudnn": torch.backends.cudnn.version(),
-        "driver": driver_version,
+        "driver": driver_version(),
     }
+
+
+def driver_version() -> str | None:
+    """The NVIDIA driver's version as nvidia-smi prints it ("580.159.04"), or
+    None: torch has no public call for it (torch 2.11 dropped the private one
+    this read before, which is how the first GPU table came out without it)."""
+    nvidia_smi = shutil.which("nvidia-smi")
+    if nvidia_smi is None:
+        return None
+    try:
+        answer = subprocess.run(
+            [nvidia_smi, "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    versions = answer.stdout.split()
+    return versions[0] if answer.returncode == 0 and versions else None
 
 
 def precision_settings(torch) -> dict:

@@ -116,6 +116,11 @@ def run_child(
     package_root = str(Path(amplint.__file__).resolve().parent.parent)
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
+    if request.settings.device_type == "cpu":
+        # Verified where it was asked to be: a script that picks CUDA when it
+        # sees it would otherwise train on the GPU, where the rewrite's CPU
+        # autocast casts nothing.
+        env["CUDA_VISIBLE_DEVICES"] = ""
     with open(stdout, "wb") as out_handle, open(stderr, "wb") as err_handle:
         child = subprocess.Popen(
             command,
