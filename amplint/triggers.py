@@ -255,6 +255,12 @@ def _cuda_amp_on_other_device(clues: SourceClues) -> bool:
     )
 
 
+def _compiled_backward_autocast(clues: SourceClues) -> bool:
+    # A model compiled (torch.compile, nn.Module.compile, a decorator) and
+    # run under autocast, with a backward.
+    return clues.may_use("compile") and clues.may_use("autocast") and clues.may_call("backward")
+
+
 def _parses_or_not(clues: SourceClues) -> bool:
     # AMP900 needs a parse, and a file is parsed only for another rule.
     return False
@@ -289,6 +295,7 @@ TRIGGERS: dict[str, Callable[[SourceClues], bool]] = {
     "AMP120": _amp_against_fsdp_policy,
     "AMP121": _booster_precision,
     "AMP122": _cuda_amp_on_other_device,
+    "AMP123": _compiled_backward_autocast,
     "AMP201": _deprecated_amp("cuda"),
     "AMP202": _deprecated_amp("cpu"),
     "AMP203": _apex_amp,

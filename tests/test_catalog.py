@@ -7,12 +7,22 @@ import re
 import pytest
 
 from amplint.catalog import load_catalog
-from amplint.config import Settings
+from amplint.config import DEFAULT_TARGET_TORCH, Settings
 from amplint.engine import lint_text
 from amplint.rules import ALL_CODES, RULES
 from tests.helpers import codes_of, fixed, run_cli
 
 CATALOG = load_catalog()
+
+
+def _settings(code: str) -> Settings:
+    """The settings an example runs under: the default target torch, or the
+    rule's `min-torch` where that is later (AMP123 needs a torch that documents
+    the setting it names)."""
+    floor = CATALOG[code].min_torch  # "any" for AMP900
+    if not floor[0].isdigit():
+        return Settings()
+    return Settings(target_torch=max(DEFAULT_TARGET_TORCH, tuple(map(int, floor.split(".")))))
 
 
 def test_every_code_has_a_document_and_every_document_a_code() -> None:
@@ -34,19 +44,19 @@ def test_document_header(code: str) -> None:
 
 @pytest.mark.parametrize("code", sorted(CATALOG))
 def test_before_reports_exactly_this_code(code: str) -> None:
-    found = set(codes_of(CATALOG[code].before))
+    found = set(codes_of(CATALOG[code].before, _settings(code)))
     assert found == {code}
 
 
 @pytest.mark.parametrize("code", sorted(CATALOG))
 def test_fix_turns_before_into_after(code: str) -> None:
     doc = CATALOG[code]
-    result = fixed(doc.before, unsafe=doc.fix == "unsafe")
+    result = fixed(doc.before, _settings(code), unsafe=doc.fix == "unsafe")
     if doc.after is None:
         assert result == doc.before
     else:
         assert result == doc.after
-        assert codes_of(doc.after) == []
+        assert codes_of(doc.after, _settings(code)) == []
 
 
 def test_fix_safety_in_the_header_matches_the_fixes() -> None:
@@ -55,7 +65,7 @@ def test_fix_safety_in_the_header_matches_the_fixes() -> None:
 
     for rule in RULES:
         doc = CATALOG[rule.code]
-        diagnostics = lint_text(doc.before, frozenset({rule.code}), Settings())
+        diagnostics = lint_text(doc.before, frozenset({rule.code}), _settings(rule.code))
         labels = {d.fix.applicability.value for d in diagnostics if d.fix is not None}
         assert labels <= {doc.fix}, rule.code
 
@@ -97,7 +107,7 @@ def _readme_fix_column() -> dict[str, list[str]]:
 
 
 def _fix_kinds(code: str, text: str) -> list[str]:
-    found = lint_text(text, frozenset(ALL_CODES), Settings())
+    found = lint_text(text, frozenset(ALL_CODES), _settings(code))
     kinds = {d.fix.applicability.value if d.fix else "none" for d in found if d.code == code}
     assert kinds, f"{code} does not fire on its example"
     return sorted(kinds)

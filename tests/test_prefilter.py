@@ -119,6 +119,7 @@ SETTINGS = [
     Settings(),
     Settings(dtype="bfloat16", device_type="cpu"),
     Settings(target_torch=(1, 10)),
+    Settings(target_torch=(2, 13)),  # rules for what later torch documents (AMP123)
 ]
 
 

@@ -11,6 +11,7 @@ from amplint.analysis.accumulation import PerMicroStep, find_scalers_per_microst
 from amplint.analysis.apex import ApexScan, find_apex_uses
 from amplint.analysis.autocast import AutocastScan, scan_autocast
 from amplint.analysis.code_text import code_only
+from amplint.analysis.compiled import CompiledScan, find_compiled
 from amplint.analysis.checkpoints import CheckpointScan, find_checkpoints_without_scaler
 from amplint.analysis.bf16_scaler import Bf16Scaler, find_bf16_scalers
 from amplint.analysis.deprecated_amp import DeprecatedAmpUse, find_deprecated_amp_uses
@@ -130,6 +131,10 @@ class ModuleFacts:
     @cached_property
     def autocast(self) -> AutocastScan:
         return scan_autocast(self.module, self.imports)
+
+    @cached_property
+    def compiled(self) -> CompiledScan:
+        return find_compiled(self.module, self.imports)
 
     @cached_property
     def training_steps(self) -> StepScan:

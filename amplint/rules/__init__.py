@@ -5,6 +5,7 @@ from __future__ import annotations
 from amplint.diagnostics import SYNTAX_ERROR
 from amplint.rules.apex import ApexAmp, ApexOther
 from amplint.rules.autocast_device import AutocastDeviceType
+from amplint.rules.compiled_backward import CompiledBackwardAutocast
 from amplint.rules.cuda_amp_device import CudaAmpOnOtherDevice
 from amplint.rules.backward_in_autocast import BackwardInsideAutocast
 from amplint.rules.base import Rule
@@ -71,6 +72,7 @@ RULES: tuple[Rule, ...] = (
     DeprecatedAutocastState(),
     AutocastDeviceType(),
     CudaAmpOnOtherDevice(),
+    CompiledBackwardAutocast(),
     ApexAmp(),
     ApexOther(),
     BoosterApexAmp(),

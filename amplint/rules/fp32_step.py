@@ -15,6 +15,7 @@ import libcst as cst
 from amplint.analysis import ModuleFacts
 from amplint.analysis.code_text import code_only
 from amplint.analysis.float16 import float16_obstacle
+from amplint.rules.compiled_backward import compiled_backward_advice, needs_setting
 from amplint.analysis.statements import method_name, name_use
 from amplint.analysis.steps import SILENT_SKIPS, TrainingStep
 from amplint.analysis.visitor import Visitor
@@ -98,6 +99,24 @@ def _obstacle(
             f"the model is wrapped in FSDP with a mixed-precision policy ({policy}); "
             "FSDP already runs it in mixed precision"
         )
+    if needs_setting(facts.compiled, settings):
+        scopes = (step.enclosing_scope, facts.module)
+        for region in step.regions:
+            found = next(
+                (
+                    hit
+                    for statement in region.statements
+                    if (hit := facts.compiled.compiled_call(statement, scopes))
+                ),
+                None,
+            )
+            if found is not None:
+                _, name, compiled = found
+                return (
+                    f"{compiled_backward_advice(facts, name, compiled)}; the rewrite runs "
+                    "backward outside autocast, and amplint does not write a private "
+                    "setting: set it once before training, and fix rewrites this step"
+                )
     if choice.device == "cuda" and runs_on_cpu_only(step, facts):
         return (
             "the script never moves its model or data off the CPU, where CUDA autocast "
