@@ -1376,3 +1376,27 @@ def test_harness_reads_the_batch_size_of_the_script_s_data_loader(tmp_path: Path
     thresholds = Thresholds(steps=4, warmup=1, last=2, rtol=0.05, min_speedup=None)
     comparison = Comparison([run], [run], thresholds, speed_meaningful=False)
     assert comparison.samples_per_step == (8, "the script's DataLoader")
+
+
+def test_tf32_is_recommended_in_the_api_of_the_torch_the_runs_used() -> None:
+    """torch 2.9 replaced allow_tf32 and set_float32_matmul_precision by the
+    `fp32_precision` settings; torch 2.13 refuses to read the legacy ones after
+    the new one is set, which the advice says."""
+    assert runs.tf32_switch("2.8.1+cu126") == '`torch.set_float32_matmul_precision("high")`'
+    assert runs.tf32_switch("") == '`torch.set_float32_matmul_precision("high")`'
+    advice = runs.tf32_switch("2.13.0+cpu")
+    assert advice.startswith('`torch.backends.cuda.matmul.fp32_precision = "tf32"`')
+    probe = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import torch\n"
+            'torch.backends.cuda.matmul.fp32_precision = "tf32"\n'
+            "print(torch.backends.cuda.matmul.fp32_precision)\n"
+            "torch.get_float32_matmul_precision()\n",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert probe.stdout.strip() == "tf32"
+    assert probe.returncode != 0 and "mix of the legacy and new APIs" in probe.stderr

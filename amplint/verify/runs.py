@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -358,6 +359,24 @@ def _repeated(request, rewrite, progress, workdir, with_tf32: bool, first: list)
     return {name: medians for name, medians in rounds.items() if None not in medians}
 
 
+# The release whose `fp32_precision` settings replace allow_tf32 and
+# set_float32_matmul_precision (the CUDA notes, "TensorFloat-32 (TF32) on Ampere
+# (and later) devices").
+FP32_PRECISION_SINCE = (2, 9)
+
+
+def tf32_switch(torch_version: str) -> str:
+    """How to turn TF32 matmuls on, in the API of the torch the runs used."""
+    numbers = re.match(r"(\d+)\.(\d+)", torch_version)
+    if numbers is None or tuple(map(int, numbers.groups())) < FP32_PRECISION_SINCE:
+        return '`torch.set_float32_matmul_precision("high")`'
+    # torch 2.13 raises when a legacy getter reads what the new setter set.
+    return (
+        '`torch.backends.cuda.matmul.fp32_precision = "tf32"` (not mixed with the legacy '
+        "`allow_tf32` / `set_float32_matmul_precision`, which torch refuses to read after it)"
+    )
+
+
 def _warnings(request: Request, comparison: Comparison, baseline: dict) -> list[str]:
     """What makes the figures say less than they seem to: AMP slower than what
     it is compared with, AMP on both sides, or a rewrite other than the one
@@ -369,7 +388,8 @@ def _warnings(request: Request, comparison: Comparison, baseline: dict) -> list[
     elif comparison.speed_meaningful and speedup and tf32_speedup and tf32_speedup > speedup:
         found.append(
             f"the AMP run was slower than FP32 with TF32 ({speedup:.2f}x against "
-            f"{tf32_speedup:.2f}x): TF32 alone is the better switch for this script"
+            f"{tf32_speedup:.2f}x): TF32 alone is the better switch for this script, "
+            f"{tf32_switch(baseline.get('torch', ''))}"
         )
     if comparison.timing_noise:
         found.append(comparison.timing_noise)
