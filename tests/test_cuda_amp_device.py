@@ -161,3 +161,23 @@ def test_an_unused_cuda_scaler_is_completed_on_the_scripts_device_in_two_rounds(
     assert "scaler.scale(loss).backward()" in after
     assert "torch.autocast(device.type," in after
     assert codes_of(after) == []
+
+
+def test_the_device_given_by_keyword_is_read_as_by_position() -> None:
+    """`GradScaler(device="cuda")` and `autocast(device_type="cuda")`: the
+    scaler's `device=` names where it scales, not where the data lives, so it no
+    longer hides the script's device (both were silent before)."""
+    before = _script(
+        scaler='torch.amp.GradScaler(device="cuda")',
+        autocast='torch.autocast(device_type="cuda", dtype=torch.float16)',
+    )
+    assert codes_of(before) == ["AMP122", "AMP122"]
+    after = fixed(before, unsafe=True)
+    assert 'torch.amp.GradScaler(device=device.type, enabled=device.type != "cpu")' in after
+    assert "torch.autocast(device_type=device.type, dtype=torch.float16, enabled=" in after
+    assert codes_of(after) == []
+    run = subprocess.run([sys.executable, "-c", after], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-2000:]
+    # Data moved to a CUDA literal still says CUDA may be where it runs.
+    cuda_too = before.replace(".to(device)\n", '.to("cuda")\n', 1)
+    assert cuda_too != before and "AMP122" not in codes_of(cuda_too)

@@ -56,6 +56,13 @@ class ScriptDevice:
         return "cpu" in self.types
 
 
+def _called_name(func: cst.BaseExpression) -> str | None:
+    """The last part of what a call calls: `GradScaler` for `torch.amp.GradScaler`."""
+    if isinstance(func, cst.Attribute):
+        return func.attr.value
+    return func.value if isinstance(func, cst.Name) else None
+
+
 class _DeviceUses(ScopedVisitor):
     """Names models and tensors are moved to, and every assignment in the module."""
 
@@ -76,6 +83,8 @@ class _DeviceUses(ScopedVisitor):
                     break
         if isinstance(func, cst.Attribute) and func.attr.value == "cuda":
             self.uses_cuda_method = True
+        if _called_name(func) == "GradScaler":
+            return  # `GradScaler(device="cuda")` names where it scales, not where data lives
         for arg in node.args:
             if arg.keyword is not None and arg.keyword.value == "device":
                 self._moved(arg.value)
