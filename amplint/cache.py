@@ -26,7 +26,7 @@ from typing import Iterable
 import amplint
 from amplint.config import Settings
 from amplint.diagnostics import Applicability, Diagnostic, Fix, Span
-from amplint.files import SourceFile
+from amplint.files import SourceFile, read_regular
 from amplint.project import ProjectRoot, still_current
 
 CACHE_DIR_NAME = ".amplint_cache"
@@ -104,7 +104,7 @@ class ResultCache:
 
     def _read_ruled_out(self) -> dict[str, list]:
         try:
-            index = json.loads(self._ruled_out_path().read_bytes())
+            index = json.loads(read_regular(self._ruled_out_path()))
         except (OSError, ValueError, RecursionError):
             return {}  # absent or damaged: every file is read again
         return index if isinstance(index, dict) else {}
@@ -139,12 +139,28 @@ class ResultCache:
         """The findings stored under `key`, while every other project module
         they were computed from is unchanged and each lies inside `source`."""
         try:
-            document = json.loads(self._entry(key).read_bytes())
-            depends_on = dict(document.get("depends_on", {}))
+            document = json.loads(read_regular(self._entry(key)))
+            if not isinstance(document, dict):
+                return None  # `[]`, `5`, `null`: not an entry this wrote
+            depends_on = document.get("depends_on", {})
+            if not isinstance(depends_on, dict) or not all(
+                isinstance(path, str) and isinstance(digest, str)
+                for path, digest in depends_on.items()
+            ):
+                return None
             if depends_on and not still_current(depends_on):
                 return None
             diagnostics = [_diagnostic(record) for record in document["diagnostics"]]
-        except (OSError, ValueError, KeyError, IndexError, TypeError, RecursionError):
+        except (
+            OSError,
+            ValueError,
+            OverflowError,  # int(Infinity), from a span
+            KeyError,
+            IndexError,
+            TypeError,
+            AttributeError,
+            RecursionError,
+        ):
             return None  # absent, or damaged: compute it again
         if not all(_lies_in(diagnostic.span, source) for diagnostic in diagnostics):
             return None  # well-formed, but not about this file: compute it again
@@ -221,7 +237,14 @@ def _lies_in(span: Span, source: SourceFile) -> bool:
         if cell is None:
             return False
         lines = max(cell.line_count, 1)
-    return 1 <= span.line <= span.end_line <= lines + 1 and min(span.column, span.end_column) >= 0
+    # No column is past the text's length: an entry with a huge one would
+    # have the full output format allocate a caret line that long.
+    columns = len(source.text) + 1
+    return (
+        1 <= span.line <= span.end_line <= lines + 1
+        and 0 <= min(span.column, span.end_column)
+        and max(span.column, span.end_column) <= columns
+    )
 
 
 def _record(diagnostic: Diagnostic) -> list:

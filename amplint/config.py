@@ -14,7 +14,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from amplint.files import DEFAULT_EXCLUDES
+from amplint.files import DEFAULT_EXCLUDES, NotARegularFile, read_regular
 from amplint.globs import GlobError, PatternList
 
 if sys.version_info >= (3, 11):
@@ -216,7 +216,7 @@ def find_config(start: Path) -> Path | None:
 
 def _has_amplint_table(pyproject: Path) -> bool:
     try:
-        text = pyproject.read_text(encoding="utf-8")
+        text = read_regular(pyproject).decode("utf-8")
     except (OSError, UnicodeDecodeError):
         return False
     # [ \t], not \s: \s spans lines, and a run of blank lines was retried from
@@ -250,15 +250,19 @@ def load_settings(
 def _read_table(config_file: Path) -> tuple[dict[str, Any], str]:
     where = str(config_file)
     try:
-        document = tomllib.loads(config_file.read_text(encoding="utf-8"))
+        document = tomllib.loads(read_regular(config_file).decode("utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"{where}: no such file") from None
-    except IsADirectoryError:
-        raise ConfigError(f"{where}: a directory, not a configuration file") from None
+    except (IsADirectoryError, NotARegularFile) as error:
+        if config_file.is_dir():
+            raise ConfigError(f"{where}: a directory, not a configuration file") from None
+        raise ConfigError(f"{where}: cannot read: {error.args[0]}") from None
     except (OSError, UnicodeDecodeError) as error:
         raise ConfigError(f"{where}: cannot read: {error}") from None
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(f"{where}: invalid TOML: {error}") from None
+    except RecursionError:  # tomllib recurses once per level of nesting
+        raise ConfigError(f"{where}: invalid TOML: nested too deeply to read") from None
     tool = document.get("tool")
     if config_file.name == "pyproject.toml" or (isinstance(tool, dict) and "amplint" in tool):
         table = tool.get("amplint", {}) if isinstance(tool, dict) else {}

@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from amplint.config import Settings
+from amplint.files import read_regular
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -96,7 +97,7 @@ def _floor(requirement: str) -> tuple[int, int] | None:
 def _requirements_in(path: Path) -> list[str]:
     """The requirement strings `path` declares; none where it cannot be read."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_regular(path).decode("utf-8")
     except (OSError, UnicodeDecodeError):
         return []
     if path.name == "pyproject.toml":

@@ -57,6 +57,37 @@ def readable_file(status: os.stat_result) -> bool:
     return stat.S_ISREG(status.st_mode) and status.st_size <= MAX_READ_BYTES
 
 
+class NotARegularFile(OSError):
+    """What `read_regular` raises for a path that is not a regular file within
+    the read limit: an OSError, so every reader that skips an unreadable file
+    skips it too."""
+
+
+def read_regular(path: Path | str, limit: int = MAX_READ_BYTES) -> bytes:
+    """The bytes of `path`, a regular file of at most `limit` bytes, read
+    without ever waiting: a FIFO is opened non-blocking and refused, as is a
+    device (`/dev/zero` behind a committed symlink), and a file that grows
+    past `limit` while read is refused at `limit + 1` bytes.  For every path
+    a repository can plant that amplint reads without being told to (ignore
+    files, configuration, requirements, its cache and what an entry names)."""
+    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        status = os.fstat(descriptor)
+        if not stat.S_ISREG(status.st_mode):
+            raise NotARegularFile(f"{path}: not a regular file")
+        if status.st_size > limit:
+            raise NotARegularFile(f"{path}: larger than {limit} bytes")
+        chunks, size = [], 0
+        while chunk := os.read(descriptor, min(1 << 20, limit + 1 - size)):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > limit:
+                raise NotARegularFile(f"{path}: larger than {limit} bytes")
+        return b"".join(chunks)
+    finally:
+        os.close(descriptor)
+
+
 # What atomic writes name their temporary files: `.NAME.PID.RANDOM.amplint-tmp`
 # beside the file, so that one left by a killed run can be told from a live one.
 TEMPORARY_SUFFIX = ".amplint-tmp"
@@ -366,7 +397,7 @@ class _IgnoreRules:
 def _gitignore_at(directory: Path) -> _IgnoreRules | None:
     gitignore = directory / ".gitignore"
     try:
-        lines = gitignore.read_text(encoding="utf-8", errors="replace").splitlines()
+        lines = read_regular(gitignore).decode("utf-8", errors="replace").splitlines()
     except OSError:
         return None
     return _IgnoreRules(directory, lines)

@@ -21,7 +21,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Sequence, TypeVar
 
-from amplint.files import DEFAULT_EXCLUDES, readable_file, real_path
+from amplint.files import DEFAULT_EXCLUDES, read_regular, readable_file, real_path
 from amplint.project.gradient_norms import gradient_norms_in
 from amplint.project.losses import LossHelper, loss_helpers_in
 from amplint.project.source import ModuleSource, dotted_expression, last_name
@@ -603,7 +603,8 @@ def still_current(consulted: dict[str, str]) -> bool:
     """Whether every module a cached answer came from is as it was."""
     for path, digest in consulted.items():
         try:
-            if hashlib.sha256(Path(path).read_bytes()).hexdigest() != digest:
+            # A cache entry names these: one a repository planted may name a FIFO.
+            if hashlib.sha256(read_regular(path)).hexdigest() != digest:
                 return False
         except OSError:
             return False
