@@ -353,10 +353,22 @@ class Discovered:
 
 
 @dataclass(frozen=True)
-class RemovedTemporary:
-    """A temporary file a killed `fix --apply` left, found and deleted on the way."""
+class StaleTemporary:
+    """A temporary file a killed `fix --apply` left, found on the way: a run
+    that writes removes it (`remove_temporary`); a read-only one leaves it."""
 
     path: Path
+
+
+def remove_temporary(path: Path) -> bool:
+    """Delete a stale temporary, only if it is still a regular file of a dead run."""
+    try:
+        if not stat.S_ISREG(os.lstat(path).st_mode) or not _is_stale_temporary(path.name):
+            return False
+        os.unlink(path)
+    except OSError:
+        return False
+    return True
 
 
 # A pattern that is one plain name ("build", "node_modules/") matches that name
@@ -424,7 +436,7 @@ def discover(
     root: Path,
     suffixes: tuple[str, ...] = SOURCE_SUFFIXES,
     force_exclude: bool = False,
-) -> Iterator[Discovered | RemovedTemporary | tuple[Path, str]]:
+) -> Iterator[Discovered | StaleTemporary | tuple[Path, str]]:
     """Yield the files to check, or ``(path, error)`` for a path that is not there.
 
     `exclude` holds gitignore-style patterns relative to `root` (a bare name such
@@ -493,7 +505,7 @@ def _walk(
     gitignores: list[_IgnoreRules],
     suffixes: tuple[str, ...],
     seen: set[Path],
-) -> Iterator[Discovered | RemovedTemporary | tuple[Path, str]]:
+) -> Iterator[Discovered | StaleTemporary | tuple[Path, str]]:
     """`directory` as the user will read it; `resolved_dir`, its real path.
     Directory links are never followed, so a child's real path is the parent's
     plus its name: no `resolve()` (a system call per component) per entry."""
@@ -524,11 +536,7 @@ def _walk(
                 directory / name, resolved_dir / name, exclude_rules, gitignores, suffixes, seen
             )
         elif name.endswith(TEMPORARY_SUFFIX) and _is_stale_temporary(name):
-            try:
-                os.unlink(entry.path)
-            except OSError:
-                continue
-            yield RemovedTemporary(directory / name)
+            yield StaleTemporary(directory / name)
         elif name.endswith(suffixes) and entry.is_file():  # no FIFOs or sockets
             path = directory / name
             real = path.resolve() if entry.is_symlink() else Path(resolved)

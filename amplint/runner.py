@@ -19,7 +19,7 @@ from amplint.cache import ResultCache
 from amplint.config import Settings
 from amplint.files import (
     Discovered,
-    RemovedTemporary,
+    StaleTemporary,
     SourceError,
     SourceFile,
     discover,
@@ -81,19 +81,19 @@ def run(
     cache: ResultCache | None = None,
     progress: Progress | None = None,
     force_exclude: bool = False,
-    removed: list[Path] | None = None,
+    stale: list[Path] | None = None,
 ) -> list[FileReport]:
     """A report for every file found under `paths` (or for each path that is
-    not there), in discovery order.  `removed` is told the temporary files of
-    killed runs that discovery deleted on the way."""
+    not there), in discovery order.  `stale` is told the temporary files of
+    killed runs that discovery found on the way."""
     reports: list[FileReport] = []
     work: list[_Work] = []
     project_root = ProjectRoots(paths)
     mode = Mode(fixing, unsafe, previews)
     for found in discover(paths, settings.all_excludes, settings.root, force_exclude=force_exclude):
-        if isinstance(found, RemovedTemporary):
-            if removed is not None:
-                removed.append(found.path)
+        if isinstance(found, StaleTemporary):
+            if stale is not None:
+                stale.append(found.path)
             continue
         if not isinstance(found, Discovered):
             path, message = found

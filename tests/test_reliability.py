@@ -537,14 +537,21 @@ def _dead_pid() -> int:
 
 
 def test_temporaries_of_killed_runs_are_removed_and_live_ones_kept(tmp_path: Path) -> None:
+    """Only a run that writes deletes: `check` and a `fix` diff are read-only,
+    and say what `fix --apply` will remove."""
     (tmp_path / "train.py").write_text(GOOD)
     stale = tmp_path / f".train.py.{_dead_pid()}.k2j4_x.amplint-tmp"
     live = tmp_path / f".train.py.{os.getppid()}.q9w8_e.amplint-tmp"  # another run's work
     users = tmp_path / ".notes.amplint-tmp"  # not amplint's naming
     for path in (stale, live, users):
         path.write_text("half a file")
-    result = run_cli("check", "--no-cache", tmp_path)
-    assert result.exit_code == 1
+    for read_only in (["check"], ["fix"]):
+        result = run_cli(*read_only, "--no-cache", tmp_path)
+        assert result.exit_code == 1
+        assert stale.exists() and live.exists() and users.exists()
+        assert f"amplint: warning: {stale}: a temporary file an interrupted" in result.stderr
+    result = run_cli("fix", "--apply", "--no-cache", tmp_path)
+    assert result.exit_code == 0
     assert not stale.exists() and live.exists() and users.exists()
     assert f"amplint: warning: {stale}: removed, a temporary file" in result.stderr
 

@@ -28,6 +28,7 @@ from amplint.files import (
     SourceError,
     SourceFile,
     real_path,
+    remove_temporary,
     source_from_bytes,
 )
 from amplint.report import Finding, printable
@@ -186,7 +187,7 @@ def settings_lines(settings: Settings) -> list[str]:
 
 
 def run_paths(
-    paths: tuple[Path, ...], settings: Settings, options: dict, **mode
+    paths: tuple[Path, ...], settings: Settings, options: dict, writes: bool = False, **mode
 ) -> list[FileReport]:
     jobs, no_cache, cache_dir = options["jobs"], options["no_cache"], options["cache_dir"]
     if jobs is not None and jobs < 1:
@@ -196,7 +197,7 @@ def run_paths(
     if not no_cache:
         cache = ResultCache(cache_dir or settings.root / CACHE_DIR_NAME)
     progress = ProgressBar()
-    removed: list[Path] = []
+    stale: list[Path] = []
     try:
         reports = run(
             paths or (Path("."),),
@@ -205,13 +206,20 @@ def run_paths(
             cache=cache,
             progress=progress,
             force_exclude=options["force_exclude"],
-            removed=removed,
+            stale=stale,
             **mode,
         )
     finally:
         progress.close()
-    for path in removed:
-        say_warning(f"{path}: removed, a temporary file an interrupted `amplint fix` left")
+    # Only a run that writes deletes anything: `check` is read-only.
+    for path in stale:
+        if not writes:
+            say_warning(
+                f"{path}: a temporary file an interrupted `amplint fix --apply` left "
+                "(the next `fix --apply` removes it)"
+            )
+        elif remove_temporary(path):
+            say_warning(f"{path}: removed, a temporary file an interrupted `amplint fix` left")
     # As ruff does: a directory that held nothing to check is worth a word
     # (a typo, or everything excluded), not a silent "All checks passed".
     for path in paths or (Path("."),):

@@ -152,7 +152,8 @@ def carry_out(
     """Fix the files under `paths`, writing them when `write`; each error is
     said on stderr as it comes."""
     done = Done()
-    for report in run_paths(paths, settings, run_options, fixing=True, unsafe=unsafe):
+    reports = run_paths(paths, settings, run_options, writes=write, fixing=True, unsafe=unsafe)
+    for report in reports:
         if report.error is not None:
             say_error(f"{report.path}: {report.error}")
             done.errors.append((report.path, report.error))
