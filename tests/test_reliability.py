@@ -664,3 +664,22 @@ def test_an_owner_that_cannot_be_kept_is_an_error(
     )
     assert target.read_text() == GOOD and target.stat().st_uid == 1234
     assert not list(tmp_path.glob(".*.amplint-tmp"))
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="python -P is 3.11's")
+def test_a_projects_keyword_py_stays_unrun_under_the_documented_commands(tmp_path: Path) -> None:
+    """CPython imports `keyword` from the working directory before any of
+    amplint runs under plain `python -m`; the `amplint` command and
+    `python -P -m amplint`, which the README gives, never look there."""
+    (tmp_path / "keyword.py").write_text("print('PLANTED')\n")
+    console = Path(sys.executable).with_name("amplint")
+    commands = [[sys.executable, "-P", "-m", "amplint", "--version"]]
+    if console.exists():
+        commands.append([str(console), "--version"])
+    for command in commands:
+        run = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True)
+        assert run.returncode == 0 and "PLANTED" not in run.stdout + run.stderr, command
+    plain = subprocess.run(
+        [sys.executable, "-m", "amplint", "--version"], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert "PLANTED" in plain.stdout  # why the README says -P: CPython's, not amplint's
