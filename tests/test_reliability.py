@@ -484,6 +484,33 @@ def test_fix_on_stdin_hands_back_its_input_on_a_configuration_error(tmp_path: Pa
     assert result.stdout_bytes == GOOD.encode()
 
 
+@pytest.mark.parametrize(
+    "options, why",
+    [
+        (["--dtype", "float64"], "Invalid value for '--dtype'"),
+        (["--no-such-flag"], "No such option"),
+        (["-o", "/nonexistent-directory/report.txt"], "cannot write"),
+    ],
+    ids=["bad value", "unknown flag", "unwritable -o"],
+)
+def test_fix_on_stdin_hands_back_its_input_when_an_option_is_wrong(options, why) -> None:
+    """The options are parsed before `fix -` reads its input: an editor still
+    gets its buffer back, never an empty one.  In a real process (stdin a pipe)
+    and twice in one (the second run is not told the first read it)."""
+    run = subprocess.run(
+        [sys.executable, "-m", "amplint", "fix", "-", *options],
+        input=GOOD.encode(),
+        capture_output=True,
+    )
+    assert run.returncode == 2 and why in run.stderr.decode()
+    assert run.stdout == GOOD.encode()
+    for _ in range(2):
+        result = _fix_stdin(GOOD.encode(), *options)
+        assert result.exit_code == 2 and result.stdout_bytes == GOOD.encode()
+    help_text = _fix_stdin(GOOD.encode(), "--help")
+    assert help_text.exit_code == 0 and GOOD not in help_text.stdout
+
+
 def test_fix_on_stdin_keeps_a_latin_1_file_latin_1() -> None:
     data = b"# -*- coding: latin-1 -*-\n" + GOOD.encode() + b"name = 'caf\xe9'\n"
     result = _fix_stdin(data)

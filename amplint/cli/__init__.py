@@ -28,6 +28,7 @@ class _Group(click.Group):
 
     def main(self, args=None, *rest, **options):
         common.invoked_with[:] = list(sys.argv[1:] if args is None else args)
+        common.stdin_taken = False
         return super().main(args, *rest, **options)
 
     def invoke(self, ctx: click.Context):
@@ -39,6 +40,13 @@ class _Group(click.Group):
         except KeyboardInterrupt:
             click.echo("Aborted!", err=True)
             ctx.exit(EXIT_INTERRUPTED)
+        except click.ClickException:
+            common.echo_unread_stdin()  # `fix - --dtype float64`: a usage error
+            raise
+        except SystemExit as stop:
+            if stop.code not in (None, 0):
+                common.echo_unread_stdin()  # `fix - -o /unwritable/x`
+            raise
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})

@@ -242,6 +242,27 @@ def stdin_source(stdin_filename: Path | None, raw: bytes) -> SourceFile:
         sys.exit(EXIT_ERROR)
 
 
+# Set once `fix -` has read its input: from then on it answers for stdout.
+stdin_taken = False
+
+
+def echo_unread_stdin() -> None:
+    """`fix -` stopped before reading its input (an option was wrong): stdout
+    gets the input as it came, as fix_stdin gives it on every other failure;
+    an editor replaces its buffer with what it reads back, never with nothing."""
+    global stdin_taken
+    arguments = invoked_with[1:] if invoked_with[:1] == ["fix"] else []
+    if str(STDIN) not in arguments or stdin_taken:
+        return
+    stdin_taken = True
+    try:
+        raw = sys.stdin.buffer.read()
+    except (OSError, ValueError, AttributeError):
+        return  # no readable stdin: nothing an editor sent
+    sys.stdout.buffer.write(raw)
+    sys.stdout.buffer.flush()
+
+
 def reads_stdin(paths: tuple[Path, ...], stdin_filename: Path | None) -> bool:
     """Whether the source comes from standard input ("-"): then alone."""
     reads_stdin = STDIN in paths

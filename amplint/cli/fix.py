@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from amplint.cli import common
 from amplint.cli.common import (
     EXIT_CLEAN,
     EXIT_ERROR,
@@ -191,6 +192,7 @@ def fix_stdin(
     (bad input, a configuration error, a crash, an interrupt), stdout holds
     either a verified rewrite or the bytes read, never nothing."""
     raw = sys.stdin.buffer.read()
+    common.stdin_taken = True  # what follows answers for stdout itself
     try:
         settings = settings_for(config_paths(paths, stdin_filename), options)
         source = stdin_source(stdin_filename, raw)
