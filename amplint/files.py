@@ -240,7 +240,8 @@ def write_source_atomic(source: SourceFile, new_text: str) -> None:
     data = encode_source(new_text, source.encoding)
     # Edited (or replaced) since it was read: writing would throw that away.
     try:
-        unchanged = path.read_bytes() == encode_source(source.text, source.encoding)
+        # Never waiting: a FIFO put in its place would block the read for ever.
+        unchanged = read_regular(path) == encode_source(source.text, source.encoding)
     except OSError:
         unchanged = False
     if not unchanged:
@@ -266,6 +267,7 @@ def write_source_atomic(source: SourceFile, new_text: str) -> None:
             os.fsync(handle.fileno())
         os.chmod(temporary, status.st_mode & 0o7777)
         _give_ownership(temporary, status)
+        _keep_extended_attributes(path, temporary)
         os.replace(temporary, path)
     except BaseException:
         try:
@@ -290,6 +292,35 @@ def _give_ownership(temporary: str, original: os.stat_result) -> None:
         ) from None
     # chown clears the set-user-ID and set-group-ID bits: put them back.
     os.chmod(temporary, original.st_mode & 0o7777)
+
+
+def _keep_extended_attributes(original: Path, temporary: str) -> None:
+    """Give the new file the original's extended attributes (a macOS quarantine
+    flag, an SELinux label, a user's tags): renaming a new file over the old
+    one would drop them.  One that cannot be set is a refusal, not a loss."""
+    if not hasattr(os, "listxattr"):
+        return  # not Linux: nothing this can read
+    try:
+        names = os.listxattr(original)
+    except OSError:
+        return  # a file system without them
+    for name in names:
+        try:
+            value = os.getxattr(original, name)
+        except OSError:
+            continue  # gone meanwhile, or unreadable: nothing to keep
+        try:
+            if os.getxattr(temporary, name) == value:
+                continue  # given by the directory already (a default ACL, a label)
+        except OSError:
+            pass  # not there yet
+        try:
+            os.setxattr(temporary, name, value)
+        except OSError as error:
+            raise SourceError(
+                f"its extended attribute {name} could not be kept "
+                f"({error.strerror or error}); not written"
+            ) from None
 
 
 def _remove_stale_temporaries(path: Path) -> None:

@@ -710,3 +710,34 @@ def test_a_projects_keyword_py_stays_unrun_under_the_documented_commands(tmp_pat
         [sys.executable, "-m", "amplint", "--version"], cwd=tmp_path, capture_output=True, text=True
     )
     assert "PLANTED" in plain.stdout  # why the README says -P: CPython's, not amplint's
+
+
+@pytest.mark.skipif(not hasattr(os, "setxattr"), reason="Linux extended attributes")
+def test_a_rewrite_keeps_the_files_extended_attributes(tmp_path: Path) -> None:
+    target = tmp_path / "train.py"
+    target.write_text(GOOD)
+    try:
+        os.setxattr(target, "user.origin", b"downloaded")
+    except OSError:
+        pytest.skip("this file system keeps no user attributes")
+    assert run_cli("fix", "--apply", "--no-cache", target).exit_code == 0
+    assert target.read_text() == GOOD_FIXED
+    assert os.getxattr(target, "user.origin") == b"downloaded"
+
+
+def test_a_file_replaced_by_a_fifo_before_the_write_is_refused_not_waited_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between reading and writing, the file becomes a FIFO: the check that it
+    is unchanged must not block on it (it did, in open(), for ever)."""
+    from amplint import files
+
+    target = tmp_path / "train.py"
+    target.write_text(GOOD)
+    source = files.read_source(target)
+    target.unlink()
+    os.mkfifo(target)
+    started = time.monotonic()
+    with pytest.raises(files.SourceError, match="changed since amplint read it"):
+        files.write_source_atomic(source, GOOD_FIXED)
+    assert time.monotonic() - started < 5
