@@ -10,6 +10,7 @@ forward pass are found in the code itself (analysis/forward.py).
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 # `masked_fill(mask, -1e10)`: a fill value float16 cannot hold (its largest is
 # 65504) raises once the scores it fills are float16 under autocast.
@@ -40,9 +41,11 @@ def _gram_product(text: str) -> str | None:
     return None
 
 
+@lru_cache(maxsize=16)
 def float16_obstacle(text: str) -> str | None:
     """What in the module's own code float16 autocast would break, or None;
-    `text` is code only (comments and strings blanked: analysis/code_text.py)."""
+    `text` is code only (comments and strings blanked: analysis/code_text.py).
+    Asked once per step, answered once per module."""
     for match in _FILL_VALUE.finditer(text):
         try:
             value = float(match.group(1).replace(" ", ""))

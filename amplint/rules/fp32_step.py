@@ -8,6 +8,7 @@ reported with the reason and left alone.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Iterator
 
 import libcst as cst
@@ -79,6 +80,14 @@ class _NumpyCalls(Visitor):
 _RECURRENT = re.compile(r"\b((?:nn\.)?(?:LSTM|GRU|RNN))\(")
 
 
+@lru_cache(maxsize=16)
+def _in_module(pattern: re.Pattern, code_text: str) -> re.Match | None:
+    """The first match of `pattern` in a module's code, found once per module
+    however many steps ask (a search per step made a file of many training
+    functions quadratic)."""
+    return pattern.search(code_text)
+
+
 def _obstacle(
     step: TrainingStep, facts: ModuleFacts, settings: Settings, choice: AmpChoice
 ) -> str | None:
@@ -125,7 +134,7 @@ def _obstacle(
     if (
         choice.device == "cpu"
         and choice.dtype == "float16"
-        and (recurrent := _RECURRENT.search(facts.code_text)) is not None
+        and (recurrent := _in_module(_RECURRENT, facts.code_text)) is not None
     ):
         return (
             f"`{recurrent.group(1)}` has no float16 kernel on most CPUs (oneDNN raises "
@@ -137,7 +146,7 @@ def _obstacle(
             "computes, which is bfloat16 under autocast and NumPy cannot hold: call "
             "`.float()` before `.numpy()`, or use `--dtype float16`"
         )
-    weights = _LOW_PRECISION_WEIGHTS.search(facts.code_text)
+    weights = _in_module(_LOW_PRECISION_WEIGHTS, facts.code_text)
     if weights is not None:
         return (
             f"the model is loaded in {weights.group(1)} (`{weights.group(0)}`) and "
@@ -173,7 +182,7 @@ def _obstacle(
         between = micro_step_edit_obstacle(step, facts.module)
         if between is not None:
             return between
-        if step.outermost_loop is not None and not _CLEARS_GRADIENTS.search(facts.code_text):
+        if step.outermost_loop is not None and not _in_module(_CLEARS_GRADIENTS, facts.code_text):
             return (
                 "the loop never clears its gradients (no `zero_grad()`), so they add up "
                 "across steps; with a GradScaler the first skipped step's inf stays in them "

@@ -1,0 +1,70 @@
+"""Work grows linearly with the training functions in a file: the suite counts
+it (nodes our walks visit, nodes turned back into text) instead of timing it.
+
+A walk of the whole module per finding made a file of 1,000 FP32 training
+functions take minutes (100: 2.9 s, 400: 28 s): the scaler placement walked
+the module once per step, and module-wide text searches ran once per step.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+import pytest
+
+from amplint.analysis import visitor
+from amplint.config import Settings
+from amplint.engine import fix_text, lint_text
+from tests.helpers import ALL
+
+FUNCTION = """
+def train_{i}(model, loader, optimizer):
+    for x, y in loader:
+        loss = model(x).sub(y).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+"""
+
+
+def _module(functions: int) -> str:
+    return "import torch\n" + "".join(FUNCTION.format(i=i) for i in range(functions))
+
+
+class _CountingFields(dict):
+    """visitor._CHILD_FIELDS, counting the nodes whose children are asked for."""
+
+    visits = 0
+
+    def get(self, key, default=None):
+        type(self).visits += 1
+        return super().get(key, default)
+
+
+def _work(text: str, monkeypatch: pytest.MonkeyPatch, fixing: bool) -> tuple[int, int]:
+    _CountingFields.visits = 0
+    monkeypatch.setattr(visitor, "_CHILD_FIELDS", _CountingFields(visitor._CHILD_FIELDS))
+    generated = [0]
+    original = cst.Module.code_for_node
+
+    def counting(self, node):
+        generated[0] += 1
+        return original(self, node)
+
+    monkeypatch.setattr(cst.Module, "code_for_node", counting)
+    if fixing:
+        fix_text(text, ALL, Settings(), False)
+    else:
+        assert len(lint_text(text, ALL, Settings())) == text.count("def train_")
+    return _CountingFields.visits, generated[0]
+
+
+@pytest.mark.parametrize("fixing", [False, True], ids=["check", "fix"])
+def test_the_work_grows_linearly_with_the_training_functions(
+    monkeypatch: pytest.MonkeyPatch, fixing: bool
+) -> None:
+    small_visits, small_text = _work(_module(25), monkeypatch, fixing)
+    large_visits, large_text = _work(_module(100), monkeypatch, fixing)
+    # Four times the functions: four times the work, and a little to spare;
+    # a walk per finding makes it sixteen.
+    assert large_visits <= 5 * small_visits, (small_visits, large_visits)
+    assert large_text <= 5 * small_text, (small_text, large_text)
