@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import codecs
 import errno
+import hashlib
 import io
+import json
 import os
 import re
 import stat
@@ -226,22 +228,38 @@ def _encodes_to(text: str, encoding: str, raw: bytes) -> bool:
         return False
 
 
-def write_source_atomic(source: SourceFile, new_text: str) -> None:
-    """Replace the file's content in one step, keeping its mode, owner, group
-    and encoding.
+@dataclass(frozen=True)
+class PreparedWrite:
+    """A rewrite written and synced beside its file, not yet renamed over it."""
 
-    The new bytes go to a temporary file in the same directory, which is then
-    renamed over the original: a reader (or a crash) sees the old file or the
-    new one, never half of each.  Renaming makes a new file, so a file with
-    other hard links (which would keep the old content) is refused, and so is
-    one whose owner or group the new file could not be given.
+    path: Path
+    temporary: str
+    old_digest: str  # sha256 of the file as read
+    new_digest: str  # sha256 of what replaces it
+
+
+def write_source_atomic(source: SourceFile, new_text: str) -> None:
+    """Replace one file's content in one step (see `prepare_write`)."""
+    commit_writes([prepare_write(source, new_text)], source.path.parent)
+
+
+def prepare_write(source: SourceFile, new_text: str) -> PreparedWrite:
+    """Write the new content to a temporary file beside the file, keeping its
+    mode, owner, group, extended attributes and encoding, synced to disk;
+    `commit_writes` renames it over the file, `abandon_write` drops it.
+
+    Renaming means a reader (or a crash) sees the old file or the new one,
+    never half of each.  It makes a new file, so a file with other hard links
+    (which would keep the old content) is refused, and so is one whose owner
+    or group the new file could not be given.
     """
     path = source.path
     data = encode_source(new_text, source.encoding)
+    old = encode_source(source.text, source.encoding)
     # Edited (or replaced) since it was read: writing would throw that away.
     try:
         # Never waiting: a FIFO put in its place would block the read for ever.
-        unchanged = read_regular(path) == encode_source(source.text, source.encoding)
+        unchanged = read_regular(path) == old
     except OSError:
         unchanged = False
     if not unchanged:
@@ -268,13 +286,141 @@ def write_source_atomic(source: SourceFile, new_text: str) -> None:
         os.chmod(temporary, status.st_mode & 0o7777)
         _give_ownership(temporary, status)
         _keep_extended_attributes(path, temporary)
-        os.replace(temporary, path)
     except BaseException:
-        try:
-            os.unlink(temporary)
-        except FileNotFoundError:
-            pass
+        abandon_write(temporary)
         raise
+    return PreparedWrite(path, temporary, _sha256(old), _sha256(data))
+
+
+def abandon_write(temporary: str | PreparedWrite) -> None:
+    name = temporary.temporary if isinstance(temporary, PreparedWrite) else temporary
+    try:
+        os.unlink(name)
+    except FileNotFoundError:
+        pass
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+# A multi-file change renames its files one after another: before the first
+# rename it writes this journal of every rename, and deletes it after the
+# last, so that a run killed in between leaves what the next one needs to
+# finish the change (`complete_journals`): no program is left half migrated.
+JOURNAL_PREFIX = ".amplint-journal."
+_JOURNAL_NAME = re.compile(re.escape(JOURNAL_PREFIX) + r"(?P<pid>[0-9]+)\.[^.]+\.json")
+
+
+def commit_writes(writes: Sequence[PreparedWrite], journal_directory: Path) -> None:
+    """Rename each prepared write over its file: all of them, or (killed on
+    the way) a journal that lets the next run rename the rest."""
+    if len(writes) == 1:
+        os.replace(writes[0].temporary, writes[0].path)
+        return
+    if not writes:
+        return
+    record = [
+        [str(write.path.resolve()), write.temporary, write.old_digest, write.new_digest]
+        for write in writes
+    ]
+    descriptor, staged = tempfile.mkstemp(
+        prefix=f"{JOURNAL_PREFIX}{os.getpid()}.", suffix=".json", dir=journal_directory
+    )
+    try:
+        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+            json.dump({"renames": record}, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        _sync_directory(journal_directory)
+    except BaseException:
+        os.unlink(staged)
+        for write in writes:
+            abandon_write(write)
+        raise
+    try:
+        for write in writes:
+            os.replace(write.temporary, write.path)
+    except BaseException:
+        # Not killed: an error of ours or the file system's.  What is renamed
+        # stays renamed; finish the rest now, as the next run would.
+        complete_journal(Path(staged))
+        raise
+    os.unlink(staged)
+
+
+def _sync_directory(directory: Path) -> None:
+    try:
+        descriptor = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(descriptor)
+    except OSError:
+        pass
+    finally:
+        os.close(descriptor)
+
+
+def complete_journal(journal: Path) -> list[str]:
+    """Finish the renames a killed run's journal lists; what happened, in
+    words (one line per file that could not be finished)."""
+    try:
+        renames = json.loads(read_regular(journal))["renames"]
+        entries = [
+            (Path(target), str(temporary), old, new) for target, temporary, old, new in renames
+        ]
+    except (OSError, ValueError, KeyError, TypeError):
+        # Killed while writing it: it is synced before the first rename, so
+        # nothing was renamed, and its files' temporaries are stale ones.
+        try:
+            os.unlink(journal)
+        except OSError:
+            pass
+        return []
+    problems = []
+    for target, temporary, old, new in entries:
+        try:
+            current = _sha256(read_regular(target))
+        except OSError:
+            current = None
+        if current == new:
+            abandon_write(temporary)  # renamed before the kill
+        elif current == old and os.path.exists(temporary):
+            os.replace(temporary, target)
+        else:
+            problems.append(
+                f"{target}: changed since the interrupted `amplint fix` that rewrote the "
+                f"files beside it; its rewrite is left in {temporary}"
+            )
+    os.unlink(journal)
+    return problems
+
+
+def journal_directories(paths: Sequence[Path]) -> list[Path]:
+    """Where a run naming `paths` keeps the journal of a multi-file change, and
+    where the next run naming them looks for one: each directory named, or the
+    directory of each file named."""
+    directories = []
+    for path in paths or (Path("."),):
+        directory = path if path.is_dir() else path.parent
+        if directory not in directories:
+            directories.append(directory)
+    return directories
+
+
+def journals_in(directory: Path) -> list[Path]:
+    """The journals in `directory` that killed runs left (a live run's are its own)."""
+    try:
+        names = [entry.name for entry in os.scandir(directory)]
+    except OSError:
+        return []
+    found = []
+    for name in sorted(names):
+        match = _JOURNAL_NAME.fullmatch(name)
+        if match is not None and _process_gone(int(match.group("pid"))):
+            found.append(directory / name)
+    return found
 
 
 def _give_ownership(temporary: str, original: os.stat_result) -> None:
@@ -343,7 +489,10 @@ def _is_stale_temporary(entry: str, of_name: str | None = None) -> bool:
     match = _TEMPORARY_NAME.fullmatch(entry)
     if match is None or (of_name is not None and match.group("name") != of_name):
         return False
-    pid = int(match.group("pid"))
+    return _process_gone(int(match.group("pid")))
+
+
+def _process_gone(pid: int) -> bool:
     if pid == os.getpid():
         return False
     try:

@@ -27,6 +27,9 @@ from amplint.diagnostics import FileReport
 from amplint.files import (
     SourceError,
     SourceFile,
+    complete_journal,
+    journal_directories,
+    journals_in,
     real_path,
     remove_temporary,
     source_from_bytes,
@@ -197,6 +200,7 @@ def run_paths(
     if not no_cache:
         cache = ResultCache(cache_dir or settings.root / CACHE_DIR_NAME)
     progress = ProgressBar()
+    _interrupted_changes(paths, writes)
     stale: list[Path] = []
     try:
         reports = run(
@@ -230,6 +234,22 @@ def run_paths(
     if cache is not None and cache.write_error is not None:
         say_warning(f"{cache.write_error}; --no-cache skips it")
     return reports
+
+
+def _interrupted_changes(paths: tuple[Path, ...], writes: bool) -> None:
+    """A multi-file change a killed `fix --apply` left half renamed: a run that
+    writes finishes it before reading anything, a read-only one says so."""
+    for directory in journal_directories(paths):
+        for journal in journals_in(directory):
+            if not writes:
+                say_warning(
+                    f"{journal}: an interrupted `amplint fix --apply` left a change half "
+                    "written; the next `fix --apply` of these paths finishes it"
+                )
+                continue
+            for problem in complete_journal(journal):
+                say_warning(problem)
+            say_warning(f"{journal}: finished the change an interrupted `amplint fix` began")
 
 
 def stdin_source(stdin_filename: Path | None, raw: bytes) -> SourceFile:

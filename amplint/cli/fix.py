@@ -34,9 +34,14 @@ from amplint.cli.common import (
 from amplint.config import Settings
 from amplint.diagnostics import FileReport
 from amplint.files import (
+    PreparedWrite,
     SourceError,
+    abandon_write,
+    commit_writes,
+    journal_directories,
+    prepare_write,
+    real_path,
     writable_target,
-    write_source_atomic,
 )
 from amplint.report import Finding
 from amplint.report.text import (
@@ -154,6 +159,7 @@ def carry_out(
     said on stderr as it comes."""
     done = Done()
     reports = run_paths(paths, settings, run_options, writes=write, fixing=True, unsafe=unsafe)
+    prepared: list[tuple[FileReport, PreparedWrite]] = []
     for report in reports:
         if report.error is not None:
             say_error(f"{report.path}: {report.error}")
@@ -161,22 +167,57 @@ def carry_out(
         done.remaining += [Finding(report.path, d, report.source) for d in report.diagnostics]
         if report.fixed_text is None:
             continue
-        if write:
-            try:
-                target = writable_target(report.path, paths or (Path("."),), write_through_links)
-                write_source_atomic(replace(report.source, path=target), report.fixed_text)
-            except (SourceError, OSError) as error:
-                # Not counted as fixed: its findings are all still there.
-                message = (
-                    f"cannot write: {os_reason(error)}; "
-                    f"{len(report.applied)} {noun(len(report.applied))} not fixed"
-                )
-                say_error(f"{report.path}: {message}")
-                done.errors.append((report.path, message))
-                done.remaining += [Finding(report.path, d, report.source) for d in report.applied]
-                continue
-        done.changed.append(report)
+        if not write:
+            done.changed.append(report)
+            continue
+        try:
+            target = writable_target(report.path, paths or (Path("."),), write_through_links)
+            prepared.append(
+                (report, prepare_write(replace(report.source, path=target), report.fixed_text))
+            )
+        except (SourceError, OSError) as error:
+            _not_written(done, report, f"cannot write: {os_reason(error)}")
+    if write:
+        _commit(done, prepared, paths)
     return done
+
+
+def _commit(
+    done: Done, prepared: list[tuple[FileReport, PreparedWrite]], paths: tuple[Path, ...]
+) -> None:
+    """Rename every prepared rewrite over its file, as one change: a file
+    whose partner (another module of the same migration) could not be written
+    is not written either, and the renames are journaled (files.commit_writes)."""
+    failed = {real_path(path) for path, _ in done.errors}
+    kept = []
+    for report, write in prepared:
+        partners = {
+            real_path(Path(partner))
+            for diagnostic in report.applied
+            if diagnostic.fix is not None
+            for partner in diagnostic.fix.partners
+        }
+        lost = sorted(str(path) for path in partners & failed)
+        if lost:
+            abandon_write(write)
+            _not_written(done, report, f"not written: the same change rewrites {', '.join(lost)}")
+        else:
+            kept.append((report, write))
+    try:
+        commit_writes([write for _, write in kept], journal_directories(paths)[0])
+    except OSError as error:
+        for report, _ in kept:
+            _not_written(done, report, f"cannot write: {os_reason(error)}")
+        return
+    done.changed += [report for report, _ in kept]
+
+
+def _not_written(done: Done, report: FileReport, why: str) -> None:
+    """Not counted as fixed: its findings are all still there."""
+    message = f"{why}; {len(report.applied)} {noun(len(report.applied))} not fixed"
+    say_error(f"{report.path}: {message}")
+    done.errors.append((report.path, message))
+    done.remaining += [Finding(report.path, d, report.source) for d in report.applied]
 
 
 def _write_stdout(data: bytes) -> None:
