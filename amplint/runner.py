@@ -5,6 +5,7 @@ same whichever way the work was done."""
 
 from __future__ import annotations
 
+import faulthandler
 import importlib
 import os
 import pickle
@@ -305,6 +306,11 @@ def _forked(
     pid = os.fork()
     if pid == 0:  # the child: reports go down the pipe, nothing else leaves it
         status = 0
+        # A death here (libcst's native parser overflowing its stack) is
+        # reported by the parent in one line naming the file; a stack dump of
+        # it (pytest, or python -X faulthandler, turns the handler on) reads
+        # like a failure of amplint's own.
+        faulthandler.disable()
         try:
             os.close(read_end)
             with os.fdopen(write_end, "wb") as pipe:

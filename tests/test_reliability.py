@@ -741,3 +741,20 @@ def test_a_file_replaced_by_a_fifo_before_the_write_is_refused_not_waited_on(
     with pytest.raises(files.SourceError, match="changed since amplint read it"):
         files.write_source_atomic(source, GOOD_FIXED)
     assert time.monotonic() - started < 5
+
+
+def test_a_parser_crash_is_one_line_not_a_stack_dump(tmp_path: Path) -> None:
+    """libcst's native parser overflows on an `or` of thousands of terms and
+    takes its process down: the run reports it in one line; the child's
+    faulthandler (on under pytest and -X faulthandler) no longer dumps a
+    stack that reads like a crash of amplint's own."""
+    target = tmp_path / "deep.py"
+    target.write_text(GOOD + "y = " + " or ".join(f"a{i}" for i in range(8000)) + "\n")
+    run = subprocess.run(
+        [sys.executable, "-X", "faulthandler", "-m", "amplint", "check", "--no-cache", target],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "the process analysing this file died" in run.stderr
+    assert "Fatal Python error" not in run.stderr and "Current thread" not in run.stderr
