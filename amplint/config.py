@@ -14,7 +14,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from amplint.files import DEFAULT_EXCLUDES, NotARegularFile, read_regular
+from amplint.files import DEFAULT_EXCLUDES, NotARegularFile, note_skipped, read_regular
 from amplint.globs import GlobError, PatternList
 
 if sys.version_info >= (3, 11):
@@ -217,7 +217,10 @@ def find_config(start: Path) -> Path | None:
 def _has_amplint_table(pyproject: Path) -> bool:
     try:
         text = read_regular(pyproject).decode("utf-8")
-    except (OSError, UnicodeDecodeError):
+    except OSError as error:
+        note_skipped(error)
+        return False
+    except UnicodeDecodeError:
         return False
     # [ \t], not \s: \s spans lines, and a run of blank lines was retried from
     # each of them (200,000 blank lines took 38 s).

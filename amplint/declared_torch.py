@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from amplint.config import Settings
-from amplint.files import read_regular
+from amplint.files import note_skipped, read_regular
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -98,7 +98,10 @@ def _requirements_in(path: Path) -> list[str]:
     """The requirement strings `path` declares; none where it cannot be read."""
     try:
         text = read_regular(path).decode("utf-8")
-    except (OSError, UnicodeDecodeError):
+    except OSError as error:
+        note_skipped(error)
+        return []
+    except UnicodeDecodeError:
         return []
     if path.name == "pyproject.toml":
         return _pyproject(text)

@@ -65,6 +65,19 @@ class NotARegularFile(OSError):
     skips it too."""
 
 
+# The paths amplint found in a repository and skipped unread (a FIFO, a
+# device, a file over the limit), each with why: the command says each once.
+skipped_unread: dict[str, str] = {}
+
+
+def note_skipped(error: OSError) -> None:
+    """Remember why a path a repository planted was not read (NotARegularFile
+    only: a file that is simply absent is no news)."""
+    if isinstance(error, NotARegularFile):
+        path, _, why = str(error.args[0]).rpartition(": ")
+        skipped_unread.setdefault(path, why)
+
+
 def read_regular(path: Path | str, limit: int = MAX_READ_BYTES) -> bytes:
     """The bytes of `path`, a regular file of at most `limit` bytes, read
     without ever waiting: a FIFO is opened non-blocking and refused, as is a
@@ -590,7 +603,8 @@ def _gitignore_at(directory: Path) -> _IgnoreRules | None:
     gitignore = directory / ".gitignore"
     try:
         lines = read_regular(gitignore).decode("utf-8", errors="replace").splitlines()
-    except OSError:
+    except OSError as error:
+        note_skipped(error)
         return None
     return _IgnoreRules(directory, lines)
 

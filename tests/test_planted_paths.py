@@ -56,6 +56,8 @@ def test_a_planted_device_or_fifo_is_skipped(tmp_path: Path, planted: str, kind:
     run = _check(tmp_path / "clone", limit=30)
     assert FINDING in run.stdout, run.stderr[-2000:]
     assert run.returncode == 1 and "internal error" not in run.stderr
+    if planted != "pyproject.toml":  # which holds no [tool.amplint]: not amplint's to read
+        assert f"{planted}: not read (not a regular file)" in run.stderr
 
 
 DAMAGE = {

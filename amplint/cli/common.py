@@ -32,6 +32,7 @@ from amplint.files import (
     journals_in,
     real_path,
     remove_temporary,
+    skipped_unread,
     source_from_bytes,
 )
 from amplint.report import Finding, printable
@@ -231,6 +232,9 @@ def run_paths(
             report.path == path or path in report.path.parents for report in reports
         ):
             say_warning(f"{path}: no Python file or notebook to check here")
+    for path, why in sorted(skipped_unread.items()):
+        say_warning(f"{path}: not read ({why})")
+    skipped_unread.clear()
     if cache is not None and cache.write_error is not None:
         say_warning(f"{cache.write_error}; --no-cache skips it")
     return reports
