@@ -23,6 +23,8 @@ else:  # pragma: no cover - exercised on old Pythons only
     import tomli as tomllib
 
 DEFAULT_TARGET_TORCH = (2, 4)
+DEFAULT_FILE_LINE_LIMIT = 200_000
+DEFAULT_FILE_TIME_LIMIT = 120.0
 DTYPES = ("float16", "bfloat16", "auto")
 _DEVICE_TYPE = re.compile(r"[a-z][a-z0-9_]*")
 
@@ -53,6 +55,12 @@ class Settings:
     # only) or auto (bf16 where the GPU supports it, else fp16 with a scaler).
     dtype: str = "float16"
     device_type: str = "cuda"
+    # A file's budget: more lines are not parsed, more seconds of analysis
+    # stop it; each such file gets a one-line error and the run goes on.
+    # Far above real code (torch's largest module has under 30,000 lines and
+    # takes seconds); a million blank lines took libcst 10 s.
+    file_line_limit: int = DEFAULT_FILE_LINE_LIMIT
+    file_time_limit: float = DEFAULT_FILE_TIME_LIMIT
 
     @property
     def target_torch_shown(self) -> str:
@@ -301,6 +309,8 @@ _KEYS = {
     "extend-exclude",
     "per-file-ignores",
     "target-torch",
+    "file-line-limit",
+    "file-time-limit",
 }
 
 
@@ -360,4 +370,16 @@ def _settings_from_table(
             target_torch=parse_torch_version(table["target-torch"], where),
             target_torch_source=where,
         )
+    if "file-line-limit" in table:
+        limit = _positive(table["file-line-limit"], "file-line-limit", where, int)
+        settings = replace(settings, file_line_limit=int(limit))
+    if "file-time-limit" in table:
+        limit = _positive(table["file-time-limit"], "file-time-limit", where, (int, float))
+        settings = replace(settings, file_time_limit=float(limit))
     return settings
+
+
+def _positive(value: Any, key: str, where: str, kinds) -> int | float:
+    if isinstance(value, bool) or not isinstance(value, kinds) or not 0 < value < 1e9:
+        raise ConfigError(f"{where}: `{key}` must be a positive number, got {value!r}"[:300])
+    return value

@@ -51,7 +51,7 @@ def selected_rules(codes: frozenset[str]) -> list[Rule]:
 
 
 def _parse(
-    text: str, rules: Sequence[Rule], codes: frozenset[str]
+    text: str, rules: Sequence[Rule], codes: frozenset[str], settings: Settings
 ) -> cst.Module | list[Diagnostic]:
     """The module, or what to report instead: nothing when no rule may fire,
     AMP900 when the file does not parse or is too deep to try."""
@@ -62,6 +62,12 @@ def _parse(
         raise NotAnalysed(
             f"{len(text) / 1e6:.1f} MB is more than amplint parses "
             f"({MAX_PARSE_CHARS / 1e6:.0f} MB); exclude it if it is generated"
+        )
+    lines = text.count("\n") + 1
+    if lines > settings.file_line_limit:  # libcst took 10 s for a million blank lines
+        raise NotAnalysed(
+            f"{lines:,} lines, above file-line-limit {settings.file_line_limit:,}; "
+            "exclude it if it is generated"
         )
     reason = clues.too_deep_to_parse
     try:
@@ -147,7 +153,7 @@ def _lint(
     text: str, codes: frozenset[str], settings: Settings, project: ProjectView | None = None
 ) -> tuple[list[Diagnostic], ModuleFacts | None]:
     rules = selected_rules(codes)
-    module = _parse(text, rules, codes)
+    module = _parse(text, rules, codes, settings)
     if isinstance(module, list):
         return module, None
     facts = ModuleFacts(module, text, project)
@@ -203,7 +209,7 @@ def fix_text(
     not converge.
     """
     rules = selected_rules(codes)
-    module = _parse(text, rules, codes)
+    module = _parse(text, rules, codes, settings)
     if isinstance(module, list):
         return FixResult(text, [], module, module)
     analyses = _Analyses(text, ModuleFacts(module, text, project), settings)

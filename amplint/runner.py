@@ -10,8 +10,10 @@ import importlib
 import os
 import pickle
 import signal
+import threading
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, NamedTuple, Sequence
@@ -381,11 +383,51 @@ def _analyse_one(
     project_root: ProjectRoot,
 ) -> FileReport:
     try:
-        report = analyse_source(source, codes, settings, *mode, project_root=project_root)
+        # libcst and the rules load before the clock starts: a file's budget
+        # is its own analysis, not the first file's import of them.
+        importlib.import_module("amplint.engine")
+        with _time_limit(settings.file_time_limit):
+            report = analyse_source(source, codes, settings, *mode, project_root=project_root)
+    except _OverBudget:
+        return FileReport(
+            source.path,
+            error=(
+                f"not analysed: took longer than file-time-limit {settings.file_time_limit:g} s"
+            ),
+        )
     except Exception as error:  # a bug must not end the run for the other files
         return FileReport(source.path, error=f"internal error: {describe(error)}")
     report.source = None  # the parent has it: do not send the text back
     return report
+
+
+class _OverBudget(BaseException):
+    """Raised into a file's analysis when its time is up (a BaseException: no
+    `except Exception` of ours or libcst's swallows it)."""
+
+
+@contextmanager
+def _time_limit(seconds: float) -> Iterator[None]:
+    """Stop the analysis of one file after `seconds`, where the platform has
+    an interval timer and this is the main thread (worker and child processes
+    are); native code (libcst's parser) is stopped when it returns."""
+    if (
+        not hasattr(signal, "setitimer")
+        or threading.current_thread() is not threading.main_thread()
+    ):
+        yield
+        return
+
+    def expire(signum, frame):
+        raise _OverBudget
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def analyse_source(*args, **kwargs) -> FileReport:

@@ -267,7 +267,8 @@ def test_a_killed_fix_leaves_every_file_original_or_fully_fixed(tmp_path: Path) 
 
     Analysis comes first and the writes last, so the kill time is searched
     (bisected between start and a full run's duration) until kills land
-    between writes: the test insists on seeing half-fixed trees.
+    while writing (rewrites beside their files, or some renamed): the test
+    insists on seeing them, and the next run that writes cleans up.
     """
     fixed = GOOD_FIXED
     command = [sys.executable, "-m", "amplint", "fix", "--apply", "--no-cache"]
@@ -296,19 +297,23 @@ def test_a_killed_fix_leaves_every_file_original_or_fully_fixed(tmp_path: Path) 
         assert len(contents) == 300
         assert all(text in (GOOD, fixed) for text in contents)
         done = contents.count(fixed)
-        if done == 0:
+        # Killed while writing: rewrites written beside their files, or some
+        # of them renamed (a journal says which are left).
+        leftovers = [p for p in tree.iterdir() if p.name.startswith(".")]
+        if done == 0 and not leftovers:
             early = delay
-        elif done == len(contents):
+        elif done == len(contents) and not leftovers:
             late = delay
         else:
             interrupted_writes += 1
             if interrupted_writes == 3:
                 break
     assert interrupted_writes, "no kill landed while files were being written"
-    # What a kill left between mkstemp and the rename goes with the next run.
+    # What a kill left (temporaries, a journal) goes with the next run that writes.
     for tree in tmp_path.glob("killed*"):
-        run_cli("check", "--no-cache", tree)
-        assert not list(tree.glob("*.amplint-tmp"))
+        assert run_cli("fix", "--apply", "--no-cache", tree).exit_code == 0
+        assert [p for p in tree.iterdir() if p.name.startswith(".")] == []
+        assert all(path.read_text() == fixed for path in tree.glob("*.py"))
 
 
 # -- real code --------------------------------------------------------------------
@@ -758,3 +763,35 @@ def test_a_parser_crash_is_one_line_not_a_stack_dump(tmp_path: Path) -> None:
     )
     assert "the process analysing this file died" in run.stderr
     assert "Fatal Python error" not in run.stderr and "Current thread" not in run.stderr
+
+
+def test_a_file_over_its_budget_gets_one_line_and_the_others_their_results(tmp_path: Path) -> None:
+    """A million blank lines took libcst 10 s, a generated file minutes: a
+    file over file-line-limit is not parsed, one over file-time-limit is
+    stopped; each gets an error line, a good file beside it its findings, and
+    the settings move the limits."""
+    (tmp_path / "good.py").write_text(GOOD)
+    (tmp_path / "blank.py").write_text(GOOD + "\n" * 300_000)
+    function = (
+        "def train_{i}(model, loader, optimizer):\n"
+        "    for x, y in loader:\n"
+        "        loss = model(x).sub(y).pow(2).mean()\n"
+        "        loss.backward()\n"
+        "        optimizer.step()\n"
+        "        optimizer.zero_grad()\n"
+    )
+    # 5,000 steps take this machine about 20 s; the limit stops it after 1,
+    # and leaves the small file (milliseconds) ample time however loaded.
+    (tmp_path / "many.py").write_text("".join(function.format(i=i) for i in range(5_000)))
+    result = run_cli("check", "--no-cache", tmp_path, "--config", "file-time-limit = 1")
+    assert result.exit_code == 2
+    assert "blank.py: not analysed: 300,004 lines, above file-line-limit 200,000" in result.stderr
+    assert "many.py: not analysed: took longer than file-time-limit 1 s" in result.stderr
+    assert "good.py:3:10: AMP201" in result.stdout
+    raised = run_cli(
+        "check", "--no-cache", tmp_path / "blank.py", "--config", "file-line-limit = 400000"
+    )
+    assert raised.exit_code == 1 and "blank.py:3:10: AMP201" in raised.stdout
+    for bad in ("file-line-limit = 0", "file-time-limit = true", 'file-line-limit = "many"'):
+        refused = run_cli("check", "--no-cache", tmp_path / "good.py", "--config", bad)
+        assert refused.exit_code == 2 and "must be a positive number" in refused.stderr
