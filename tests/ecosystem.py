@@ -39,7 +39,8 @@ from amplint.config import Settings
 from amplint.declared_torch import with_declared_torch
 from amplint.diagnostics import FileReport
 from amplint.engine import lint_text
-from amplint.files import read_source, write_source_atomic
+from amplint.files import read_source
+from amplint.writes import write_source_atomic
 from amplint.project import ROOT_MARKERS
 from amplint.project.configs import LAUNCH_SUFFIXES
 from amplint.rules import ALL_CODES

@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from amplint.config import Settings
-from amplint.files import read_source, write_source_atomic
+from amplint.files import read_source
+from amplint.writes import write_source_atomic
 from amplint.runner import default_jobs, run
 
 from tests.bench import installed_torch

@@ -735,7 +735,7 @@ def test_a_file_replaced_by_a_fifo_before_the_write_is_refused_not_waited_on(
 ) -> None:
     """Between reading and writing, the file becomes a FIFO: the check that it
     is unchanged must not block on it (it did, in open(), for ever)."""
-    from amplint import files
+    from amplint import files, writes
 
     target = tmp_path / "train.py"
     target.write_text(GOOD)
@@ -744,7 +744,7 @@ def test_a_file_replaced_by_a_fifo_before_the_write_is_refused_not_waited_on(
     os.mkfifo(target)
     started = time.monotonic()
     with pytest.raises(files.SourceError, match="changed since amplint read it"):
-        files.write_source_atomic(source, GOOD_FIXED)
+        writes.write_source_atomic(source, GOOD_FIXED)
     assert time.monotonic() - started < 5
 
 

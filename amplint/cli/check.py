@@ -37,7 +37,8 @@ from amplint.cli.common import (
 )
 from amplint.cli.fix import Done, carry_out, fix_stdin, fixed_diff
 from amplint.config import Settings
-from amplint.files import Discovered, SourceError, discover, write_source_atomic
+from amplint.files import Discovered, SourceError, discover
+from amplint.writes import write_source_atomic
 from amplint.report import Finding, printable
 from amplint.report.text import (
     applied_lines,

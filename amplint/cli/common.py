@@ -27,15 +27,17 @@ from amplint.diagnostics import FileReport
 from amplint.files import (
     SourceError,
     SourceFile,
-    complete_journal,
-    journal_directories,
-    journals_in,
     real_path,
-    remove_temporary,
     skipped_unread,
     source_from_bytes,
 )
 from amplint.report import Finding, printable
+from amplint.writes import (
+    complete_journal,
+    journal_directories,
+    journals_in,
+    remove_temporary,
+)
 from amplint.report.machine import github_lines, json_document, sarif_document
 from amplint.report.text import concise, full
 from amplint.runner import default_jobs, run

@@ -33,16 +33,7 @@ from amplint.cli.common import (
 )
 from amplint.config import Settings
 from amplint.diagnostics import FileReport
-from amplint.files import (
-    PreparedWrite,
-    SourceError,
-    abandon_write,
-    commit_writes,
-    journal_directories,
-    prepare_write,
-    real_path,
-    writable_target,
-)
+from amplint.files import SourceError, real_path
 from amplint.report import Finding
 from amplint.report.text import (
     applied_lines,
@@ -52,6 +43,14 @@ from amplint.report.text import (
 )
 from amplint.runner import Mode, run_source
 from amplint.terminal import color
+from amplint.writes import (
+    PreparedWrite,
+    abandon_write,
+    commit_writes,
+    journal_directories,
+    prepare_write,
+    writable_target,
+)
 
 
 @click.command()
@@ -187,7 +186,7 @@ def _commit(
 ) -> None:
     """Rename every prepared rewrite over its file, as one change: a file
     whose partner (another module of the same migration) could not be written
-    is not written either, and the renames are journaled (files.commit_writes)."""
+    is not written either, and the renames are journaled (writes.commit_writes)."""
     failed = {real_path(path) for path, _ in done.errors}
     kept = []
     for report, write in prepared:
