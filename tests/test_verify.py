@@ -290,7 +290,9 @@ def test_on_cuda_a_third_run_shows_what_tf32_alone_buys(
             30.0,
             20.0,
             "the AMP run was slower than FP32 with TF32 (1.33x against 2.00x): TF32 alone is "
-            "the better switch for this script",
+            'the better switch for this script, `torch.backends.cuda.matmul.fp32_precision = "tf32"` '
+            "(not mixed with the legacy `allow_tf32` / `set_float32_matmul_precision`, which "
+            "torch refuses to read after it)",
         ),
         (10.0, 20.0, None),
     ],
