@@ -304,25 +304,30 @@ class _FirstBackward(Visitor):
         return False
 
 
+def first_backward(node: cst.CSTNode) -> cst.Call | None:
+    """The first `.backward()` call that runs where `node` is written."""
+    search = _FirstBackward()
+    search.walk(node)
+    return search.found
+
+
 def _backward_in_blocks(finder: _AutocastFinder) -> list[BackwardInAutocast]:
     found = []
     for block in finder.blocks:
         body = block.body
         statements = body.body if isinstance(body, cst.IndentedBlock) else ()
         for index, statement in enumerate(statements):
-            search = _FirstBackward()
-            search.walk(statement)
-            if search.found is None:
+            backward = first_backward(statement)
+            if backward is None:
                 continue
             splittable = len(block.items) == 1 and isinstance(statement, cst.SimpleStatementLine)
-            found.append(BackwardInAutocast(block, search.found, index if splittable else None))
+            found.append(BackwardInAutocast(block, backward, index if splittable else None))
             break
         else:
             if isinstance(body, cst.SimpleStatementSuite):
-                search = _FirstBackward()
-                search.walk(body)
-                if search.found is not None:
-                    found.append(BackwardInAutocast(block, search.found, None))
+                backward = first_backward(body)
+                if backward is not None:
+                    found.append(BackwardInAutocast(block, backward, None))
     return found
 
 

@@ -20,9 +20,10 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from amplint.analysis.autocast import ANY_AUTOCAST, disabled
+from amplint.analysis.autocast import ANY_AUTOCAST, disabled, first_backward
 from amplint.analysis.imports import ImportMap, dotted_name
 from amplint.analysis.scopes import Scope, ScopedVisitor
+from amplint.analysis.statements import method_name
 from amplint.analysis.visitor import Visitor
 
 COMPILE = "torch.compile"
@@ -140,11 +141,7 @@ class _CompileFinder(ScopedVisitor):
             )
         ):
             self._record(func.value, node)  # nn.Module.compile(): compiled in place
-        if (
-            self._open_autocast == 0
-            and isinstance(func, cst.Attribute)
-            and func.attr.value == "backward"
-        ):
+        if self._open_autocast == 0 and method_name(node) == "backward":
             self._backward_outside.add(self.scope)
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
@@ -196,7 +193,7 @@ class _CompileFinder(ScopedVisitor):
 
     def finish(self) -> CompiledScan:
         for block, scopes in self._blocks:
-            if scopes[0] not in self._backward_outside or _calls_backward(block):
+            if scopes[0] not in self._backward_outside or first_backward(block) is not None:
                 continue  # backward under autocast too, or elsewhere: not what the docs name
             found = self.scan.compiled_call(block.body, scopes)
             if found is not None:
@@ -223,13 +220,6 @@ def _calls(node: cst.CSTNode) -> list[cst.Call]:
     finder = _Calls()
     finder.walk(node)
     return finder.calls
-
-
-def _calls_backward(node: cst.CSTNode) -> bool:
-    return any(
-        isinstance(call.func, cst.Attribute) and call.func.attr.value == "backward"
-        for call in _calls(node)
-    )
 
 
 def find_compiled(module: cst.Module, imports: ImportMap) -> CompiledScan:

@@ -38,7 +38,6 @@ from amplint.cli.common import (
 from amplint.cli.fix import Done, carry_out, fix_stdin, fixed_diff
 from amplint.config import Settings
 from amplint.files import Discovered, SourceError, discover
-from amplint.writes import write_source_atomic
 from amplint.report import Finding, printable
 from amplint.report.text import (
     applied_lines,
@@ -47,6 +46,7 @@ from amplint.report.text import (
     summary,
 )
 from amplint.runner import Mode, run_source
+from amplint.writes import write_source_atomic
 
 
 @click.command()

@@ -32,17 +32,17 @@ from amplint.files import (
     source_from_bytes,
 )
 from amplint.report import Finding, printable
+from amplint.report.machine import github_lines, json_document, sarif_document
+from amplint.report.text import concise, full
+from amplint.runner import default_jobs, run
+from amplint.terminal import COLOR_CHOICES, ProgressBar, choose_color, color
+from amplint.triggers import ALL_CODES
 from amplint.writes import (
     complete_journal,
     journal_directories,
     journals_in,
     remove_temporary,
 )
-from amplint.report.machine import github_lines, json_document, sarif_document
-from amplint.report.text import concise, full
-from amplint.runner import default_jobs, run
-from amplint.terminal import COLOR_CHOICES, ProgressBar, choose_color, color
-from amplint.triggers import ALL_CODES
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report a process Ctrl-C ended

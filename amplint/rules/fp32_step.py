@@ -16,14 +16,13 @@ import libcst as cst
 from amplint.analysis import ModuleFacts
 from amplint.analysis.code_text import code_only
 from amplint.analysis.float16 import float16_obstacle
-from amplint.rules.compiled_backward import compiled_backward_advice, needs_setting
 from amplint.analysis.statements import method_name, name_use
 from amplint.analysis.steps import SILENT_SKIPS, TrainingStep
 from amplint.analysis.visitor import Visitor
 from amplint.config import Settings
 from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix
 from amplint.rules.base import Rule
-
+from amplint.rules.compiled_backward import compiled_backward_advice, needs_setting
 from amplint.transforms.insert_amp import (
     AmpChoice,
     InsertAmp,
@@ -110,15 +109,9 @@ def _obstacle(
         )
     if needs_setting(facts.compiled, settings):
         scopes = (step.enclosing_scope, facts.module)
-        for region in step.regions:
-            found = next(
-                (
-                    hit
-                    for statement in region.statements
-                    if (hit := facts.compiled.compiled_call(statement, scopes))
-                ),
-                None,
-            )
+        forward = [statement for region in step.regions for statement in region.statements]
+        for statement in forward:
+            found = facts.compiled.compiled_call(statement, scopes)
             if found is not None:
                 _, name, compiled = found
                 return (
