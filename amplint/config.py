@@ -7,6 +7,7 @@ options and `--config KEY=VALUE` overrides are laid over it."""
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from dataclasses import dataclass, field, replace
@@ -14,7 +15,13 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from amplint.files import DEFAULT_EXCLUDES, NotARegularFile, note_skipped, read_regular
+from amplint.files import (
+    DEFAULT_EXCLUDES,
+    NotARegularFile,
+    note_skipped,
+    read_regular,
+    repository_top,
+)
 from amplint.globs import GlobError, PatternList
 
 if sys.version_info >= (3, 11):
@@ -211,23 +218,29 @@ CONFIG_NAMES = (".amplint.toml", "amplint.toml", "pyproject.toml")
 
 
 def find_config(start: Path) -> Path | None:
-    """The nearest configuration at or above `start` (see CONFIG_NAMES)."""
+    """The nearest configuration at or above `start` (see CONFIG_NAMES).  Found,
+    not named: one that is not a regular file, or links out of its project,
+    is passed over with a note (`files.read_regular`)."""
     start = start.resolve()
     directory = start if start.is_dir() else start.parent
     for candidate in [directory, *directory.parents]:
         for name in CONFIG_NAMES:
             config = candidate / name
-            if config.is_file() and (name != "pyproject.toml" or _has_amplint_table(config)):
+            if not os.path.lexists(config):
+                continue
+            try:
+                data = read_regular(config, within=repository_top(candidate))
+            except OSError as error:
+                note_skipped(error)
+                continue
+            if name != "pyproject.toml" or _has_amplint_table(data):
                 return config
     return None
 
 
-def _has_amplint_table(pyproject: Path) -> bool:
+def _has_amplint_table(pyproject: bytes) -> bool:
     try:
-        text = read_regular(pyproject).decode("utf-8")
-    except OSError as error:
-        note_skipped(error)
-        return False
+        text = pyproject.decode("utf-8")
     except UnicodeDecodeError:
         return False
     # [ \t], not \s: \s spans lines, and a run of blank lines was retried from

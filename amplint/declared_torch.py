@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from amplint.config import Settings
-from amplint.files import note_skipped, read_regular
+from amplint.files import note_skipped, read_regular, repository_top
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -59,7 +59,7 @@ def declared_torch_floor(start: Path) -> DeclaredFloor | None:
             continue
         found = []
         for path in [*markers, *requirements]:
-            for spelled in _requirements_in(path):
+            for spelled in _requirements_in(path, repository_top(directory)):
                 floor = _floor(spelled)
                 if floor is not None:
                     found.append(DeclaredFloor(floor, f"{path.name}: {spelled.strip()}"))
@@ -94,10 +94,11 @@ def _floor(requirement: str) -> tuple[int, int] | None:
     return min(floors) if floors else None
 
 
-def _requirements_in(path: Path) -> list[str]:
-    """The requirement strings `path` declares; none where it cannot be read."""
+def _requirements_in(path: Path, project: Path) -> list[str]:
+    """The requirement strings `path` declares; none where it cannot be read
+    or links out of `project`."""
     try:
-        text = read_regular(path).decode("utf-8")
+        text = read_regular(path, within=project).decode("utf-8")
     except OSError as error:
         note_skipped(error)
         return []

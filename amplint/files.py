@@ -15,6 +15,7 @@ import re
 import stat
 import tokenize
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
@@ -75,14 +76,35 @@ def note_skipped(error: OSError) -> None:
         skipped_unread.setdefault(path, why)
 
 
-def read_regular(path: Path | str, limit: int = MAX_READ_BYTES) -> bytes:
+def read_regular(
+    path: Path | str,
+    limit: int = MAX_READ_BYTES,
+    *,
+    within: Path | None = None,
+    follow_link: bool = True,
+) -> bytes:
     """The bytes of `path`, a regular file of at most `limit` bytes, read
     without ever waiting: a FIFO is opened non-blocking and refused, as is a
     device (`/dev/zero` behind a committed symlink), and a file that grows
     past `limit` while read is refused at `limit + 1` bytes.  For every path
     a repository can plant that amplint reads without being told to (ignore
-    files, configuration, requirements, its cache and what an entry names)."""
-    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    files, configuration, requirements, its cache and what an entry names).
+
+    With `within` (a resolved directory, the project), a path whose links lead
+    out of it is refused: a clone decides what its links point to.  Without
+    `follow_link`, a path that is itself a link is refused, as git (2.32 on)
+    refuses a linked `.gitignore`."""
+    if within is not None and not _inside(os.path.realpath(path), within):
+        raise NotARegularFile(f"{path}: a link out of the project")
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    if not follow_link:
+        flags |= getattr(os, "O_NOFOLLOW", 0)
+    try:
+        descriptor = os.open(path, flags)
+    except OSError as error:
+        if error.errno == errno.ELOOP and not follow_link:
+            raise NotARegularFile(f"{path}: a link, which git does not follow either") from None
+        raise
     try:
         status = os.fstat(descriptor)
         if not stat.S_ISREG(status.st_mode):
@@ -98,6 +120,21 @@ def read_regular(path: Path | str, limit: int = MAX_READ_BYTES) -> bytes:
         return b"".join(chunks)
     finally:
         os.close(descriptor)
+
+
+def _inside(real: str, directory: Path) -> bool:
+    return real == str(directory) or real.startswith(os.path.join(str(directory), ""))
+
+
+@lru_cache(maxsize=1024)
+def repository_top(directory: Path) -> Path:
+    """The project a file planted in `directory` belongs to, resolved, for
+    `read_regular(within=...)`: the enclosing git work tree, else `directory`."""
+    directory = real_path(directory)
+    for candidate in (directory, *directory.parents):
+        if os.path.lexists(candidate / ".git"):
+            return candidate
+    return directory
 
 
 # What atomic writes name their temporary files: `.NAME.PID.RANDOM.amplint-tmp`
@@ -310,11 +347,11 @@ class _IgnoreRules:
 def _gitignore_at(directory: Path) -> _IgnoreRules | None:
     gitignore = directory / ".gitignore"
     try:
-        lines = read_regular(gitignore).decode("utf-8", errors="replace").splitlines()
+        data = read_regular(gitignore, follow_link=False)
     except OSError as error:
         note_skipped(error)
         return None
-    return _IgnoreRules(directory, lines)
+    return _IgnoreRules(directory, data.decode("utf-8", errors="replace").splitlines())
 
 
 def _gitignores_above(directory: Path) -> list[_IgnoreRules]:

@@ -56,8 +56,60 @@ def test_a_planted_device_or_fifo_is_skipped(tmp_path: Path, planted: str, kind:
     run = _check(tmp_path / "clone", limit=30)
     assert FINDING in run.stdout, run.stderr[-2000:]
     assert run.returncode == 1 and "internal error" not in run.stderr
-    if planted != "pyproject.toml":  # which holds no [tool.amplint]: not amplint's to read
-        assert f"{planted}: not read (not a regular file)" in run.stderr
+    if kind == "FIFO":
+        why = "not a regular file"
+    elif planted == ".gitignore":
+        why = "a link, which git does not follow either"
+    else:
+        why = "a link out of the project"
+    assert f"{planted}: not read ({why})" in run.stderr
+
+
+# What each planted file says when it is read: train.py is left out, or (a
+# requirement) the declared torch is one AMP001 does not rewrite for.
+PLANTED_TEXT = {
+    ".gitignore": "train.py\n",
+    "pyproject.toml": '[tool.amplint]\nexclude = ["train.py"]\n',
+    "amplint.toml": 'exclude = ["train.py"]\n',
+}
+
+
+@pytest.mark.parametrize("planted", sorted(PLANTED_TEXT))
+def test_a_planted_link_out_of_the_project_is_not_followed(tmp_path: Path, planted: str) -> None:
+    outside = tmp_path / "elsewhere" / planted
+    outside.parent.mkdir()
+    outside.write_text(PLANTED_TEXT[planted], encoding="utf-8")
+    project = _project(tmp_path)
+    (project / planted).symlink_to(outside)
+    run = _check(project)
+    assert FINDING in run.stdout, run.stderr[-2000:]
+    assert f"{planted}: not read (a link" in run.stderr
+
+
+@pytest.mark.parametrize("planted", ["pyproject.toml", "amplint.toml"])
+def test_a_configuration_linked_inside_the_project_is_read(tmp_path: Path, planted: str) -> None:
+    project = _project(tmp_path)
+    shared = project / "configs" / planted
+    shared.parent.mkdir()
+    shared.write_text(PLANTED_TEXT[planted], encoding="utf-8")
+    (project / planted).symlink_to(shared)
+    run = _check(project)
+    assert FINDING not in run.stdout and "not read" not in run.stderr, run.stderr[-2000:]
+
+
+def test_a_declared_torch_linked_out_of_the_project_is_not_read(tmp_path: Path) -> None:
+    outside = tmp_path / "elsewhere" / "requirements.txt"
+    outside.parent.mkdir()
+    outside.write_text("torch>=1.5\n", encoding="utf-8")
+    project = _project(tmp_path)
+    (project / "requirements.txt").symlink_to(outside)
+    assert "torch>=1.5" not in _check(project, "--show-settings").stdout
+    assert "requirements.txt: not read (a link out of the project)" in _check(project).stderr
+    (project / "requirements.txt").unlink()
+    (project / "requirements.txt").write_text("torch>=1.5\n", encoding="utf-8")
+    assert (
+        "torch>=1.5" in _check(project, "--show-settings").stdout
+    )  # read when it is the project's
 
 
 DAMAGE = {
@@ -118,3 +170,26 @@ def test_toml_nested_too_deeply_is_a_one_line_error_naming_the_file(tmp_path: Pa
     assert run.returncode == 2, run.stderr[-2000:]
     (line,) = run.stderr.strip().splitlines()
     assert "pyproject.toml" in line and "nested too deeply" in line
+
+
+def test_the_project_model_reads_no_module_or_config_linked_out_of_the_project(
+    tmp_path: Path,
+) -> None:
+    from amplint.project import ProjectIndex, ProjectRoot
+    from amplint.project.configs import read_config_file
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "helpers.py").write_text("def loss(x):\n    return x\n", encoding="utf-8")
+    (elsewhere / "ds.json").write_text('{"fp16": {"enabled": true}}', encoding="utf-8")
+    project = _project(tmp_path).resolve()
+    (project / "helpers.py").symlink_to(elsewhere / "helpers.py")
+    (project / "ds.json").symlink_to(elsewhere / "ds.json")
+    (project / "local.json").write_text("{}", encoding="utf-8")
+    index = ProjectIndex(ProjectRoot(project, whole_tree=True))
+    assert index.module(project / "helpers.py") is None
+    assert index.module(project / "train.py") is not None
+    assert read_config_file(project / "ds.json", project) is None
+    assert read_config_file(project / "local.json", project) is not None
+    # A config the code names outside the project is read as named.
+    assert read_config_file(elsewhere / "ds.json", project) is not None

@@ -225,6 +225,8 @@ class ProjectIndex:
             path = path.resolve()
         except (OSError, RuntimeError):  # a link loop: no module there
             return None
+        if not path.is_relative_to(self.root):
+            return None  # a link out of the project: not read, as files.read_regular refuses
         try:
             stat = path.stat()
         except OSError:
@@ -244,7 +246,7 @@ class ProjectIndex:
         if stat is None or not readable_file(stat):
             return None
         try:
-            data = path.read_bytes()
+            data = read_regular(path)  # never blocks, should it have become a FIFO since
             text = data.decode("utf-8-sig")
         except (OSError, UnicodeDecodeError):
             return None
@@ -296,7 +298,7 @@ class ProjectIndex:
             self.paths  # the walk that finds them
             self._launch = []
             for path in self._launch_files:
-                config = read_config_file(path)
+                config = read_config_file(path, self.root)
                 found = launch_precision_in(config) if config is not None else None
                 if found is not None:
                     self._launch.append(found)
@@ -536,7 +538,7 @@ class ProjectView:
         """The JSON object in the file `spelled` names (a DeepSpeed config), as
         a path from this module's directory or from the project root."""
         for base in (self.path.parent, self.index.root):
-            config = read_config_file(base / spelled)
+            config = read_config_file(base / spelled, self.index.root)
             if config is None:
                 continue
             self.consulted[str(config.path)] = config.digest

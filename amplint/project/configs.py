@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from amplint.files import readable_file
+from amplint.files import read_regular
 
 # The files a launch setting may live in: accelerate's YAML configs and the
 # shell scripts that call `accelerate launch`.
@@ -71,12 +72,14 @@ class ConfigFile:
         return hashlib.sha256(self.data).hexdigest()
 
 
-def read_config_file(path: Path) -> ConfigFile | None:
-    """A regular file within the read limit (never a FIFO), or None."""
+def read_config_file(path: Path, root: Path) -> ConfigFile | None:
+    """A regular file within the read limit (never a FIFO), or None; None too
+    for a link from inside the project `root` to a file outside it (a config
+    the code names outside the project, `/etc/ds.json`, is read as named)."""
+    lexical = os.path.normpath(os.path.join(root, path))
+    within = root if Path(lexical).is_relative_to(root) else None
     try:
-        if not readable_file(path.stat()):
-            return None
-        return ConfigFile(path.resolve(), path.read_bytes())
+        return ConfigFile(path.resolve(), read_regular(path, within=within))
     except (OSError, RuntimeError):
         return None
 
