@@ -138,11 +138,9 @@ def repository_top(directory: Path) -> Path:
 
 
 # What atomic writes name their temporary files: `.NAME.PID.RANDOM.amplint-tmp`
-# beside the file, so that one left by a killed run can be told from a live one.
+# beside the file NAME, by process PID (writes.Change records each in its journal).
 TEMPORARY_SUFFIX = ".amplint-tmp"
-_TEMPORARY_NAME = re.compile(
-    r"\.(?P<name>.+)\.(?P<pid>[0-9]+)\.[^.]+" + re.escape(TEMPORARY_SUFFIX)
-)
+TEMPORARY_NAME = re.compile(r"\.(?P<name>.+)\.(?P<pid>[0-9]+)\.[^.]+" + re.escape(TEMPORARY_SUFFIX))
 
 
 class SourceError(Exception):
@@ -276,7 +274,7 @@ def _encodes_to(text: str, encoding: str, raw: bytes) -> bool:
 
 
 def is_stale_temporary(entry: str, of_name: str | None = None) -> bool:
-    match = _TEMPORARY_NAME.fullmatch(entry)
+    match = TEMPORARY_NAME.fullmatch(entry)
     if match is None or (of_name is not None and match.group("name") != of_name):
         return False
     return process_gone(int(match.group("pid")))
@@ -303,8 +301,9 @@ class Discovered:
 
 @dataclass(frozen=True)
 class StaleTemporary:
-    """A temporary file a killed `fix --apply` left, found on the way: a run
-    that writes removes it (`remove_temporary`); a read-only one leaves it."""
+    """A file named as the temporaries of `fix --apply` are, by a process that
+    is gone, found on the way: worth a word, never deleted for its name (the
+    journal of the run that made it is what removes it: writes.complete_journal)."""
 
     path: Path
 

@@ -1,12 +1,15 @@
 """Writing rewrites: each file replaced in one step, and the files of one
-change (an apex program migrated whole) all or nothing, even when the run is
+run (an apex program migrated whole) all or nothing, even when the run is
 killed.
 
-A rewrite is written and synced beside its file (`prepare_write`), then
-renamed over it (`commit_writes`); the renames of a multi-file change are
-journaled first, and the next run that writes finishes a killed run's journal
-(`complete_journal`).  The temporary files are named by files.TEMPORARY_SUFFIX
-so that discovery can tell a killed run's from a live one's.
+A `Change` keeps a journal in a directory the user named.  Before it makes a
+temporary file it records the temporary's name there; the rewrite is written
+and synced into it beside its file (`Change.prepare`); then the journal gets
+the renames, is synced, and each temporary is renamed over its file
+(`Change.commit`).  The next run that writes finishes a killed run's journal
+(`complete_journal`): the renames it recorded are done, the temporaries it
+recorded are removed.  Nothing else is ever removed: a file merely named like
+amplint's temporaries is not amplint's to delete.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import hashlib
 import json
 import os
 import re
+import secrets
 import stat
 import tempfile
 from dataclasses import dataclass
@@ -22,11 +26,11 @@ from pathlib import Path
 from typing import Sequence
 
 from amplint.files import (
+    TEMPORARY_NAME,
     TEMPORARY_SUFFIX,
     SourceError,
     SourceFile,
     encode_source,
-    is_stale_temporary,
     process_gone,
     read_regular,
     real_path,
@@ -44,114 +48,163 @@ class PreparedWrite:
 
 
 def write_source_atomic(source: SourceFile, new_text: str) -> None:
-    """Replace one file's content in one step (see `prepare_write`)."""
-    commit_writes([prepare_write(source, new_text)], source.path.parent)
-
-
-def prepare_write(source: SourceFile, new_text: str) -> PreparedWrite:
-    """Write the new content to a temporary file beside the file, keeping its
-    mode, owner, group, extended attributes and encoding, synced to disk;
-    `commit_writes` renames it over the file, `abandon_write` drops it.
-
-    Renaming means a reader (or a crash) sees the old file or the new one,
-    never half of each.  It makes a new file, so a file with other hard links
-    (which would keep the old content) is refused, and so is one whose owner
-    or group the new file could not be given.
-    """
-    path = source.path
-    data = encode_source(new_text, source.encoding)
-    old = encode_source(source.text, source.encoding)
-    # Edited (or replaced) since it was read: writing would throw that away.
+    """Replace one file's content in one step (see `Change`)."""
+    change = Change(source.path.parent)
     try:
-        # Never waiting: a FIFO put in its place would block the read for ever.
-        unchanged = read_regular(path) == old
-    except OSError:
-        unchanged = False
-    if not unchanged:
-        raise SourceError("changed since amplint read it; not written")
-    status = path.stat()
-    # The mode bits, not os.access: root may write anything, but a file its
-    # owner marked read-only is one the user does not want changed.
-    if not status.st_mode & stat.S_IWUSR or not os.access(path, os.W_OK):
-        raise SourceError("file is not writable (read-only)")
-    if status.st_nlink > 1:
-        raise SourceError(
-            f"the file has {status.st_nlink} hard links, which replacing it would "
-            "part from the fix; not written"
-        )
-    _remove_stale_temporaries(path)
-    descriptor, temporary = tempfile.mkstemp(
-        prefix=f".{path.name}.{os.getpid()}.", suffix=TEMPORARY_SUFFIX, dir=path.parent
-    )
-    try:
-        with os.fdopen(descriptor, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(temporary, status.st_mode & 0o7777)
-        _give_ownership(temporary, status)
-        _keep_extended_attributes(path, temporary)
+        write = change.prepare(source, new_text)
     except BaseException:
-        abandon_write(temporary)
+        change.abandon()
         raise
-    return PreparedWrite(path, temporary, _sha256(old), _sha256(data))
+    problems = change.commit([write])
+    if problems:
+        raise SourceError(problems[0][1])
 
 
-def abandon_write(temporary: str | PreparedWrite) -> None:
-    name = temporary.temporary if isinstance(temporary, PreparedWrite) else temporary
-    try:
-        os.unlink(name)
-    except FileNotFoundError:
-        pass
+# A run's journal: JSON lines, `{"temporary": PATH}` for each temporary file
+# before it is made, then `{"renames": [[TARGET, TEMPORARY, OLD, NEW], ...]}`
+# before the first rename.  Deleted when the run is done with it.
+JOURNAL_PREFIX = ".amplint-journal."
+_JOURNAL_NAME = re.compile(re.escape(JOURNAL_PREFIX) + r"(?P<pid>[0-9]+)\.[^.]+\.json")
+
+
+class Change:
+    """The rewrites of one run, written as one change (see the module)."""
+
+    def __init__(self, journal_directory: Path) -> None:
+        self.journal_directory = journal_directory
+        self._journal: str | None = None
+        self._descriptor: int | None = None
+        self._temporaries: list[str] = []
+
+    def prepare(self, source: SourceFile, new_text: str) -> PreparedWrite:
+        """Write the new content to a temporary file beside the file, keeping
+        its mode, owner, group, extended attributes and encoding, synced to
+        disk; `commit` renames it over the file.
+
+        Renaming means a reader (or a crash) sees the old file or the new
+        one, never half of each.  It makes a new file, so a file with other
+        hard links (which would keep the old content) is refused, and so is
+        one whose owner or group the new file could not be given."""
+        path = source.path
+        data = encode_source(new_text, source.encoding)
+        old = encode_source(source.text, source.encoding)
+        # Edited (or replaced) since it was read: writing would throw that away.
+        try:
+            # Never waiting: a FIFO put in its place would block the read for ever.
+            unchanged = read_regular(path) == old
+        except OSError:
+            unchanged = False
+        if not unchanged:
+            raise SourceError("changed since amplint read it; not written")
+        status = path.stat()
+        # The mode bits, not os.access: root may write anything, but a file its
+        # owner marked read-only is one the user does not want changed.
+        if not status.st_mode & stat.S_IWUSR or not os.access(path, os.W_OK):
+            raise SourceError("file is not writable (read-only)")
+        if status.st_nlink > 1:
+            raise SourceError(
+                f"the file has {status.st_nlink} hard links, which replacing it would "
+                "part from the fix; not written"
+            )
+        temporary = self._new_temporary(path)
+        descriptor = os.open(
+            temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600
+        )
+        self._temporaries.append(temporary)  # made by this run: its to remove
+        try:
+            with os.fdopen(descriptor, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.chmod(temporary, status.st_mode & 0o7777)
+            _give_ownership(temporary, status)
+            _keep_extended_attributes(path, temporary)
+        except BaseException:
+            _remove(temporary)
+            raise
+        return PreparedWrite(path, temporary, _sha256(old), _sha256(data))
+
+    def _new_temporary(self, path: Path) -> str:
+        """A name for `path`'s temporary, recorded in the journal before the
+        file exists: whatever kills the run, every temporary it made is one
+        its journal names (a write, not a sync, survives SIGKILL)."""
+        if self._descriptor is None:
+            self._descriptor, self._journal = tempfile.mkstemp(
+                prefix=f"{JOURNAL_PREFIX}{os.getpid()}.", suffix=".json", dir=self.journal_directory
+            )
+        name = f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}{TEMPORARY_SUFFIX}"
+        temporary = str(path.resolve().parent / name)
+        self._append({"temporary": temporary})
+        return temporary
+
+    def _append(self, record: dict) -> None:
+        assert self._descriptor is not None
+        line = (json.dumps(record) + "\n").encode("utf-8")
+        while line:
+            line = line[os.write(self._descriptor, line) :]
+
+    def commit(self, writes: Sequence[PreparedWrite]) -> list[tuple[Path, str]]:
+        """Rename each prepared write over its file, the renames journaled and
+        synced first; the temporaries of writes left out are removed.  What
+        could not be renamed, each with why (nothing, as a rule)."""
+        problems: list[tuple[Path, str]] = []
+        if writes:
+            record = [
+                [str(write.path.resolve()), write.temporary, write.old_digest, write.new_digest]
+                for write in writes
+            ]
+            try:
+                self._append({"renames": record})
+                os.fsync(self._descriptor)
+                _sync_directory(self.journal_directory)
+            except BaseException:
+                self.abandon()
+                raise
+            renamed = 0
+            try:
+                for write in writes:
+                    os.replace(write.temporary, write.path)
+                    renamed += 1
+            except OSError as error:
+                # Not killed: an error of the file system's.  What is renamed
+                # stays renamed; the rest is tried once more, as the next run
+                # would, and what still fails is said file by file.
+                unfinished = dict(_finish(_renames(record[renamed:])))
+                for write in writes[renamed:]:
+                    why = unfinished.get(write.path.resolve())
+                    if why is not None:
+                        problems.append((write.path, f"{why} ({error.strerror or error})"))
+        unwritten = {path for path, _ in problems}
+        # A rewrite that could not be put in place stays where the message says.
+        self._close(keep={write.temporary for write in writes if write.path in unwritten})
+        return problems
+
+    def abandon(self) -> None:
+        """Remove every temporary this change made, and its journal."""
+        self._close(keep=set())
+
+    def _close(self, keep: set[str]) -> None:
+        for temporary in self._temporaries:
+            if temporary not in keep:
+                _remove(temporary)
+        self._temporaries = []
+        if self._descriptor is not None:
+            os.close(self._descriptor)
+            self._descriptor = None
+        if self._journal is not None:
+            _remove(self._journal)
+            self._journal = None
 
 
 def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-# A multi-file change renames its files one after another: before the first
-# rename it writes this journal of every rename, and deletes it after the
-# last, so that a run killed in between leaves what the next one needs to
-# finish the change (`complete_journal`): no program is left half migrated.
-JOURNAL_PREFIX = ".amplint-journal."
-_JOURNAL_NAME = re.compile(re.escape(JOURNAL_PREFIX) + r"(?P<pid>[0-9]+)\.[^.]+\.json")
-
-
-def commit_writes(writes: Sequence[PreparedWrite], journal_directory: Path) -> None:
-    """Rename each prepared write over its file: all of them, or (killed on
-    the way) a journal that lets the next run rename the rest."""
-    if len(writes) == 1:
-        os.replace(writes[0].temporary, writes[0].path)
-        return
-    if not writes:
-        return
-    record = [
-        [str(write.path.resolve()), write.temporary, write.old_digest, write.new_digest]
-        for write in writes
-    ]
-    descriptor, staged = tempfile.mkstemp(
-        prefix=f"{JOURNAL_PREFIX}{os.getpid()}.", suffix=".json", dir=journal_directory
-    )
+def _remove(path: str | Path) -> None:
     try:
-        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-            json.dump({"renames": record}, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        _sync_directory(journal_directory)
-    except BaseException:
-        os.unlink(staged)
-        for write in writes:
-            abandon_write(write)
-        raise
-    try:
-        for write in writes:
-            os.replace(write.temporary, write.path)
-    except BaseException:
-        # Not killed: an error of ours or the file system's.  What is renamed
-        # stays renamed; finish the rest now, as the next run would.
-        complete_journal(Path(staged))
-        raise
-    os.unlink(staged)
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 def _sync_directory(directory: Path) -> None:
@@ -167,44 +220,131 @@ def _sync_directory(directory: Path) -> None:
         os.close(descriptor)
 
 
-def complete_journal(journal: Path) -> list[str]:
-    """Finish the renames a killed run's journal lists; what happened, in
-    words (one line per file that could not be finished)."""
-    try:
-        renames = json.loads(read_regular(journal))["renames"]
-        entries = [
-            (Path(target), str(temporary), old, new) for target, temporary, old, new in renames
-        ]
-    except (OSError, ValueError, KeyError, TypeError):
-        # Killed while writing it: it is synced before the first rename, so
-        # nothing was renamed, and its files' temporaries are stale ones.
-        try:
-            os.unlink(journal)
-        except OSError:
-            pass
-        return []
+def _renames(record: list) -> list[tuple[Path, str, str, str]]:
+    return [(Path(target), temporary, old, new) for target, temporary, old, new in record]
+
+
+def _finish(renames: list[tuple[Path, str, str, str]]) -> list[tuple[Path, str]]:
+    """Do the renames a journal lists that are not done; the files that
+    could not be finished, each with why."""
     problems = []
-    for target, temporary, old, new in entries:
+    for target, temporary, old, new in renames:
         try:
             current = _sha256(read_regular(target))
         except OSError:
             current = None
         if current == new:
-            abandon_write(temporary)  # renamed before the kill
-        elif current == old and os.path.exists(temporary):
-            os.replace(temporary, target)
-        else:
-            problems.append(
-                f"{target}: changed since the interrupted `amplint fix` that rewrote the "
-                f"files beside it; its rewrite is left in {temporary}"
-            )
-    os.unlink(journal)
+            _remove(temporary)  # renamed already
+            continue
+        if current == old and os.path.exists(temporary):
+            try:
+                os.replace(temporary, target)
+                continue
+            except OSError:
+                pass
+        problems.append(
+            (target, f"its rewrite could not be put in place and is left in {temporary}")
+        )
     return problems
 
 
+class NotAJournal(ValueError):
+    """A file named like a journal that amplint did not write."""
+
+
+def complete_journal(journal: Path, areas: Sequence[Path]) -> list[str]:
+    """Finish the change a killed run's journal records: the renames it
+    listed are done, the temporaries it made are removed, and so is the
+    journal.  What happened, in words: one line per file that could not be
+    finished.  A journal whose records are not what amplint writes (a
+    temporary not named for the file beside it by the journal's process, a
+    file outside `areas`, the paths the user named) is left alone, and so is
+    every file it names."""
+    try:
+        temporaries, renames = _read_journal(journal, areas)
+    except NotAJournal as why:
+        return [f"{journal}: not a journal amplint wrote ({why}); left alone"]
+    except OSError:
+        return []
+    unfinished = {target for target, _ in _finish(renames)}
+    left = {temporary for target, temporary, _, _ in renames if target in unfinished}
+    for temporary in temporaries:
+        if temporary not in left and _is_regular(temporary):
+            _remove(temporary)
+    _remove(journal)
+    return [
+        f"{target}: changed since the interrupted `amplint fix` that rewrote the files "
+        f"beside it; its rewrite is left in {temporary}"
+        for target, temporary, _, _ in renames
+        if target in unfinished
+    ]
+
+
+def _read_journal(
+    journal: Path, areas: Sequence[Path]
+) -> tuple[list[str], list[tuple[Path, str, str, str]]]:
+    match = _JOURNAL_NAME.fullmatch(journal.name)
+    if match is None:
+        raise NotAJournal("its name")
+    pid = match.group("pid")
+    lines = read_regular(journal).decode("utf-8", errors="replace").splitlines()
+    records = []
+    for number, line in enumerate(lines):
+        try:
+            records.append(json.loads(line))
+        except ValueError:
+            if number < len(lines) - 1:  # the last line may be cut short by a kill
+                raise NotAJournal(f"line {number + 1} is not JSON") from None
+    temporaries: list[str] = []
+    renames: list[tuple[Path, str, str, str]] = []
+    roots = [real_path(area) for area in areas]
+    for record in records:
+        if isinstance(record, dict) and isinstance(record.get("temporary"), str):
+            temporaries.append(_own_temporary(record["temporary"], pid, roots))
+        elif isinstance(record, dict) and isinstance(record.get("renames"), list):
+            try:
+                renames = _renames(record["renames"])
+            except (TypeError, ValueError):
+                raise NotAJournal("its renames") from None
+            for target, temporary, old, new in renames:
+                _own_temporary(temporary, pid, roots)
+                if Path(temporary).parent / _temporary_of(temporary) != target:
+                    raise NotAJournal(f"{temporary} is not the temporary of {target}")
+        else:
+            raise NotAJournal("a record amplint does not write")
+    if any(temporary not in temporaries for _, temporary, _, _ in renames):
+        raise NotAJournal("a rename of a temporary it did not record")
+    return temporaries, renames
+
+
+def _own_temporary(temporary: str, pid: str, roots: Sequence[Path]) -> str:
+    """`temporary` when it is one the journal's process could have made: named
+    by files.TEMPORARY_NAME with that process's id, inside the named paths."""
+    match = TEMPORARY_NAME.fullmatch(os.path.basename(temporary))
+    parent = Path(os.path.dirname(temporary))
+    if match is None or match.group("pid") != pid or not parent.is_absolute():
+        raise NotAJournal(f"{temporary} is not named as its temporaries are")
+    if not any(parent == root or root in parent.parents for root in roots):
+        raise NotAJournal(f"{temporary} is outside the paths named")
+    return temporary
+
+
+def _temporary_of(temporary: str) -> str:
+    match = TEMPORARY_NAME.fullmatch(os.path.basename(temporary))
+    assert match is not None
+    return match.group("name")
+
+
+def _is_regular(path: str) -> bool:
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
 def journal_directories(paths: Sequence[Path]) -> list[Path]:
-    """Where a run naming `paths` keeps the journal of a multi-file change, and
-    where the next run naming them looks for one: each directory named, or the
+    """Where a run naming `paths` keeps the journal of its change, and where
+    the next run naming them looks for one: each directory named, or the
     directory of each file named."""
     directories = []
     for path in paths or (Path("."),):
@@ -274,22 +414,6 @@ def _keep_extended_attributes(original: Path, temporary: str) -> None:
             ) from None
 
 
-def _remove_stale_temporaries(path: Path) -> None:
-    """Delete the temporary files a killed amplint left while writing `path`.
-    (Discovery removes them from the directories it walks; this covers files
-    named alone, as pre-commit names them.)"""
-    try:
-        names = [entry.name for entry in os.scandir(path.parent)]
-    except OSError:
-        return
-    for name in names:
-        if name.endswith(TEMPORARY_SUFFIX) and is_stale_temporary(name, of_name=path.name):
-            try:
-                os.unlink(path.parent / name)
-            except OSError:
-                pass
-
-
 def writable_target(path: Path, named: Sequence[Path], through_links: bool = False) -> Path:
     """Where writing `path` goes: the file itself, or the file a link names.
 
@@ -309,14 +433,3 @@ def writable_target(path: Path, named: Sequence[Path], through_links: bool = Fal
             "(--write-through-links writes it)"
         )
     return real
-
-
-def remove_temporary(path: Path) -> bool:
-    """Delete a stale temporary, only if it is still a regular file of a dead run."""
-    try:
-        if not stat.S_ISREG(os.lstat(path).st_mode) or not is_stale_temporary(path.name):
-            return False
-        os.unlink(path)
-    except OSError:
-        return False
-    return True

@@ -52,6 +52,13 @@ def assert_declined(text: str, reason: str) -> None:
     assert fixed(text) == text
 
 
+def dead_pid() -> int:
+    """The id of a process that has ended (and, for now, of no other)."""
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    return process.pid
+
+
 def run_cli(*args: str | Path) -> Result:
     return CliRunner().invoke(main, [str(arg) for arg in args], catch_exceptions=False)
 

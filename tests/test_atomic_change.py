@@ -11,6 +11,8 @@ original or every module is migrated, and nothing of amplint's is left.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shutil
 import signal
@@ -20,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import FIXTURES
+from tests.helpers import FIXTURES, dead_pid, run_cli
 
 PROGRAM = FIXTURES / "apex" / "apex_trainer"
 MIGRATE = ["fix", "--apply", "--unsafe-fixes", "--no-cache"]
@@ -109,3 +111,91 @@ def test_a_killed_migration_is_finished_or_untouched(
         assert texts in (migrated, _texts(PROGRAM))
     leftovers = [p.name for p in program.iterdir() if p.name.startswith(".")]
     assert leftovers == [], leftovers
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")
+def test_only_the_temporaries_a_killed_run_recorded_are_removed(tmp_path: Path) -> None:
+    """A file merely named as amplint's temporaries are (a repository can
+    commit one) is never deleted; what a killed run recorded is, by the next
+    run that writes, and never by `check`."""
+    program = tmp_path / "program"
+    shutil.copytree(PROGRAM, program)
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLER, "fsync", "1", *MIGRATE, str(program)],
+        capture_output=True,
+        text=True,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    recorded = sorted(p.name for p in program.glob(".*.amplint-tmp"))
+    assert len(recorded) == 2 and len(list(program.glob(".amplint-journal.*"))) == 1
+    planted = program / f".train.py.{dead_pid()}.k2j4x.amplint-tmp"
+    planted.write_text("a file of the repository's")
+    leftovers = sorted(p.name for p in program.iterdir() if p.name.startswith("."))
+    read_only = _amplint("check", "--no-cache", program)
+    assert sorted(p.name for p in program.iterdir() if p.name.startswith(".")) == leftovers
+    assert f"{planted}: named as the temporary files of an interrupted" in read_only.stderr
+    after = _amplint("fix", "--apply", "--no-cache", "--select", "AMP001", program)
+    assert [p.name for p in program.iterdir() if p.name.startswith(".")] == [planted.name]
+    assert _texts(program) == _texts(PROGRAM)
+    assert f"{planted}: named as amplint's temporary files, but no interrupted" in after.stderr
+
+
+@pytest.mark.parametrize("forgery", ["outside file", "another process's name", "not JSON"])
+def test_a_journal_amplint_did_not_write_is_left_alone(tmp_path: Path, forgery: str) -> None:
+    """A repository can commit a file named as a killed run's journal: what it
+    names is neither deleted nor renamed (a forged journal once told amplint to
+    delete a file anywhere the user could write)."""
+    program = tmp_path / "program"
+    shutil.copytree(PROGRAM, program)
+    victim = tmp_path / "outside" / f".train.py.{dead_pid()}.k2j4x.amplint-tmp"
+    victim.parent.mkdir()
+    victim.write_text("the user's")
+    pid = dead_pid()
+    beside = program / f".train.py.{pid + 1}.k2j4x.amplint-tmp"
+    beside.write_text("the repository's")
+    named = {"outside file": str(victim), "another process's name": str(beside)}.get(forgery)
+    journal = program / f".amplint-journal.{pid}.x1.json"
+    if named is None:
+        journal.write_text("{\nnot json\n{}\n")
+    else:
+        target = str((program / "train.py").resolve())
+        digest = hashlib.sha256((program / "train.py").read_bytes()).hexdigest()
+        journal.write_text(
+            json.dumps({"temporary": named})
+            + "\n"
+            + json.dumps({"renames": [[target, named, "0" * 64, digest]]})
+            + "\n"
+        )
+    after = _amplint("fix", "--apply", "--no-cache", "--select", "AMP001", program)
+    assert f"{journal}: not a journal amplint wrote" in after.stderr, after.stderr
+    assert victim.read_text() == "the user's" and beside.read_text() == "the repository's"
+    assert journal.exists() and _texts(program) == _texts(PROGRAM)
+
+
+def test_a_rename_that_fails_is_said_for_its_file_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The file system refuses one rename of a change: the others are put in
+    place and counted, the refused one is named with where its rewrite is."""
+    program = tmp_path / "program"
+    shutil.copytree(PROGRAM, program)
+    original = os.replace
+
+    def refusing(source, target, *args, **kwargs):
+        if str(target).endswith("trainer.py"):
+            raise PermissionError(13, "Permission denied")
+        return original(source, target, *args, **kwargs)
+
+    monkeypatch.setattr(os, "replace", refusing)
+    result = run_cli(*MIGRATE, program)
+    assert result.exit_code == 2
+    errors = [line for line in result.stderr.splitlines() if "cannot write" in line]
+    assert (
+        len(errors) == 1 and "trainer.py: cannot write: its rewrite could not be put" in errors[0]
+    )
+    assert "(Permission denied)" in errors[0]
+    left = [p for p in program.iterdir() if p.name.startswith(".")]
+    assert [p.name.startswith(".trainer.py.") for p in left] == [True]
+    texts = _texts(program)
+    assert texts["trainer.py"] == _texts(PROGRAM)["trainer.py"]
+    assert texts["train.py"] != _texts(PROGRAM)["train.py"]

@@ -37,12 +37,7 @@ from amplint.report.text import concise, full
 from amplint.runner import default_jobs, run
 from amplint.terminal import COLOR_CHOICES, ProgressBar, choose_color, color
 from amplint.triggers import ALL_CODES
-from amplint.writes import (
-    complete_journal,
-    journal_directories,
-    journals_in,
-    remove_temporary,
-)
+from amplint.writes import complete_journal, journal_directories, journals_in
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report a process Ctrl-C ended
@@ -218,15 +213,20 @@ def run_paths(
         )
     finally:
         progress.close()
-    # Only a run that writes deletes anything: `check` is read-only.
+    # Deleted only by the journal that recorded it, which a run that writes
+    # finished before reading anything: what is still here, no journal named.
     for path in stale:
-        if not writes:
+        if writes:
             say_warning(
-                f"{path}: a temporary file an interrupted `amplint fix --apply` left "
-                "(the next `fix --apply` removes it)"
+                f"{path}: named as amplint's temporary files, but no interrupted "
+                "`amplint fix` recorded it; left alone"
             )
-        elif remove_temporary(path):
-            say_warning(f"{path}: removed, a temporary file an interrupted `amplint fix` left")
+        else:
+            say_warning(
+                f"{path}: named as the temporary files of an interrupted `amplint fix "
+                "--apply`; the next `fix --apply` of these paths removes it if that run "
+                "recorded it"
+            )
     # As ruff does: a directory that held nothing to check is worth a word
     # (a typo, or everything excluded), not a silent "All checks passed".
     for path in paths or (Path("."),):
@@ -245,7 +245,8 @@ def run_paths(
 def _interrupted_changes(paths: tuple[Path, ...], writes: bool) -> None:
     """A multi-file change a killed `fix --apply` left half renamed: a run that
     writes finishes it before reading anything, a read-only one says so."""
-    for directory in journal_directories(paths):
+    directories = journal_directories(paths)
+    for directory in directories:
         for journal in journals_in(directory):
             if not writes:
                 say_warning(
@@ -253,9 +254,11 @@ def _interrupted_changes(paths: tuple[Path, ...], writes: bool) -> None:
                     "written; the next `fix --apply` of these paths finishes it"
                 )
                 continue
-            for problem in complete_journal(journal):
+            problems = complete_journal(journal, directories)
+            for problem in problems:
                 say_warning(problem)
-            say_warning(f"{journal}: finished the change an interrupted `amplint fix` began")
+            if not journal.exists():
+                say_warning(f"{journal}: finished the change an interrupted `amplint fix` began")
 
 
 def stdin_source(stdin_filename: Path | None, raw: bytes) -> SourceFile:

@@ -43,14 +43,7 @@ from amplint.report.text import (
 )
 from amplint.runner import Mode, run_source
 from amplint.terminal import color
-from amplint.writes import (
-    PreparedWrite,
-    abandon_write,
-    commit_writes,
-    journal_directories,
-    prepare_write,
-    writable_target,
-)
+from amplint.writes import Change, PreparedWrite, journal_directories, writable_target
 
 
 @click.command()
@@ -158,6 +151,7 @@ def carry_out(
     said on stderr as it comes."""
     done = Done()
     reports = run_paths(paths, settings, run_options, writes=write, fixing=True, unsafe=unsafe)
+    change = Change(journal_directories(paths)[0])
     prepared: list[tuple[FileReport, PreparedWrite]] = []
     for report in reports:
         if report.error is not None:
@@ -172,21 +166,22 @@ def carry_out(
         try:
             target = writable_target(report.path, paths or (Path("."),), write_through_links)
             prepared.append(
-                (report, prepare_write(replace(report.source, path=target), report.fixed_text))
+                (report, change.prepare(replace(report.source, path=target), report.fixed_text))
             )
         except (SourceError, OSError) as error:
             _not_written(done, report, f"cannot write: {os_reason(error)}")
+        except BaseException:
+            change.abandon()
+            raise
     if write:
-        _commit(done, prepared, paths)
+        _commit(done, change, prepared)
     return done
 
 
-def _commit(
-    done: Done, prepared: list[tuple[FileReport, PreparedWrite]], paths: tuple[Path, ...]
-) -> None:
+def _commit(done: Done, change: Change, prepared: list[tuple[FileReport, PreparedWrite]]) -> None:
     """Rename every prepared rewrite over its file, as one change: a file
     whose partner (another module of the same migration) could not be written
-    is not written either, and the renames are journaled (writes.commit_writes)."""
+    is not written either (writes.Change)."""
     failed = {real_path(path) for path, _ in done.errors}
     kept = []
     for report, write in prepared:
@@ -198,17 +193,20 @@ def _commit(
         }
         lost = sorted(str(path) for path in partners & failed)
         if lost:
-            abandon_write(write)
             _not_written(done, report, f"not written: the same change rewrites {', '.join(lost)}")
         else:
             kept.append((report, write))
     try:
-        commit_writes([write for _, write in kept], journal_directories(paths)[0])
-    except OSError as error:
+        unwritten = dict(change.commit([write for _, write in kept]))
+    except OSError as error:  # the journal could not be written: nothing was
         for report, _ in kept:
             _not_written(done, report, f"cannot write: {os_reason(error)}")
         return
-    done.changed += [report for report, _ in kept]
+    for report, write in kept:
+        if write.path in unwritten:
+            _not_written(done, report, f"cannot write: {unwritten[write.path]}")
+        else:
+            done.changed.append(report)
 
 
 def _not_written(done: Done, report: FileReport, why: str) -> None:
