@@ -5,10 +5,8 @@ same whichever way the work was done."""
 
 from __future__ import annotations
 
-import faulthandler
 import importlib
 import os
-import pickle
 import signal
 import threading
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -16,7 +14,7 @@ from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, NamedTuple, Sequence
+from typing import Callable, Iterator, NamedTuple, Sequence
 
 from amplint.cache import ResultCache
 from amplint.config import Settings
@@ -33,13 +31,14 @@ from amplint.files import (
 from amplint.diagnostics import Applicability, FileReport, is_applicable
 from amplint.project import ProjectRoot, ProjectRoots, find_project_root
 from amplint.triggers import ALL_CODES, text_may_fire
+from amplint.workers import Lost, Workers
 
 # Below this much text to analyse, starting processes costs more than it saves:
 # libcst reads about half a megabyte a second, a forked worker starts in ~20 ms.
 PARALLEL_MIN_CHARS = 256 * 1024
 
-# Whether files analysed serially are analysed in a forked process (where
-# there is fork), so that a crash in native code costs one file, not the run.
+# Whether files are analysed in forked workers (amplint/workers.py), where
+# there is fork: a crash in native code costs one file, not the run.
 ISOLATED = hasattr(os, "fork")
 
 
@@ -256,108 +255,71 @@ def _analyse(
 ) -> Iterator[tuple[_Work, FileReport]]:
     if not work:
         return
-    # Loaded once here, before any fork, rather than in each child: a run
+    # Loaded once here, before any fork, rather than in each worker: a run
     # with nothing to analyse never loads libcst and the rules at all.
     importlib.import_module("amplint.engine")
 
     workers = min(jobs, len(work))
     if workers < 2 or sum(len(item.source.code) for item in work) < PARALLEL_MIN_CHARS:
-        yield from _in_child(work, settings, mode)
+        workers = 1
+    else:  # largest first: the longest parse starts at once instead of last
+        work = sorted(work, key=lambda item: len(item.source.code), reverse=True)
+    if not ISOLATED:
+        yield from _in_pool(work, workers, settings, mode)
         return
-    # Largest first: the longest parse starts at once instead of last.
-    ordered = sorted(work, key=lambda item: len(item.source.code), reverse=True)
-    unfinished = yield from _in_pool(ordered, workers, settings, mode)
-    # A worker died (a crash in native code, the OOM killer) and took the pool
-    # with it.  Each file left runs alone now, so only the culprit fails.
+
+    def analyse(item: _Work) -> FileReport:
+        return _analyse_one(item.source, item.codes, settings, mode, item.project_root)
+
+    # Each file's own alarm stops Python code at file-time-limit; the watchdog,
+    # a little later, stops native code (libcst's parser) that the alarm cannot.
+    deadline = settings.file_time_limit * 1.1 + WATCHDOG_GRACE_S
+    for index, result in Workers(work, analyse, workers, deadline).results():
+        item = work[index]
+        if isinstance(result, Lost):
+            yield item, FileReport(item.source.path, error=_lost_message(result, settings))
+        else:
+            yield item, result
+
+
+# How long past its file-time-limit the watchdog lets a file's analysis run.
+WATCHDOG_GRACE_S = 5.0
+
+
+def _lost_message(lost: Lost, settings: Settings) -> str:
+    if lost.overdue:
+        return _over_budget_message(settings)
+    return f"internal error: the process analysing this file {lost.why}"
+
+
+def _over_budget_message(settings: Settings) -> str:
+    return f"not analysed: took longer than file-time-limit {settings.file_time_limit:g} s"
+
+
+def _in_pool(
+    work: list[_Work], workers: int, settings: Settings, mode: Mode
+) -> Iterator[tuple[_Work, FileReport]]:
+    """Without fork (Windows): in this process, or in a pool of `workers`;
+    a worker's death (a crash in native code) takes the pool with it, and
+    each file left then runs alone, so that only the culprit fails."""
+    if workers < 2:
+        for item in work:
+            yield item, _analyse_one(item.source, item.codes, settings, mode, item.project_root)
+        return
+    unfinished = yield from _pool(work, workers, settings, mode)
     for item in unfinished:
-        alone = yield from _in_pool([item], 1, settings, mode)
+        alone = yield from _pool([item], 1, settings, mode)
         for lost in alone:
             yield lost, FileReport(
                 lost.source.path, error="internal error: the process analysing this file died"
             )
 
 
-def _in_child(
-    work: list[_Work], settings: Settings, mode: Mode
-) -> Iterator[tuple[_Work, FileReport]]:
-    """Analyse `work` in order in one forked process, which sends each report
-    back as it is done.  libcst's native parser can take its process down
-    (an `or` of thousands of terms overflows its stack): then only the file
-    it was on gets an error, and a new process goes on with the rest."""
-    if not ISOLATED:
-        for item in work:
-            yield item, _analyse_one(item.source, item.codes, settings, mode, item.project_root)
-        return
-    pending = list(work)
-    while pending:
-        done, died = yield from _forked(pending, settings, mode)
-        pending = pending[done:]
-        if pending:
-            lost = pending.pop(0)
-            yield lost, FileReport(
-                lost.source.path, error=f"internal error: the process analysing this file {died}"
-            )
-
-
-def _forked(
-    work: list[_Work], settings: Settings, mode: Mode
-) -> Iterator[tuple[_Work, FileReport]]:
-    """Analyse `work` in a child process until it finishes or dies; returns
-    how many reports came back and, when it died, how."""
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: reports go down the pipe, nothing else leaves it
-        status = 0
-        # A death here (libcst's native parser overflowing its stack) is
-        # reported by the parent in one line naming the file; a stack dump of
-        # it (pytest, or python -X faulthandler, turns the handler on) reads
-        # like a failure of amplint's own.
-        faulthandler.disable()
-        try:
-            os.close(read_end)
-            with os.fdopen(write_end, "wb") as pipe:
-                for item in work:
-                    report = _analyse_one(
-                        item.source, item.codes, settings, mode, item.project_root
-                    )
-                    data = pickle.dumps(report, protocol=pickle.HIGHEST_PROTOCOL)
-                    pipe.write(len(data).to_bytes(8, "little") + data)
-                    pipe.flush()
-        except BaseException:
-            status = 1
-        finally:
-            os._exit(status)  # no atexit handlers, no flushing the parent's buffers
-    os.close(write_end)
-    done, exited = 0, False
-    try:
-        with os.fdopen(read_end, "rb") as pipe:
-            while done < len(work):
-                header = pipe.read(8)
-                data = pipe.read(int.from_bytes(header, "little")) if len(header) == 8 else b""
-                if not data:
-                    break
-                report = pickle.loads(data)
-                yield work[done], report
-                done += 1
-        _, status = os.waitpid(pid, 0)
-        exited = True
-    finally:
-        if not exited:  # interrupted, or the caller stopped early
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-    if done == len(work):
-        return done, ""
-    if os.WIFSIGNALED(status):
-        return done, f"died ({signal.Signals(os.WTERMSIG(status)).name})"
-    return done, f"died (exit status {os.WEXITSTATUS(status)})"
-
-
-def _in_pool(
-    work: Iterable[_Work], workers: int, settings: Settings, mode: Mode
+def _pool(
+    work: list[_Work], workers: int, settings: Settings, mode: Mode
 ) -> Iterator[tuple[_Work, FileReport]]:
     """Analyse `work` in a pool; returns the items whose results were lost."""
     finished: set[int] = set()
-    work = list(work)
     try:
         with ProcessPoolExecutor(max_workers=workers) as pool:
             futures = {
@@ -389,12 +351,7 @@ def _analyse_one(
         with _time_limit(settings.file_time_limit):
             report = analyse_source(source, codes, settings, *mode, project_root=project_root)
     except _OverBudget:
-        return FileReport(
-            source.path,
-            error=(
-                f"not analysed: took longer than file-time-limit {settings.file_time_limit:g} s"
-            ),
-        )
+        return FileReport(source.path, error=_over_budget_message(settings))
     except Exception as error:  # a bug must not end the run for the other files
         return FileReport(source.path, error=f"internal error: {describe(error)}")
     report.source = None  # the parent has it: do not send the text back

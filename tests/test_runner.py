@@ -4,11 +4,12 @@ run is, never what it reports."""
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -37,16 +38,16 @@ def _summary(reports) -> list[tuple]:
 
 @pytest.fixture
 def pool_starts(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Worker pools even for a small tree; records each pool's size."""
+    """Several workers even for a small tree; records how many each run starts."""
     started: list[int] = []
 
-    class CountingPool(runner.ProcessPoolExecutor):
-        def __init__(self, max_workers: int) -> None:
-            started.append(max_workers)
-            super().__init__(max_workers=max_workers)
+    class CountingWorkers(runner.Workers):
+        def __init__(self, jobs, analyse, count: int, deadline) -> None:
+            started.append(count)
+            super().__init__(jobs, analyse, count, deadline)
 
     monkeypatch.setattr(runner, "PARALLEL_MIN_CHARS", 0)
-    monkeypatch.setattr(runner, "ProcessPoolExecutor", CountingPool)
+    monkeypatch.setattr(runner, "Workers", CountingWorkers)
     return started
 
 
@@ -54,47 +55,82 @@ def pool_starts(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 @pytest.mark.parametrize("fixing", [False, True])
 def test_workers_report_what_one_process_reports(pool_starts: list[int], fixing: bool) -> None:
     alone = runner.run([FIXTURES], SETTINGS, fixing=fixing, jobs=1)
-    assert pool_starts == []
+    assert pool_starts == [1]
     together = runner.run([FIXTURES], SETTINGS, fixing=fixing, jobs=2)
-    assert pool_starts == [2]
+    assert pool_starts == [1, 2]
     assert _summary(together) == _summary(alone)
     assert any(report.diagnostics for report in alone)
     assert not fixing or any(report.fixed_text for report in alone)
 
 
-def test_small_runs_start_no_workers(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(runner, "ProcessPoolExecutor", None)  # any use would fail
+def test_small_runs_start_one_worker(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    started: list[int] = []
+
+    class CountingWorkers(runner.Workers):
+        def __init__(self, jobs, analyse, count: int, deadline) -> None:
+            started.append(count)
+            super().__init__(jobs, analyse, count, deadline)
+
+    monkeypatch.setattr(runner, "Workers", CountingWorkers)
     (tmp_path / "a.py").write_text(DEPRECATED)
     (tmp_path / "b.py").write_text(DEPRECATED)
     reports = runner.run([tmp_path], Settings(root=tmp_path), jobs=8)
     assert [len(report.diagnostics) for report in reports] == [1, 1]
+    assert started == [1]
 
 
 _ANALYSE_ONE = runner._analyse_one
 
 
 def _dies_on_crash_py(source, *args):
-    """Pickled by name into the workers, hence at module level."""
+    """Reaches the forked workers through the module."""
     if source.path.name == "crash.py":
         os._exit(3)  # as a segfault in native code or the OOM killer would
     return _ANALYSE_ONE(source, *args)
 
 
-@pytest.mark.skipif(
-    multiprocessing.get_start_method() != "fork",
-    reason="the patched worker reaches children by fork",
-)
+def _stuck_in_native_code_on_slow_py(source, *args):
+    if source.path.name == "slow.py":
+        # Native code holds the interpreter: the file's own alarm cannot stop it.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+        time.sleep(600)
+    return _ANALYSE_ONE(source, *args)
+
+
+@pytest.mark.skipif(not runner.ISOLATED, reason="workers are forked")
+@pytest.mark.parametrize("jobs", [1, 2])
 def test_a_worker_that_dies_costs_only_its_own_file(
-    pool_starts: list[int], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    pool_starts: list[int], monkeypatch: pytest.MonkeyPatch, tmp_path: Path, jobs: int
 ) -> None:
     monkeypatch.setattr(runner, "_analyse_one", _dies_on_crash_py)
     for name in ("a.py", "crash.py", "z.py"):
         (tmp_path / name).write_text(DEPRECATED)
-    reports = runner.run([tmp_path], Settings(root=tmp_path), jobs=2)
+    reports = runner.run([tmp_path], Settings(root=tmp_path), jobs=jobs)
     assert [report.path.name for report in reports] == ["a.py", "crash.py", "z.py"]
     assert [report.error for report in reports] == [
         None,
-        "internal error: the process analysing this file died",
+        "internal error: the process analysing this file died (exit status 3)",
+        None,
+    ]
+    assert len(reports[0].diagnostics) == len(reports[2].diagnostics) == 1
+
+
+@pytest.mark.skipif(not runner.ISOLATED, reason="workers are forked")
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_file_stuck_in_native_code_is_stopped_at_its_time_limit(
+    pool_starts: list[int], monkeypatch: pytest.MonkeyPatch, tmp_path: Path, jobs: int
+) -> None:
+    monkeypatch.setattr(runner, "_analyse_one", _stuck_in_native_code_on_slow_py)
+    monkeypatch.setattr(runner, "WATCHDOG_GRACE_S", 0.5)
+    for name in ("a.py", "slow.py", "z.py"):
+        (tmp_path / name).write_text(DEPRECATED)
+    started = time.monotonic()
+    settings = Settings(root=tmp_path, file_time_limit=1.0)
+    reports = runner.run([tmp_path], settings, jobs=jobs)
+    assert time.monotonic() - started < 30
+    assert [report.error for report in reports] == [
+        None,
+        "not analysed: took longer than file-time-limit 1 s",
         None,
     ]
     assert len(reports[0].diagnostics) == len(reports[2].diagnostics) == 1

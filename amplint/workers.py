@@ -1,0 +1,209 @@
+"""Forked worker processes that analyse one file at a time and can be stopped
+in the middle of one.
+
+Each worker is forked from the run (so it has the files' texts and the loaded
+rules without being sent them), reads the index of its next job from a pipe
+and writes the result back.  The run watches every worker: one that dies
+(libcst's native parser overflowing its stack, the OOM killer) costs only the
+job it was on, and one still on a job past `deadline` seconds is killed, which
+the analysis's own alarm cannot do while native code runs.  A new worker takes
+over from either.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+import pickle
+import selectors
+import signal
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Callable, Generic, Iterator, Sequence, TypeVar
+
+Job = TypeVar("Job")
+Result = TypeVar("Result")
+
+_INDEX_BYTES = 4
+_LENGTH_BYTES = 8
+
+
+@dataclass(frozen=True)
+class Lost:
+    """A job whose worker died, or was stopped past the deadline (`overdue`):
+    what happened, in words."""
+
+    why: str
+    overdue: bool = False
+
+
+@dataclass
+class _Worker:
+    pid: int
+    jobs: int  # the run writes job indices here
+    results: int  # and reads results here
+    job: int | None = None
+    started: float = 0.0
+
+
+class Workers(Generic[Job, Result]):
+    """`analyse` applied to each of `jobs` in up to `count` forked workers."""
+
+    def __init__(
+        self,
+        jobs: Sequence[Job],
+        analyse: Callable[[Job], Result],
+        count: int,
+        deadline: float | None,
+    ) -> None:
+        self._jobs = jobs
+        self._analyse = analyse
+        self._count = max(1, min(count, len(jobs)))
+        self._deadline = deadline
+        self._pending = deque(range(len(jobs)))
+        self._workers: dict[int, _Worker] = {}  # by the descriptor results arrive on
+        self._selector = selectors.DefaultSelector()
+
+    def results(self) -> Iterator[tuple[int, Result | Lost]]:
+        """(index, result) for every job, in the order they finish."""
+        try:
+            for _ in range(self._count):
+                if self._pending:
+                    self._give_next(self._start())
+            while self._workers:
+                for key, _ in self._selector.select(self._time_left()):
+                    yield from self._receive(self._workers[key.fd])
+                yield from self._stop_overdue()
+        finally:
+            for worker in list(self._workers.values()):
+                self._end(worker, kill=True)
+            self._selector.close()
+
+    # -- the run's side ---------------------------------------------------------
+    def _start(self) -> _Worker:
+        to_worker, jobs = os.pipe()
+        results, from_worker = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(jobs)
+            os.close(results)
+            for other in self._workers.values():  # their pipes must end when they do
+                os.close(other.jobs)
+                os.close(other.results)
+            self._serve(to_worker, from_worker)
+        os.close(to_worker)
+        os.close(from_worker)
+        worker = _Worker(pid, jobs, results)
+        self._workers[results] = worker
+        self._selector.register(results, selectors.EVENT_READ)
+        return worker
+
+    def _give_next(self, worker: _Worker) -> None:
+        if not self._pending:
+            self._end(worker, kill=False)
+            return
+        worker.job, worker.started = self._pending.popleft(), time.monotonic()
+        try:
+            os.write(worker.jobs, worker.job.to_bytes(_INDEX_BYTES, "little"))
+        except BrokenPipeError:
+            pass  # it died before reading: its end of the results pipe says so
+
+    def _receive(self, worker: _Worker) -> Iterator[tuple[int, Result | Lost]]:
+        data = _read_message(worker.results)
+        job = worker.job
+        if data is None:  # it died
+            status = self._end(worker, kill=False)
+            if job is not None:
+                yield job, Lost(_death(status))
+            if self._pending:
+                self._give_next(self._start())
+            return
+        worker.job = None
+        yield job, pickle.loads(data)
+        self._give_next(worker)
+
+    def _time_left(self) -> float | None:
+        if self._deadline is None:
+            return None
+        started = [worker.started for worker in self._workers.values() if worker.job is not None]
+        if not started:
+            return None
+        return max(0.0, min(started) + self._deadline - time.monotonic())
+
+    def _stop_overdue(self) -> Iterator[tuple[int, Result | Lost]]:
+        if self._deadline is None:
+            return
+        now = time.monotonic()
+        for worker in list(self._workers.values()):
+            if worker.job is not None and now - worker.started >= self._deadline:
+                job = worker.job
+                self._end(worker, kill=True)
+                yield job, Lost(f"took longer than {self._deadline:g} s", overdue=True)
+                if self._pending:
+                    self._give_next(self._start())
+
+    def _end(self, worker: _Worker, kill: bool) -> int:
+        """Close `worker`'s pipes (so it exits, if it is reading) and reap it."""
+        if kill:
+            try:
+                os.kill(worker.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self._selector.unregister(worker.results)
+        del self._workers[worker.results]
+        os.close(worker.jobs)
+        os.close(worker.results)
+        _, status = os.waitpid(worker.pid, 0)
+        return status
+
+    # -- the worker's side ------------------------------------------------------
+    def _serve(self, jobs: int, results: int) -> None:
+        """The worker: results go down the pipe, nothing else leaves it."""
+        status = 0
+        # A death here is reported by the run in one line naming the file; a
+        # stack dump of it (pytest, or python -X faulthandler, turns the
+        # handler on) reads like a failure of amplint's own.
+        faulthandler.disable()
+        try:
+            while index := _read_exactly(jobs, _INDEX_BYTES):
+                result = self._analyse(self._jobs[int.from_bytes(index, "little")])
+                data = pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)
+                _write_all(results, len(data).to_bytes(_LENGTH_BYTES, "little") + data)
+        except BaseException:
+            status = 1
+        finally:
+            os._exit(status)  # no atexit handlers, no flushing the run's buffers
+
+
+def _death(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        return f"died ({signal.Signals(os.WTERMSIG(status)).name})"
+    return f"died (exit status {os.WEXITSTATUS(status)})"
+
+
+def _read_message(descriptor: int) -> bytes | None:
+    header = _read_exactly(descriptor, _LENGTH_BYTES)
+    if len(header) < _LENGTH_BYTES:
+        return None
+    length = int.from_bytes(header, "little")
+    data = _read_exactly(descriptor, length)
+    return data if len(data) == length else None
+
+
+def _read_exactly(descriptor: int, size: int) -> bytes:
+    """`size` bytes, or fewer where the pipe ended first."""
+    chunks, got = [], 0
+    while got < size:
+        chunk = os.read(descriptor, min(size - got, 1 << 20))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
+def _write_all(descriptor: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(descriptor, view) :]
