@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -112,11 +113,15 @@ def test_a_crash_names_the_run_and_shows_its_error() -> None:
 def test_a_hang_is_killed_after_the_timeout() -> None:
     # The timeout must leave room for importing torch and two steps on a loaded CI machine
     # (2 cores, another test worker beside it): 5 s once stopped the run at 0 of 10 steps.
+    # It failed once more on a 16-core GPU machine running 14 test workers: the
+    # count says how far the run got, and a machine too loaded to import torch
+    # in time kills it before step 2; the kill and its message are what count.
     result = run_cli("verify", VERIFY / "hangs.py", *CPU_BF16, "--timeout", "30")
     assert result.exit_code == 1
-    assert "the baseline run hung: no end within --timeout 30 s (killed after 2 of 10 steps)" in (
-        result.stderr
-    )
+    assert re.search(
+        r"the baseline run hung: no end within --timeout 30 s \(killed after [0-2] of 10 steps\)",
+        result.stderr,
+    ), result.stderr[-2000:]
 
 
 def test_no_training_step_is_nothing_to_verify() -> None:
