@@ -9,7 +9,11 @@ autocast at all: a "pure fp16" script that added a scaler.
 Matched within one module: an unconditional cast of `X` (`X.half()`, `X =
 X.to(torch.float16)`, `X = Net().cuda().half()`), an optimizer built from
 `X.parameters()` and bound to `O`, and `S.step(O)` or `S.unscale_(O)` on a
-GradScaler `S` made in the module.
+GradScaler `S` made in the module.  Each name is the same variable only where
+Python says so: a function's own local `model` is not its sibling's (test
+classes reuse `model`, `optimizer` in every method), `self.model` is one
+attribute across a class's methods, and a name a function receives as a
+parameter may be any caller's.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import libcst as cst
 from amplint.analysis.bf16_scaler import GRAD_SCALERS
 from amplint.analysis.imports import ImportMap, dotted_name
 from amplint.analysis.manual_half import without_cast
-from amplint.analysis.scopes import ScopedVisitor
+from amplint.analysis.scopes import Scope, ScopedVisitor
 from amplint.analysis.statements import method_name
 
 
@@ -33,19 +37,68 @@ class HalfModel:
     scaler_call: cst.Call  # `scaler.step(optimizer)`
 
 
+@dataclass(frozen=True)
+class _Variable:
+    """A dotted name where it is used: the scopes around the use, innermost last."""
+
+    name: str
+    scopes: tuple[Scope, ...]
+
+    def home(self, bound: dict[int, set[str]], parameters: dict[int, set[str]]) -> int | None:
+        """The id of the scope whose variable this is; None for a function's
+        parameter, which stands for whatever its callers pass."""
+        head = self.name.partition(".")[0]
+        if head in ("self", "cls"):
+            classes = [scope for scope in self.scopes if isinstance(scope, cst.ClassDef)]
+            return id(classes[-1]) if classes else id(self.scopes[0])
+        for scope in reversed(self.scopes):
+            if not isinstance(scope, cst.FunctionDef):
+                continue
+            if head in bound.get(id(scope), ()):
+                return id(scope)
+            if head in parameters.get(id(scope), ()):
+                return None
+        return id(self.scopes[0])
+
+
 class _Finder(ScopedVisitor):
     def __init__(self, imports: ImportMap) -> None:
         super().__init__()
         self.imports = imports
-        # (cast, model name, scope, order): the order of calls in the source
-        self.casts: list[tuple[cst.Call, str, int, int]] = []
-        self.optimizers: dict[str, str] = {}  # optimizer name -> model name
-        self.scalers: set[str] = set()  # names bound to a GradScaler
+        # (cast, model, scope, order): the order of calls in the source
+        self.casts: list[tuple[cst.Call, _Variable, int, int]] = []
+        self.optimizers: list[tuple[_Variable, _Variable]] = []  # (optimizer, its model)
+        self.scalers: list[_Variable] = []  # variables bound to a GradScaler
         # (call, scaler, optimizer, scope, order)
-        self.scaler_calls: list[tuple[cst.Call, str, str, int, int]] = []
+        self.scaler_calls: list[tuple[cst.Call, _Variable, _Variable, int, int]] = []
+        # Per function (by id): the names it binds, and those it receives.
+        self.bound: dict[int, set[str]] = {}
+        self.parameters: dict[int, set[str]] = {}
         self._order = 0
         self._conditional = 0
         self._target: str | None = None
+
+    def _variable(self, name: str) -> _Variable:
+        return _Variable(name, tuple(self.scopes))
+
+    def _binds(self, target: cst.BaseExpression) -> None:
+        if isinstance(target, cst.Name) and isinstance(self.scope, cst.FunctionDef):
+            self.bound.setdefault(id(self.scope), set()).add(target.value)
+
+    def visit_Param(self, node: cst.Param) -> None:
+        self.parameters.setdefault(id(self.scope), set()).add(node.name.value)
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+        self._binds(node.target)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        self._binds(node.target)
+
+    def visit_For(self, node: cst.For) -> None:
+        self._binds(node.target)
+
+    def visit_AsName(self, node: cst.AsName) -> None:
+        self._binds(node.name)
 
     def leave_Assign(self, original_node: cst.Assign) -> None:
         self._target = None
@@ -71,10 +124,10 @@ class _Finder(ScopedVisitor):
         self._target = target  # `model = Net().cuda().half()` casts `model`
         called = self.imports.resolve(node.value.func, self.scope)
         if called in GRAD_SCALERS:
-            self.scalers.add(target)
+            self.scalers.append(self._variable(target))
         model = _parameters_of(node.value)
         if model is not None:
-            self.optimizers[target] = model
+            self.optimizers.append((self._variable(target), self._variable(model)))
 
     def visit_Call(self, node: cst.Call) -> None:
         self._order += 1
@@ -83,7 +136,15 @@ class _Finder(ScopedVisitor):
             scaler = dotted_name(node.func.value)
             optimizer = dotted_name(node.args[0].value)
             if scaler is not None and optimizer is not None:
-                self.scaler_calls.append((node, scaler, optimizer, id(self.scope), self._order))
+                self.scaler_calls.append(
+                    (
+                        node,
+                        self._variable(scaler),
+                        self._variable(optimizer),
+                        id(self.scope),
+                        self._order,
+                    )
+                )
             return
         if self._conditional or without_cast(node, self.imports, self.scope) is None:
             return
@@ -92,7 +153,7 @@ class _Finder(ScopedVisitor):
             return  # `export = model.half()`: a copy made to be saved
         model = root or self._target
         if model is not None:
-            self.casts.append((node, model, id(self.scope), self._order))
+            self.casts.append((node, self._variable(model), id(self.scope), self._order))
 
 
 # Methods that hand back the module they were called on.
@@ -122,16 +183,25 @@ def find_half_models(module: cst.Module, imports: ImportMap, skip: set[int]) -> 
     casts in `skip` (ids: AMP111's findings) are left out."""
     finder = _Finder(imports)
     finder.walk(module)
+
+    def same(one: _Variable, other: _Variable) -> bool:
+        if one.name != other.name:
+            return False
+        homes = [v.home(finder.bound, finder.parameters) for v in (one, other)]
+        return None in homes or homes[0] == homes[1]
+
     found = []
     for cast, model, cast_scope, cast_order in finder.casts:
         if id(cast) in skip:
             continue
-        optimizers = {name for name, of in finder.optimizers.items() if of == model}
+        optimizers = [optimizer for optimizer, of in finder.optimizers if same(of, model)]
         for call, scaler, optimizer, scope, order in finder.scaler_calls:
-            if scaler not in finder.scalers or optimizer not in optimizers:
+            if not any(same(scaler, made) for made in finder.scalers):
+                continue
+            if not any(same(optimizer, built) for built in optimizers):
                 continue
             if scope == cast_scope and order < cast_order:
                 break  # cast after the scaler stepped: after training
-            found.append(HalfModel(cast, model, optimizer, call))
+            found.append(HalfModel(cast, model.name, optimizer.name, call))
             break
     return found
