@@ -52,6 +52,21 @@ def assert_declined(text: str, reason: str) -> None:
     assert fixed(text) == text
 
 
+TRAINING_FUNCTION = """
+def train_{i}(model, loader, optimizer):
+    for x, y in loader:
+        loss = model(x).sub(y).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+"""
+
+
+def training_functions(count: int) -> str:
+    """A module of `count` FP32 training functions, each an AMP001 finding."""
+    return "import torch\n" + "".join(TRAINING_FUNCTION.format(i=i) for i in range(count))
+
+
 def dead_pid() -> int:
     """The id of a process that has ended (and, for now, of no other)."""
     process = subprocess.Popen([sys.executable, "-c", "pass"])

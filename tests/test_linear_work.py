@@ -14,20 +14,7 @@ import pytest
 from amplint.analysis import visitor
 from amplint.config import Settings
 from amplint.engine import fix_text, lint_text
-from tests.helpers import ALL
-
-FUNCTION = """
-def train_{i}(model, loader, optimizer):
-    for x, y in loader:
-        loss = model(x).sub(y).pow(2).mean()
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-"""
-
-
-def _module(functions: int) -> str:
-    return "import torch\n" + "".join(FUNCTION.format(i=i) for i in range(functions))
+from tests.helpers import ALL, training_functions
 
 
 class _CountingFields(dict):
@@ -62,9 +49,21 @@ def _work(text: str, monkeypatch: pytest.MonkeyPatch, fixing: bool) -> tuple[int
 def test_the_work_grows_linearly_with_the_training_functions(
     monkeypatch: pytest.MonkeyPatch, fixing: bool
 ) -> None:
-    small_visits, small_text = _work(_module(25), monkeypatch, fixing)
-    large_visits, large_text = _work(_module(100), monkeypatch, fixing)
+    small_visits, small_text = _work(training_functions(25), monkeypatch, fixing)
+    large_visits, large_text = _work(training_functions(100), monkeypatch, fixing)
     # Four times the functions: four times the work, and a little to spare;
     # a walk per finding makes it sixteen.
     assert large_visits <= 5 * small_visits, (small_visits, large_visits)
     assert large_text <= 5 * small_text, (small_text, large_text)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fixing", [False, True], ids=["check", "fix"])
+def test_a_file_of_a_thousand_training_functions_costs_ten_times_a_hundred(
+    monkeypatch: pytest.MonkeyPatch, fixing: bool
+) -> None:
+    """The size the issue named: about 3 s to check and 12 s to fix here."""
+    small_visits, small_text = _work(training_functions(100), monkeypatch, fixing)
+    large_visits, large_text = _work(training_functions(1_000), monkeypatch, fixing)
+    assert large_visits <= 11 * small_visits, (small_visits, large_visits)
+    assert large_text <= 11 * small_text, (small_text, large_text)
