@@ -73,6 +73,9 @@ class ImportMap(ScopedVisitor):
         self.bindings: dict[Scope, dict[str, Binding]] = {}
         self.parent: dict[Scope, Scope | None] = {}
         self.statements: list[Binding] = []
+        # (name, id(scope)) -> binding: every analysis resolves the names of
+        # every call and attribute, half a million lookups in a large tree.
+        self._found: dict[tuple[str, int], Binding | None] = {}
 
     @classmethod
     def of(cls, module: cst.Module) -> ImportMap:
@@ -84,6 +87,7 @@ class ImportMap(ScopedVisitor):
         self.parent[scope] = self.scopes[-2] if len(self.scopes) > 1 else None
 
     def _bind(self, name: str, target: str, statement: cst.Import | cst.ImportFrom) -> None:
+        self._found.clear()
         scope = self.scope
         binding = Binding(name, target, statement, scope)
         scope_bindings = self.bindings.setdefault(scope, {})
@@ -146,11 +150,16 @@ class ImportMap(ScopedVisitor):
         return chain
 
     def binding(self, name: str, scope: Scope) -> Binding | None:
+        key = (name, id(scope))
+        if key in self._found:
+            return self._found[key]
+        found = None
         for candidate in self.visible_scopes(scope):
             found = self.bindings.get(candidate, {}).get(name)
             if found is not None:
-                return found
-        return None
+                break
+        self._found[key] = found
+        return found
 
     def resolve(self, node: cst.BaseExpression, scope: Scope) -> str | None:
         """The dotted path an expression such as ``amp.autocast`` stands for."""
