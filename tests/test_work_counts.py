@@ -19,6 +19,8 @@ import libcst as cst
 import pytest
 from libcst._nodes.base import CSTNode
 
+from amplint import analysis
+from amplint.analysis import visitor
 from amplint.analysis.visitor import Visitor
 from amplint.config import Settings
 from amplint.engine import fix_text, lint_text
@@ -44,6 +46,8 @@ GROWTH = 1.5
 
 
 class _Counts:
+    """A node visited by several visitors walking together counts once."""
+
     def __init__(self) -> None:
         self.walks = self.nodes = self.codegen = self.parses = 0
         self._walking = self._generating = 0
@@ -52,6 +56,7 @@ class _Counts:
 def _counted(monkeypatch: pytest.MonkeyPatch) -> _Counts:
     counts = _Counts()
     walk, codegen, parse = Visitor.walk, CSTNode._codegen, cst.parse_module
+    together = visitor.walk_together
 
     def counting_walk(self, node):
         counts.nodes += 1
@@ -70,7 +75,19 @@ def _counted(monkeypatch: pytest.MonkeyPatch) -> _Counts:
         counts.parses += 1
         return parse(*args, **kwargs)
 
+    def counting_together(node, visitors):
+        counts.nodes += 1
+        counts.walks += counts._walking == 0
+        counts._walking += 1
+        try:
+            return together(node, visitors)
+        finally:
+            counts._walking -= 1
+
     monkeypatch.setattr(Visitor, "walk", counting_walk)
+    # Called by name from ModuleFacts, and by itself for each child.
+    monkeypatch.setattr(visitor, "walk_together", counting_together)
+    monkeypatch.setattr(analysis, "walk_together", counting_together)
     monkeypatch.setattr(CSTNode, "_codegen", counting_codegen)
     monkeypatch.setattr(cst, "parse_module", counting_parse)
     return counts

@@ -8,13 +8,13 @@ from pathlib import Path
 import libcst as cst
 
 from amplint.analysis.accumulation import PerMicroStep, find_scalers_per_microstep
-from amplint.analysis.apex import ApexScan, find_apex_uses
-from amplint.analysis.autocast import AutocastScan, scan_autocast
+from amplint.analysis.apex import ApexScan, apex_analysis
+from amplint.analysis.autocast import AutocastScan, autocast_analysis
 from amplint.analysis.code_text import code_only
-from amplint.analysis.compiled import CompiledScan, find_compiled
-from amplint.analysis.checkpoints import CheckpointScan, find_checkpoints_without_scaler
+from amplint.analysis.compiled import CompiledScan, compiled_analysis
+from amplint.analysis.checkpoints import CheckpointScan, checkpoints_analysis
 from amplint.analysis.bf16_scaler import Bf16Scaler, find_bf16_scalers
-from amplint.analysis.deprecated_amp import DeprecatedAmpUse, find_deprecated_amp_uses
+from amplint.analysis.deprecated_amp import DeprecatedAmpUse, deprecated_amp_analysis
 from amplint.analysis.imports import ImportMap
 from amplint.analysis.manual_half import ManualHalf, find_manual_halves
 from amplint.analysis.half_model import HalfModel, find_half_models
@@ -40,7 +40,7 @@ from amplint.analysis.scaler import (
     find_early_updates,
     find_extra_unscales,
     find_missing_updates,
-    find_scaler_closures,
+    scaler_closures_analysis,
     find_zero_grads_before_step,
     find_scaler_uses,
     find_unscaled_backwards,
@@ -53,8 +53,10 @@ from amplint.analysis.fsdp_policy import PolicyConflict, find_policy_conflicts
 from amplint.analysis.fsdp_scaler import PlainScaler, find_plain_grad_scalers
 from amplint.analysis.frameworks import FrameworkSetup, Precision, find_framework_setups
 from amplint.analysis.framework_amp import ManualAmp, find_manual_amp
-from amplint.analysis.device import ProvenDevice, proven_device
+from amplint.analysis.device import ProvenDevice, proven_device_analysis
 from amplint.analysis.steps import StepScan, find_training_steps
+from amplint.analysis.module_roles import ModuleRoles, module_roles_analysis
+from amplint.analysis.visitor import Analysis, walk_together
 from amplint.diagnostics import Span
 from amplint.project.apex import TEXT_PATH, ApexProgram, apex_program, text_program
 from amplint.project import CustomKernel, FsdpUse, LossHelper, ProjectView, fsdp_use_in
@@ -64,12 +66,20 @@ from amplint.triggers import DEPRECATED_STATE_SPELLED, FRAMEWORK_SPELLED
 
 
 class ModuleFacts:
-    def __init__(self, module: cst.Module, text: str, project: ProjectView | None = None) -> None:
+    def __init__(
+        self,
+        module: cst.Module,
+        text: str,
+        project: ProjectView | None = None,
+        share_walks: bool = True,
+    ) -> None:
         self.module = module
         self.text = text  # the source the module was parsed from
         # The rest of the project, for questions that cross module borders;
         # None for text with no file behind it (a rule's example, a test).
         self.project = project
+        self.share_walks = share_walks
+        self._results: dict[str, object] = {}
 
     @cached_property
     def code_text(self) -> str:
@@ -80,9 +90,58 @@ class ModuleFacts:
     def imports(self) -> ImportMap:
         return ImportMap.of(self.module)
 
-    @cached_property
+    # The analyses that read the whole module and ask nothing of one another:
+    # made in one walk of it (visitor.walk_together), not one walk each.
+    _SHARED = (
+        "deprecated_amp_uses",
+        "apex",
+        "autocast",
+        "compiled",
+        "proven_device",
+        "checkpoints_without_scaler",
+        "scaler_closures",
+        "roles",
+    )
+
+    def _analysis(self, name: str) -> Analysis:
+        if name == "deprecated_amp_uses":
+            return deprecated_amp_analysis(self.module, self.imports)
+        if name == "apex":
+            return apex_analysis(self.imports)
+        if name == "autocast":
+            return autocast_analysis(self.imports)
+        if name == "compiled":
+            return compiled_analysis(self.imports)
+        if name == "proven_device":
+            return proven_device_analysis(self.module, self.imports)
+        if name == "checkpoints_without_scaler":
+            return checkpoints_analysis(self.module)
+        if name == "scaler_closures":
+            return scaler_closures_analysis()
+        assert name == "roles", name
+        return module_roles_analysis(self.imports, self.project_loss_helpers)
+
+    def _shared(self, name: str):
+        """The result of one of the _SHARED analyses.  The first asked for
+        brings all those not made yet, in one walk; a ModuleFacts made to ask
+        one question of a rewrite (share_walks=False) makes only that one."""
+        if name not in self._results:
+            if not self.share_walks:
+                self._results[name] = self._analysis(name).alone(self.module)
+                return self._results[name]
+            pending = {n: self._analysis(n) for n in self._SHARED if n not in self._results}
+            walk_together(self.module, [analysis.visitor for analysis in pending.values()])
+            self._results.update((n, analysis.finish()) for n, analysis in pending.items())
+        return self._results[name]
+
+    @property
     def deprecated_amp_uses(self) -> list[DeprecatedAmpUse]:
-        return find_deprecated_amp_uses(self.module, self.imports)
+        return self._shared("deprecated_amp_uses")
+
+    @property
+    def roles(self) -> ModuleRoles:
+        """What the module's names are (optimizers, losses, schedulers...)."""
+        return self._shared("roles")
 
     # Each fact below walks the whole module; most modules parsed for other
     # rules never spell what it looks for, and the text says so for nothing.
@@ -124,17 +183,17 @@ class ModuleFacts:
         launched = launch is not None and launch.enabled
         return find_manual_amp(self.module, self.imports, setups, launched)
 
-    @cached_property
+    @property
     def apex(self) -> ApexScan:
-        return find_apex_uses(self.module, self.imports)
+        return self._shared("apex")
 
-    @cached_property
+    @property
     def autocast(self) -> AutocastScan:
-        return scan_autocast(self.module, self.imports)
+        return self._shared("autocast")
 
-    @cached_property
+    @property
     def compiled(self) -> CompiledScan:
-        return find_compiled(self.module, self.imports)
+        return self._shared("compiled")
 
     @cached_property
     def training_steps(self) -> StepScan:
@@ -143,12 +202,13 @@ class ModuleFacts:
             self.imports,
             self.project_loss_helpers,
             lambda: self.project_gradient_norms,
+            roles=self.roles,
         )
 
-    @cached_property
+    @property
     def proven_device(self) -> ProvenDevice | None:
         """The device the module moves its model to, where it proves one."""
-        return proven_device(self.module, self.imports)
+        return self._shared("proven_device")
 
     @cached_property
     def fsdp_uses(self) -> list[FsdpUse]:
@@ -253,9 +313,9 @@ class ModuleFacts:
     def losses_outside_autocast(self) -> list[LossOutsideAutocast]:
         return find_losses_outside_autocast(self.training_steps.steps, self.imports, self.code_text)
 
-    @cached_property
+    @property
     def checkpoints_without_scaler(self) -> CheckpointScan:
-        return find_checkpoints_without_scaler(self.module)
+        return self._shared("checkpoints_without_scaler")
 
     @cached_property
     def manual_halves(self) -> list[ManualHalf]:
@@ -274,9 +334,9 @@ class ModuleFacts:
             return []
         return find_policy_conflicts(self.module, self.imports)
 
-    @cached_property
+    @property
     def scaler_closures(self) -> list[ScalerClosure]:
-        return find_scaler_closures(self.module)
+        return self._shared("scaler_closures")
 
     @cached_property
     def _positions(self) -> NodePositions:

@@ -18,7 +18,7 @@ import libcst as cst
 from amplint.analysis.imports import ImportMap, dotted_name
 from amplint.analysis.scopes import Scope, ScopedVisitor
 from amplint.analysis.statements import positional_args
-from amplint.analysis.visitor import descendants
+from amplint.analysis.visitor import Analysis, descendants
 
 APEX_AMP = "apex.amp"
 APEX_PARALLEL = "apex.parallel"
@@ -212,10 +212,9 @@ for _holder in (cst.SimpleStatementLine, *_HOLDERS):
     setattr(_ApexFinder, f"leave_{_holder.__name__}", _ApexFinder._leave)
 
 
-def find_apex_uses(module: cst.Module, imports: ImportMap) -> ApexScan:
+def apex_analysis(imports: ImportMap) -> Analysis[ApexScan]:
     finder = _ApexFinder(imports)
-    finder.walk(module)
-    return ApexScan(finder.uses, finder.functions)
+    return Analysis(finder, lambda: ApexScan(finder.uses, finder.functions))
 
 
 def squeezed(code: str) -> str:

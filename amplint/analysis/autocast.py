@@ -18,7 +18,7 @@ import libcst as cst
 from amplint.analysis.imports import ImportMap, dotted_name
 from amplint.analysis.scopes import Scope, ScopedVisitor
 from amplint.analysis.statements import method_name, string_value
-from amplint.analysis.visitor import Visitor
+from amplint.analysis.visitor import Analysis, Visitor
 
 AUTOCAST = {"torch.autocast", "torch.amp.autocast", "torch.amp.autocast_mode.autocast"}
 # Every spelling of an autocast region, the deprecated ones included.
@@ -373,7 +373,11 @@ class AutocastScan:
     unsafe_losses: list[UnsafeLossCall]
 
 
-def scan_autocast(module: cst.Module, imports: ImportMap) -> AutocastScan:
+def autocast_analysis(imports: ImportMap) -> Analysis[AutocastScan]:
     finder = _AutocastFinder(imports)
-    finder.walk(module)
-    return AutocastScan(_wrong_devices(finder), _backward_in_blocks(finder), _unsafe_losses(finder))
+    return Analysis(
+        finder,
+        lambda: AutocastScan(
+            _wrong_devices(finder), _backward_in_blocks(finder), _unsafe_losses(finder)
+        ),
+    )

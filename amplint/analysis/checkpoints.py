@@ -27,6 +27,7 @@ import libcst as cst
 
 from amplint.analysis.imports import dotted_name
 from amplint.analysis.scopes import Scope, ScopedVisitor
+from amplint.analysis.visitor import Analysis
 from amplint.analysis.statements import calls_in_line, method_name, string_value
 from amplint.analysis.steps import is_scaler, looks_like_optimizer
 
@@ -194,9 +195,12 @@ def _may_be_none(value: cst.BaseExpression) -> bool:
     return False
 
 
-def find_checkpoints_without_scaler(module: cst.Module) -> CheckpointScan:
+def checkpoints_analysis(module: cst.Module) -> Analysis[CheckpointScan]:
     finder = _CheckpointFinder()
-    finder.walk(module)
+    return Analysis(finder, lambda: _checkpoints(finder, module))
+
+
+def _checkpoints(finder: _CheckpointFinder, module: cst.Module) -> CheckpointScan:
     if len(finder.scalers) != 1:
         return CheckpointScan([], [])  # no scaler, or several: which one is a guess
     ((scaler, classes),) = finder.scalers.items()

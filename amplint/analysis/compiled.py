@@ -24,7 +24,7 @@ from amplint.analysis.autocast import ANY_AUTOCAST, disabled, first_backward
 from amplint.analysis.imports import ImportMap, dotted_name
 from amplint.analysis.scopes import Scope, ScopedVisitor
 from amplint.analysis.statements import method_name
-from amplint.analysis.visitor import Visitor
+from amplint.analysis.visitor import Analysis, Visitor
 
 COMPILE = "torch.compile"
 SETTING = "backward_pass_autocast"
@@ -222,7 +222,6 @@ def _calls(node: cst.CSTNode) -> list[cst.Call]:
     return finder.calls
 
 
-def find_compiled(module: cst.Module, imports: ImportMap) -> CompiledScan:
+def compiled_analysis(imports: ImportMap) -> Analysis[CompiledScan]:
     finder = _CompileFinder(imports)
-    finder.walk(module)
-    return finder.finish()
+    return Analysis(finder, finder.finish)

@@ -17,6 +17,7 @@ from amplint.analysis.code_text import code_only
 from amplint.analysis.imports import ImportMap
 from amplint.analysis.guards import GuardedVisitor
 from amplint.analysis.scopes import Scope
+from amplint.analysis.visitor import Analysis
 
 DEPRECATED_MODULES = {"torch.cuda.amp": "cuda", "torch.cpu.amp": "cpu"}
 # What torch.cuda.amp / torch.cpu.amp export and warn about; anything else there
@@ -204,7 +205,8 @@ class _UseFinder(GuardedVisitor):
         self._claimed.add(id(node.name))
 
 
-def find_deprecated_amp_uses(module: cst.Module, imports: ImportMap) -> list[DeprecatedAmpUse]:
+def deprecated_amp_analysis(
+    module: cst.Module, imports: ImportMap
+) -> Analysis[list[DeprecatedAmpUse]]:
     finder = _UseFinder(module, imports)
-    finder.walk(module)
-    return finder.uses
+    return Analysis(finder, lambda: finder.uses)

@@ -22,6 +22,7 @@ import libcst as cst
 
 from amplint.analysis.imports import ImportMap, dotted_name
 from amplint.analysis.scopes import ScopedVisitor
+from amplint.analysis.visitor import Analysis
 from amplint.analysis.statements import parameter_names, string_value
 
 ACCELERATOR = "accelerator"  # whichever torch.accelerator finds at run time
@@ -188,11 +189,14 @@ class ProvenDevice:
     module: cst.Module
 
 
-def proven_device(module: cst.Module, imports: ImportMap) -> ProvenDevice | None:
+def proven_device_analysis(module: cst.Module, imports: ImportMap) -> Analysis[ProvenDevice | None]:
     """The module's device when it proves one that "cuda" does not cover (CUDA
     or the CPU as fallback is "cuda"'s to say); None where nothing is proven."""
     uses = _DeviceUses()
-    uses.walk(module)
+    return Analysis(uses, lambda: _proven(uses, module, imports))
+
+
+def _proven(uses: _DeviceUses, module: cst.Module, imports: ImportMap) -> ProvenDevice | None:
     classifier = _Classifier(uses, imports, module)
     proven: dict[str, _Spelled] = {}
     for name in sorted(uses.moved_to):

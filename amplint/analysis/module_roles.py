@@ -18,7 +18,7 @@ from amplint.analysis.forward import AUTOCAST_UNSAFE_LOSSES, short_loss_name
 from amplint.analysis.imports import ImportMap, dotted_name
 from amplint.analysis.scopes import Scope, ScopedVisitor
 from amplint.analysis.statements import method_name
-from amplint.analysis.visitor import Visitor
+from amplint.analysis.visitor import Analysis, Visitor
 from amplint.project.losses import LossHelper
 
 OPTIMIZER_NAME = re.compile(r"optim|^opt($|[_\dA-Z]|[dg]$)", re.I)
@@ -192,6 +192,11 @@ class _AutocastMention(Visitor):
 def module_roles(
     module: cst.Module, imports: ImportMap, project_losses: dict[str, LossHelper]
 ) -> ModuleRoles:
+    return module_roles_analysis(imports, project_losses).alone(module)
+
+
+def module_roles_analysis(
+    imports: ImportMap, project_losses: dict[str, LossHelper]
+) -> Analysis[ModuleRoles]:
     collector = _RoleCollector(imports, project_losses)
-    collector.walk(module)
-    return collector.found
+    return Analysis(collector, lambda: collector.found)

@@ -32,7 +32,7 @@ from amplint.analysis.steps import (
     is_scaler,
     looks_like_optimizer,
 )
-from amplint.analysis.visitor import Visitor
+from amplint.analysis.visitor import Analysis, Visitor
 
 SCALER_METHODS = frozenset({"unscale_", "step", "update"})
 
@@ -392,7 +392,6 @@ class _ScalerClosureFinder(Visitor):
         self.found.append(ScalerClosure(node, keyword))
 
 
-def find_scaler_closures(module: cst.Module) -> list[ScalerClosure]:
+def scaler_closures_analysis() -> Analysis[list[ScalerClosure]]:
     finder = _ScalerClosureFinder()
-    finder.walk(module)
-    return finder.found
+    return Analysis(finder, lambda: finder.found)

@@ -34,6 +34,7 @@ from amplint.analysis.module_roles import (
     FRAMEWORK_BACKWARD,
     OPTIMIZER_NAME,
     SCHEDULER_NAME,
+    ModuleRoles,
     framework_backward,
     module_roles,
 )
@@ -284,14 +285,14 @@ class _StepFinder(ScopedVisitor):
         self,
         module: cst.Module,
         imports: ImportMap,
-        project_losses: dict[str, LossHelper],
+        roles: ModuleRoles,
         gradient_norms: Callable[[], dict[str, str]],
     ) -> None:
         super().__init__()
         self.module = module
         self.imports = imports
         self._gradient_norms = gradient_norms
-        self.roles = module_roles(module, imports, project_losses)
+        self.roles = roles
         self.calls = ModelCalls(
             module,
             self.resolve,
@@ -1069,12 +1070,18 @@ def find_training_steps(
     imports: ImportMap,
     project_losses: dict[str, LossHelper] | None = None,
     gradient_norms: Callable[[], dict[str, str]] | None = None,
+    roles: ModuleRoles | None = None,
 ) -> StepScan:
     """The training steps of `module`; `project_losses` are the loss helpers
     of other project modules it imports (see ProjectView.loss_helpers),
     `gradient_norms` gives, when asked, the functions of the project that
-    compute a norm of the gradients, by the names this module calls them."""
-    finder = _StepFinder(module, imports, project_losses or {}, gradient_norms or dict)
+    compute a norm of the gradients, by the names this module calls them;
+    `roles`, the module's roles where they are known already (made from the
+    same imports and losses)."""
+    project_losses = project_losses or {}
+    if roles is None:
+        roles = module_roles(module, imports, project_losses)
+    finder = _StepFinder(module, imports, roles, gradient_norms or dict)
     finder.walk(module)
     _mark_amp_twins(module, finder.steps)
     return StepScan(finder.steps, finder.manual_updates, finder.roles.created)

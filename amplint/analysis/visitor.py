@@ -16,7 +16,7 @@ not walked: no analysis looks at them, and they are most of the nodes.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, ClassVar, Iterator
+from typing import Callable, ClassVar, Generic, Iterator, Sequence, TypeVar
 
 import libcst as cst
 
@@ -118,11 +118,7 @@ def _kind(value_type: type) -> int:
 
 def children(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
     """`node`'s children in source order, punctuation and whitespace left out."""
-    node_type = type(node)
-    fields = _CHILD_FIELDS.get(node_type)
-    if fields is None:
-        fields = _CHILD_FIELDS[node_type] = _child_fields(node_type)
-    for name in fields:
+    for name in _fields_of(type(node)):
         value = getattr(node, name)
         kind = _kind(type(value))
         if kind == _NODE:
@@ -206,3 +202,112 @@ class Visitor:
                 for field in _child_fields(node_type)
             ),
         )
+
+
+def walk_together(node: cst.CSTNode, visitors: Sequence[Visitor]) -> None:
+    """Walk `node` once for all `visitors`, each hooked as its own `walk` hooks
+    it: the analyses that read a whole module share one traversal instead of
+    one each.  A visitor whose `visit_<Node>` returns False misses that node's
+    children while the others go on; at each node the visitors' hooks run in
+    the order given."""
+    if len(visitors) == 1:
+        visitors[0].walk(node)
+    elif visitors:
+        _together(node, list(visitors), tuple(type(visitor) for visitor in visitors))
+
+
+# (visitor classes, node type) -> the hooks any of them has for that type, by
+# the visitor's index: most node types have none in most visitors, and a node
+# then costs what it costs one walk.
+_JointPlan = tuple[
+    tuple[tuple[int, Callable], ...],  # visits
+    tuple[tuple[str, tuple[tuple[int, Callable], ...], tuple[tuple[int, Callable], ...]], ...],
+    tuple[tuple[int, Callable], ...],  # leaves
+]
+_JOINT_PLANS: dict[tuple[tuple[type, ...], type], _JointPlan] = {}
+
+
+def _joint_plan(classes: tuple[type, ...], node_type: type) -> _JointPlan:
+    plan = _JOINT_PLANS.get((classes, node_type))
+    if plan is None:
+        plans = []
+        for cls in classes:
+            own = cls._plans.get(node_type)
+            if own is None:
+                own = cls._plans[node_type] = cls._plan_for(node_type)
+            plans.append(own)
+        fields = []
+        for index, name in enumerate(_fields_of(node_type)):
+            before = tuple((i, p[2][index][1]) for i, p in enumerate(plans) if p[2][index][1])
+            after = tuple((i, p[2][index][2]) for i, p in enumerate(plans) if p[2][index][2])
+            fields.append((name, before, after))
+        plan = _JOINT_PLANS[(classes, node_type)] = (
+            tuple((i, p[0]) for i, p in enumerate(plans) if p[0] is not None),
+            tuple(fields),
+            tuple((i, p[1]) for i, p in enumerate(plans) if p[1] is not None),
+        )
+    return plan
+
+
+def _together(node: cst.CSTNode, visitors: list[Visitor], classes: tuple[type, ...]) -> None:
+    visits, fields, leaves = _joint_plan(classes, type(node))
+    below, below_classes = visitors, classes
+    if visits:
+        skipping = [i for i, visit in visits if visit(visitors[i], node) is False]
+        if skipping:
+            below = [v for i, v in enumerate(visitors) if i not in skipping]
+            below_classes = tuple(type(visitor) for visitor in below)
+    if below:
+        kinds = _KINDS
+        for name, before, after in fields:
+            for i, hook in before:
+                if below is visitors or visitors[i] in below:
+                    hook(visitors[i], node)
+            value = getattr(node, name)
+            kind = kinds.get(type(value))
+            if kind is None:
+                kind = _kind(type(value))
+            if kind == _NODE:
+                _descend(value, below, below_classes)
+            elif kind == _SEQUENCE:
+                for item in value:
+                    item_kind = kinds.get(type(item))
+                    if item_kind == _NODE or (item_kind is None and _kind(type(item)) == _NODE):
+                        _descend(item, below, below_classes)
+            for i, hook in after:
+                if below is visitors or visitors[i] in below:
+                    hook(visitors[i], node)
+    for i, leave in leaves:
+        leave(visitors[i], node)
+
+
+def _descend(node: cst.CSTNode, visitors: list[Visitor], classes: tuple[type, ...]) -> None:
+    if len(visitors) == 1:
+        visitors[0].walk(node)
+    else:
+        _together(node, visitors, classes)
+
+
+def _fields_of(node_type: type) -> tuple[str, ...]:
+    """`_child_fields`, remembered per type."""
+    fields = _CHILD_FIELDS.get(node_type)
+    if fields is None:
+        fields = _CHILD_FIELDS[node_type] = _child_fields(node_type)
+    return fields
+
+
+Result = TypeVar("Result")
+
+
+class Analysis(Generic[Result]):
+    """A whole-module analysis: the visitor that collects as it walks, and what
+    it found once the walk is done.  Analyses of one module share a walk
+    (`walk_together`); `alone` walks one by itself."""
+
+    def __init__(self, visitor: Visitor, finish: Callable[[], Result]) -> None:
+        self.visitor = visitor
+        self.finish = finish
+
+    def alone(self, module: cst.Module) -> Result:
+        self.visitor.walk(module)
+        return self.finish()

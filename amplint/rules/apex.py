@@ -199,7 +199,7 @@ def _with_other_apex_fixes(facts: ModuleFacts) -> tuple[ModuleFacts, bool]:
     module = apply_edits(facts.module, (edit for fix in fixes for edit in fix.edits))
     for module_pass in dict.fromkeys(p for fix in fixes for p in fix.module_passes):
         module = module_pass(module)
-    fixed = ModuleFacts(module, module.code, facts.project)
+    fixed = ModuleFacts(module, module.code, facts.project, share_walks=False)
     if len(fixed.apex.of(APEX_AMP)) != len(facts.apex.of(APEX_AMP)):
         return facts, False  # an AMP204 fix took an apex.amp use with it: migrate as it was
     return fixed, unsafe

@@ -772,7 +772,7 @@ class _Migrator(ApexBranches, ApexInference, AutocastSwitch):
 
     # -- the training steps ---------------------------------------------------------
     def _complete_steps(self, module: cst.Module) -> cst.Module:
-        facts = ModuleFacts(module, module.code, self.facts.project)
+        facts = ModuleFacts(module, module.code, self.facts.project, share_walks=False)
         edits = []
         scaled: list[str] = []
         for step in facts.training_steps.steps:
