@@ -404,15 +404,14 @@ class _StepFinder(ScopedVisitor):
         statements in program order, and whether a framework owns its backward.
         Edits of statements in `micro_batch` (ids: the bodies of inner loops
         that backpropagate) are kept apart: they see each micro-batch's
-        gradients, still scaled, and no unscale_ can go before them."""
+        gradients, still scaled, and no unscale_ can go before them.  Edits are
+        looked for only in a block that backpropagates: nothing reads them in
+        the others, which are most blocks (each function and loop body is one)."""
         found = _Scan()
         backwards, steps = found.backwards, found.steps
         framework = False
+        others: list[tuple[int, cst.CSTNode, cst.Call]] = []  # candidates for edits
         for order, (top, statement, _) in enumerate(flat):
-            if id(statement) in micro_batch:
-                grad_edits = found.micro_batch_edits
-            else:
-                grad_edits = found.grad_edits
             for call in calls_in_line(statement):
                 method = method_name(call)
                 receiver = call.func.value if method else None
@@ -438,7 +437,34 @@ class _StepFinder(ScopedVisitor):
                     steps.append(
                         OptimizerStep(call, receiver, statement, order, has_closure=bool(call.args))
                     )
-                elif (clip := self._torch_clip(call, statement, order)) is not None:
+                else:
+                    others.append((order, statement, call))
+        found.framework = framework
+        if backwards and not framework:
+            self._find_grad_edits(flat, others, micro_batch, found)
+        return found
+
+    def _find_grad_edits(
+        self,
+        flat: list,
+        others: list[tuple[int, cst.CSTNode, cst.Call]],
+        micro_batch: frozenset[int],
+        found: _Scan,
+    ) -> None:
+        """The gradient edits among `flat`'s statements (see `_scan`); `others`,
+        the calls of the block that are neither a backward nor a step."""
+        calls_of: dict[int, list[cst.Call]] = {}
+        for order, _, call in others:
+            calls_of.setdefault(order, []).append(call)
+        for order, (_, statement, _) in enumerate(flat):
+            if id(statement) in micro_batch:
+                grad_edits = found.micro_batch_edits
+            else:
+                grad_edits = found.grad_edits
+            for call in calls_of.get(order, ()):
+                method = method_name(call)
+                receiver = call.func.value if method else None
+                if (clip := self._torch_clip(call, statement, order)) is not None:
                     grad_edits.append(clip)
                 elif (
                     not (method and is_scaler(receiver))
@@ -468,8 +494,6 @@ class _StepFinder(ScopedVisitor):
                     grad_edits.append(GradEdit(statement, order, nonlinear=finder.nonlinear))
                 elif reads_gradients(statement):
                     grad_edits.append(GradEdit(statement, order, reads=True))
-        found.framework = framework
-        return found
 
     def _torch_clip(self, call: cst.Call, statement, order: int) -> GradEdit | None:
         """`call` as a gradient edit if it is torch's own clip (`clip_grad_norm_`,
