@@ -73,13 +73,11 @@ class _CallFinder(GuardedVisitor):
         return bool(_VERSION_TEST.search(self.module.code_for_node(node.test)))
 
     def visit_Call(self, node: cst.Call) -> None:
-        if self.guarded:
-            return
         qualified = self.imports.resolve(node.func, self.scopes[-1])
         if qualified is None or not qualified.startswith("torch."):
             return
         name = qualified[len("torch.") :]
-        if name not in DEPRECATED_STATE_FUNCTIONS:
+        if name not in DEPRECATED_STATE_FUNCTIONS or self.guarded:
             return
         replacement, device = DEPRECATED_STATE_FUNCTIONS[name]
         self.calls.append(

@@ -1,8 +1,8 @@
 """A visitor that knows when it is inside a guarded `if`, conditional
 expression or `try`: a version fallback, a choice between two scalers.
 
-Each If/IfExp/Try pushes whether it opens a guarded region (`opens_guard`);
-the visitor is inside one while any entry on the stack says so.
+Each If/IfExp/Try is pushed as it is entered; the visitor is inside a guarded
+region while any of them opens one (`opens_guard`, asked only when needed).
 """
 
 from __future__ import annotations
@@ -19,8 +19,13 @@ Guard = Union[cst.If, cst.IfExp, cst.Try]
 class GuardedVisitor(ScopedVisitor):
     def __init__(self) -> None:
         super().__init__()
-        self._guards: list[bool] = []
-        self._guarded_depth = 0
+        # The guards around the code being visited, outermost first: each
+        # node, how deep the scopes were at it, and whether it opens a guarded
+        # region once asked (None before).  Asked only when a subclass reads
+        # `guarded`, which it does at a use it found: deciding means turning
+        # the test (or the whole `try`) back into text, and most `if`s
+        # surround nothing that asks.
+        self._guards: list[list] = []
 
     def opens_guard(self, node: Guard) -> bool:
         """Whether `node` opens a guarded region; subclasses say which."""
@@ -28,15 +33,23 @@ class GuardedVisitor(ScopedVisitor):
 
     @property
     def guarded(self) -> bool:
-        return self._guarded_depth > 0
+        for entry in self._guards:
+            if entry[2] is None:
+                node, depth = entry[0], entry[1]
+                visiting, self.scopes = self.scopes, self.scopes[:depth]
+                try:  # decided in the scope the guard stands in, as when entered
+                    entry[2] = self.opens_guard(node)
+                finally:
+                    self.scopes = visiting
+            if entry[2]:
+                return True
+        return False
 
     def _enter(self, node: Guard) -> None:
-        opens = self.opens_guard(node)
-        self._guards.append(opens)
-        self._guarded_depth += opens
+        self._guards.append([node, len(self.scopes), None])
 
     def _leave(self) -> None:
-        self._guarded_depth -= self._guards.pop()
+        self._guards.pop()
 
     def visit_If(self, node: cst.If) -> None:
         self._enter(node)
