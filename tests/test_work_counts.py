@@ -19,7 +19,6 @@ import libcst as cst
 import pytest
 from libcst._nodes.base import CSTNode
 
-from amplint import analysis
 from amplint.analysis import visitor
 from amplint.analysis.visitor import Visitor
 from amplint.config import Settings
@@ -50,46 +49,39 @@ class _Counts:
 
     def __init__(self) -> None:
         self.walks = self.nodes = self.codegen = self.parses = 0
-        self._walking = self._generating = 0
+        self._walking = 0
 
 
 def _counted(monkeypatch: pytest.MonkeyPatch) -> _Counts:
     counts = _Counts()
-    walk, codegen, parse = Visitor.walk, CSTNode._codegen, cst.parse_module
-    together = visitor.walk_together
 
-    def counting_walk(self, node):
-        counts.nodes += 1
-        counts.walks += counts._walking == 0
-        counts._walking += 1
-        try:
-            return walk(self, node)
-        finally:
-            counts._walking -= 1
+    def traversal(function):
+        """`function` (a visitor's walk, or one node of a shared walk),
+        counting each node it visits and each walk it starts."""
 
-    def counting_codegen(self, state, *args, **kwargs):
-        counts.codegen += 1
-        return codegen(self, state, *args, **kwargs)
+        def counted(*args):
+            counts.nodes += 1
+            counts.walks += counts._walking == 0
+            counts._walking += 1
+            try:
+                return function(*args)
+            finally:
+                counts._walking -= 1
 
-    def counting_parse(*args, **kwargs):
-        counts.parses += 1
-        return parse(*args, **kwargs)
+        return counted
 
-    def counting_together(node, visitors):
-        counts.nodes += 1
-        counts.walks += counts._walking == 0
-        counts._walking += 1
-        try:
-            return together(node, visitors)
-        finally:
-            counts._walking -= 1
+    def counting(function, what: str):
+        def counted(*args, **kwargs):
+            setattr(counts, what, getattr(counts, what) + 1)
+            return function(*args, **kwargs)
 
-    monkeypatch.setattr(Visitor, "walk", counting_walk)
-    # Called by name from ModuleFacts, and by itself for each child.
-    monkeypatch.setattr(visitor, "walk_together", counting_together)
-    monkeypatch.setattr(analysis, "walk_together", counting_together)
-    monkeypatch.setattr(CSTNode, "_codegen", counting_codegen)
-    monkeypatch.setattr(cst, "parse_module", counting_parse)
+        return counted
+
+    monkeypatch.setattr(Visitor, "walk", traversal(Visitor.walk))
+    # A shared walk (visitor.walk_together) visits each node in `_together`.
+    monkeypatch.setattr(visitor, "_together", traversal(visitor._together))
+    monkeypatch.setattr(CSTNode, "_codegen", counting(CSTNode._codegen, "codegen"))
+    monkeypatch.setattr(cst, "parse_module", counting(cst.parse_module, "parses"))
     return counts
 
 
