@@ -37,8 +37,8 @@ def _summary(reports) -> list[tuple]:
 
 
 @pytest.fixture
-def pool_starts(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Several workers even for a small tree; records how many each run starts."""
+def worker_starts(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Records how many workers each run starts."""
     started: list[int] = []
 
     class CountingWorkers(runner.Workers):
@@ -46,9 +46,15 @@ def pool_starts(monkeypatch: pytest.MonkeyPatch) -> list[int]:
             started.append(count)
             super().__init__(jobs, analyse, count, deadline)
 
-    monkeypatch.setattr(runner, "PARALLEL_MIN_CHARS", 0)
     monkeypatch.setattr(runner, "Workers", CountingWorkers)
     return started
+
+
+@pytest.fixture
+def pool_starts(worker_starts: list[int], monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Several workers even for a small tree; records how many each run starts."""
+    monkeypatch.setattr(runner, "PARALLEL_MIN_CHARS", 0)
+    return worker_starts
 
 
 @pytest.mark.slow
@@ -63,20 +69,12 @@ def test_workers_report_what_one_process_reports(pool_starts: list[int], fixing:
     assert not fixing or any(report.fixed_text for report in alone)
 
 
-def test_small_runs_start_one_worker(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    started: list[int] = []
-
-    class CountingWorkers(runner.Workers):
-        def __init__(self, jobs, analyse, count: int, deadline) -> None:
-            started.append(count)
-            super().__init__(jobs, analyse, count, deadline)
-
-    monkeypatch.setattr(runner, "Workers", CountingWorkers)
+def test_small_runs_start_one_worker(worker_starts: list[int], tmp_path: Path) -> None:
     (tmp_path / "a.py").write_text(DEPRECATED)
     (tmp_path / "b.py").write_text(DEPRECATED)
     reports = runner.run([tmp_path], Settings(root=tmp_path), jobs=8)
     assert [len(report.diagnostics) for report in reports] == [1, 1]
-    assert started == [1]
+    assert worker_starts == [1]
 
 
 _ANALYSE_ONE = runner._analyse_one
