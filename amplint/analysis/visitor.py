@@ -100,32 +100,35 @@ _CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
 # walk asks it of every field of every node (15 million times in one check of
 # the torch package, a tenth of the run).
 _NODE, _SEQUENCE, _OTHER = 1, 2, 0
-_KINDS: dict[type, int] = {}
 
 
-def _kind(value_type: type) -> int:
-    kind = _KINDS.get(value_type)
-    if kind is None:
+class _Kinds(dict):
+    """`_KINDS[type(value)]`: a subscript, answered in C once the type is known."""
+
+    def __missing__(self, value_type: type) -> int:
         if issubclass(value_type, cst.CSTNode):
             kind = _OTHER if value_type in _TOKEN_TYPES else _NODE
         elif issubclass(value_type, (tuple, list)):
             kind = _SEQUENCE
         else:
             kind = _OTHER
-        _KINDS[value_type] = kind
-    return kind
+        self[value_type] = kind
+        return kind
+
+
+_KINDS = _Kinds()
 
 
 def children(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
     """`node`'s children in source order, punctuation and whitespace left out."""
     for name in _fields_of(type(node)):
         value = getattr(node, name)
-        kind = _kind(type(value))
+        kind = _KINDS[type(value)]
         if kind == _NODE:
             yield value
         elif kind == _SEQUENCE:
             for item in value:
-                if _kind(type(item)) == _NODE:
+                if _KINDS[type(item)] == _NODE:
                     yield item
 
 
@@ -172,15 +175,12 @@ class Visitor:
                 value = getattr(node, name)
                 if visit_field is not None:
                     visit_field(self, node)
-                kind = kinds.get(type(value))
-                if kind is None:
-                    kind = _kind(type(value))
+                kind = kinds[type(value)]
                 if kind == _NODE:
                     self.walk(value)
                 elif kind == _SEQUENCE:
                     for item in value:
-                        item_kind = kinds.get(type(item))
-                        if item_kind == _NODE or (item_kind is None and _kind(type(item)) == _NODE):
+                        if kinds[type(item)] == _NODE:
                             self.walk(item)
                 if leave_field is not None:
                     leave_field(self, node)
@@ -210,10 +210,8 @@ def walk_together(node: cst.CSTNode, visitors: Sequence[Visitor]) -> None:
     one each.  A visitor whose `visit_<Node>` returns False misses that node's
     children while the others go on; at each node the visitors' hooks run in
     the order given."""
-    if len(visitors) == 1:
-        visitors[0].walk(node)
-    elif visitors:
-        _together(node, list(visitors), tuple(type(visitor) for visitor in visitors))
+    if visitors:
+        _descend(node, list(visitors), tuple(type(visitor) for visitor in visitors))
 
 
 # (visitor classes, node type) -> the hooks any of them has for that type, by
@@ -264,15 +262,12 @@ def _together(node: cst.CSTNode, visitors: list[Visitor], classes: tuple[type, .
                 if below is visitors or visitors[i] in below:
                     hook(visitors[i], node)
             value = getattr(node, name)
-            kind = kinds.get(type(value))
-            if kind is None:
-                kind = _kind(type(value))
+            kind = kinds[type(value)]
             if kind == _NODE:
                 _descend(value, below, below_classes)
             elif kind == _SEQUENCE:
                 for item in value:
-                    item_kind = kinds.get(type(item))
-                    if item_kind == _NODE or (item_kind is None and _kind(type(item)) == _NODE):
+                    if kinds[type(item)] == _NODE:
                         _descend(item, below, below_classes)
             for i, hook in after:
                 if below is visitors or visitors[i] in below:
