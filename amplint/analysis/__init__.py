@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from functools import cached_property
 from pathlib import Path
+from typing import Callable
 
 import libcst as cst
 
@@ -90,49 +91,39 @@ class ModuleFacts:
     def imports(self) -> ImportMap:
         return ImportMap.of(self.module)
 
-    # The analyses that read the whole module and ask nothing of one another:
-    # made in one walk of it (visitor.walk_together), not one walk each.
-    _SHARED = (
-        "deprecated_amp_uses",
-        "apex",
-        "autocast",
-        "compiled",
-        "proven_device",
-        "checkpoints_without_scaler",
-        "scaler_closures",
-        "roles",
-    )
-
-    def _analysis(self, name: str) -> Analysis:
-        if name == "deprecated_amp_uses":
-            return deprecated_amp_analysis(self.module, self.imports)
-        if name == "apex":
-            return apex_analysis(self.imports)
-        if name == "autocast":
-            return autocast_analysis(self.imports)
-        if name == "compiled":
-            return compiled_analysis(self.imports)
-        if name == "proven_device":
-            return proven_device_analysis(self.module, self.imports)
-        if name == "checkpoints_without_scaler":
-            return checkpoints_analysis(self.module)
-        if name == "scaler_closures":
-            return scaler_closures_analysis()
-        assert name == "roles", name
-        return module_roles_analysis(self.imports, self.project_loss_helpers)
+    # The analyses that read the whole module and ask nothing of one another,
+    # by the name of the fact each gives: made in one walk of the module
+    # (visitor.walk_together), not one walk each.
+    _SHARED: dict[str, Callable[[ModuleFacts], Analysis]] = {
+        "deprecated_amp_uses": lambda facts: deprecated_amp_analysis(facts.module, facts.imports),
+        "apex": lambda facts: apex_analysis(facts.imports),
+        "autocast": lambda facts: autocast_analysis(facts.imports),
+        "compiled": lambda facts: compiled_analysis(facts.imports),
+        "proven_device": lambda facts: proven_device_analysis(facts.module, facts.imports),
+        "checkpoints_without_scaler": lambda facts: checkpoints_analysis(facts.module),
+        "scaler_closures": lambda facts: scaler_closures_analysis(),
+        "roles": lambda facts: module_roles_analysis(facts.imports, facts.project_loss_helpers),
+    }
 
     def _shared(self, name: str):
         """The result of one of the _SHARED analyses.  The first asked for
         brings all those not made yet, in one walk; a ModuleFacts made to ask
         one question of a rewrite (share_walks=False) makes only that one."""
         if name not in self._results:
-            if not self.share_walks:
-                self._results[name] = self._analysis(name).alone(self.module)
-                return self._results[name]
-            pending = {n: self._analysis(n) for n in self._SHARED if n not in self._results}
-            walk_together(self.module, [analysis.visitor for analysis in pending.values()])
-            self._results.update((n, analysis.finish()) for n, analysis in pending.items())
+            if self.share_walks:
+                self._walk_shared()
+            else:
+                self._results[name] = self._SHARED[name](self).alone(self.module)
         return self._results[name]
+
+    def _walk_shared(self) -> None:
+        pending = {
+            name: analysis(self)
+            for name, analysis in self._SHARED.items()
+            if name not in self._results
+        }
+        walk_together(self.module, [analysis.visitor for analysis in pending.values()])
+        self._results.update((name, analysis.finish()) for name, analysis in pending.items())
 
     @property
     def deprecated_amp_uses(self) -> list[DeprecatedAmpUse]:
