@@ -282,7 +282,10 @@ def complete_journal(journal: Path, areas: Sequence[Path]) -> list[str]:
 
 def _read_journal(
     journal: Path, areas: Sequence[Path]
-) -> tuple[list[str], list[tuple[Path, str, str, str]]]:
+) -> tuple[dict[str, Path], list[tuple[Path, str, str, str]]]:
+    """The temporaries a journal records (each with the file it stands for)
+    and the renames it lists; NotAJournal where a record is not one amplint
+    writes."""
     match = _JOURNAL_NAME.fullmatch(journal.name)
     if match is None:
         raise NotAJournal("its name")
@@ -295,44 +298,37 @@ def _read_journal(
         except ValueError:
             if number < len(lines) - 1:  # the last line may be cut short by a kill
                 raise NotAJournal(f"line {number + 1} is not JSON") from None
-    temporaries: list[str] = []
+    temporaries: dict[str, Path] = {}
     renames: list[tuple[Path, str, str, str]] = []
     roots = [real_path(area) for area in areas]
     for record in records:
         if isinstance(record, dict) and isinstance(record.get("temporary"), str):
-            temporaries.append(_own_temporary(record["temporary"], pid, roots))
+            temporary = record["temporary"]
+            temporaries[temporary] = _recorded_target(temporary, pid, roots)
         elif isinstance(record, dict) and isinstance(record.get("renames"), list):
             try:
                 renames = _renames(record["renames"])
             except (TypeError, ValueError):
                 raise NotAJournal("its renames") from None
-            for target, temporary, old, new in renames:
-                _own_temporary(temporary, pid, roots)
-                if Path(temporary).parent / _temporary_of(temporary) != target:
-                    raise NotAJournal(f"{temporary} is not the temporary of {target}")
+            for target, temporary, _, _ in renames:
+                if temporaries.get(temporary) != target:
+                    raise NotAJournal(f"{temporary} is not a recorded temporary of {target}")
         else:
             raise NotAJournal("a record amplint does not write")
-    if any(temporary not in temporaries for _, temporary, _, _ in renames):
-        raise NotAJournal("a rename of a temporary it did not record")
     return temporaries, renames
 
 
-def _own_temporary(temporary: str, pid: str, roots: Sequence[Path]) -> str:
-    """`temporary` when it is one the journal's process could have made: named
-    by files.TEMPORARY_NAME with that process's id, inside the named paths."""
+def _recorded_target(temporary: str, pid: str, roots: Sequence[Path]) -> Path:
+    """The file `temporary` stands for, when it is one the journal's process
+    could have made: named by files.TEMPORARY_NAME with that process's id,
+    beside that file, inside the named paths."""
     match = TEMPORARY_NAME.fullmatch(os.path.basename(temporary))
     parent = Path(os.path.dirname(temporary))
     if match is None or match.group("pid") != pid or not parent.is_absolute():
         raise NotAJournal(f"{temporary} is not named as its temporaries are")
-    if not any(parent == root or root in parent.parents for root in roots):
+    if not any(parent.is_relative_to(root) for root in roots):
         raise NotAJournal(f"{temporary} is outside the paths named")
-    return temporary
-
-
-def _temporary_of(temporary: str) -> str:
-    match = TEMPORARY_NAME.fullmatch(os.path.basename(temporary))
-    assert match is not None
-    return match.group("name")
+    return parent / match.group("name")
 
 
 def _is_regular(path: str) -> bool:
