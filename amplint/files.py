@@ -51,12 +51,6 @@ DEFAULT_EXCLUDES = (
 MAX_READ_BYTES = 256 * 1024 * 1024
 
 
-def readable_file(status: os.stat_result) -> bool:
-    """A regular file within the read limit: never a FIFO, whose read would
-    block forever, nor a device."""
-    return stat.S_ISREG(status.st_mode) and status.st_size <= MAX_READ_BYTES
-
-
 class NotARegularFile(OSError):
     """What `read_regular` raises for a path that is not a regular file within
     the read limit: an OSError, so every reader that skips an unreadable file
@@ -94,7 +88,7 @@ def read_regular(
     out of it is refused: a clone decides what its links point to.  Without
     `follow_link`, a path that is itself a link is refused, as git (2.32 on)
     refuses a linked `.gitignore`."""
-    if within is not None and not _inside(os.path.realpath(path), within):
+    if within is not None and not Path(os.path.realpath(path)).is_relative_to(within):
         raise NotARegularFile(f"{path}: a link out of the project")
     flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
     if not follow_link:
@@ -120,10 +114,6 @@ def read_regular(
         return b"".join(chunks)
     finally:
         os.close(descriptor)
-
-
-def _inside(real: str, directory: Path) -> bool:
-    return real == str(directory) or real.startswith(os.path.join(str(directory), ""))
 
 
 @lru_cache(maxsize=1024)

@@ -21,7 +21,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Sequence, TypeVar
 
-from amplint.files import DEFAULT_EXCLUDES, read_regular, readable_file, real_path
+from amplint.files import DEFAULT_EXCLUDES, read_regular, real_path
 from amplint.project.gradient_norms import gradient_norms_in
 from amplint.project.losses import LossHelper, loss_helpers_in
 from amplint.project.source import ModuleSource, dotted_expression, last_name
@@ -236,17 +236,15 @@ class ProjectIndex:
         if known is None or known[0] != version:
             if known is not None:
                 self._fsdp = self._kernels = None  # answers read from the old text
-            module = self._read(path, stat)
+            module = self._read(path) if stat is not None else None
             self._modules[path] = known = (version, module)
         return known[1]
 
-    def _read(self, path: Path, stat: os.stat_result | None) -> ModuleSource | None:
-        # A FIFO named like a module would block the read forever (as
-        # discovery knows); a huge file is not a module anyone wrote.
-        if stat is None or not readable_file(stat):
-            return None
+    def _read(self, path: Path) -> ModuleSource | None:
         try:
-            data = read_regular(path)  # never blocks, should it have become a FIFO since
+            # Never waits on a FIFO named like a module, and refuses a file
+            # too large to be a module anyone wrote.
+            data = read_regular(path)
             text = data.decode("utf-8-sig")
         except (OSError, UnicodeDecodeError):
             return None
