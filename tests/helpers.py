@@ -22,6 +22,15 @@ REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "fixtures"
 ALL = frozenset(ALL_CODES)
 
+# Settings under which, together, every rule can fire: a trigger must hold for
+# each (tests/test_prefilter.py, tests/trigger_audit.py).
+EVERY_RULE_SETTINGS = [
+    Settings(),
+    Settings(dtype="bfloat16", device_type="cpu"),
+    Settings(target_torch=(1, 10)),
+    Settings(target_torch=(2, 13)),  # rules for what later torch documents (AMP123)
+]
+
 
 def dedent(text: str) -> str:
     return textwrap.dedent(text).lstrip("\n")

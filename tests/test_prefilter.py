@@ -19,10 +19,9 @@ import pytest
 
 from amplint.analysis import ModuleFacts
 from amplint.catalog import load_catalog
-from amplint.config import Settings
 from amplint.rules import RULES
 from amplint.prefilter import SourceClues
-from tests.helpers import FIXTURES, REPO, dedent
+from tests.helpers import EVERY_RULE_SETTINGS, FIXTURES, REPO, dedent
 
 # Calls and imports spelled the way Python allows but a plain `.backward(` or
 # `cuda.amp` search would miss.
@@ -89,6 +88,26 @@ TRICKY_SPELLINGS = {
                 loss.backward()
                 optimizer.step()
         """,
+    # The syntax tree's tier (amplint/code_shape.py): a backward and a step
+    # in different functions of one class.
+    "the backward in a helper method": """
+        import torch
+
+        class Trainer:
+            def __init__(self, model):
+                self.model = model
+                self.optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+            def backward_step(self, loss):
+                loss.backward()
+
+            def train(self, loader):
+                for x, y in loader:
+                    loss = torch.nn.functional.mse_loss(self.model(x), y)
+                    self.backward_step(loss)
+                    self.optimizer.step()
+                    self.optimizer.zero_grad()
+        """,
     "autocast under an alias, given a device": """
         import torch
         from torch import autocast as mixed
@@ -114,13 +133,6 @@ TRICKY_SPELLINGS = {
             pass
         """,
 }
-
-SETTINGS = [
-    Settings(),
-    Settings(dtype="bfloat16", device_type="cpu"),
-    Settings(target_torch=(1, 10)),
-    Settings(target_torch=(2, 13)),  # rules for what later torch documents (AMP123)
-]
 
 
 def _snippets_in_tests() -> dict[str, str]:
@@ -169,7 +181,7 @@ def _findings(text: str) -> dict[str, int]:
     """How many diagnostics each rule reports on `text`, prefilter bypassed."""
     module = cst.parse_module(text)
     counts = {}
-    for settings in SETTINGS:
+    for settings in EVERY_RULE_SETTINGS:
         facts = ModuleFacts(module, text)
         for rule in RULES:
             found = sum(1 for _ in rule.check(facts, settings))
