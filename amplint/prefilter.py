@@ -11,21 +11,17 @@ from __future__ import annotations
 
 import ast
 import re
-import sys
 import types
 import warnings
 from functools import cached_property
+
+from amplint.code_shape import COMPILER_KEEPS_DEAD_CODE_NAMES, backward_meets_update, code_names
 
 # Between a receiver, the dot, the method name and its parenthesis Python allows
 # spaces, line continuations and, inside brackets, newlines and comments.  A
 # comment runs to its line break, so each character has one way to match:
 # `#[^\n]*` alone would let a line of `####` split into 2**n comments.
 _GAP = r"(?:[\s\\]|#[^\r\n]*[\r\n])*"
-
-# Before 3.10 the compiler drops the code under `if False:` / `while 0:` before
-# it records names; a step written there would go unseen.  From 3.10 on every
-# name written in code reaches the code objects (tests/test_prefilter.py pins it).
-_COMPILER_KEEPS_DEAD_CODE_NAMES = sys.version_info >= (3, 10)
 
 
 class SourceClues:
@@ -80,7 +76,7 @@ class SourceClues:
             attribute in self.text and self._tree_has_attribute(attribute)
         )
 
-    @property
+    @cached_property
     def _code_names(self) -> frozenset[str] | None:
         """Every name the compiled module and its functions, classes, lambdas
         and comprehensions load, store, import or look up as an attribute.
@@ -89,7 +85,12 @@ class SourceClues:
         compile (newer syntax, or a syntax error the parse will report), or a
         Python whose compiler drops dead code first.
         """
-        if not (self.compiled and _COMPILER_KEEPS_DEAD_CODE_NAMES):
+        code = self._trusted_code
+        return None if code is None else code_names(code)
+
+    @property
+    def _trusted_code(self) -> types.CodeType | None:
+        if not (self.compiled and COMPILER_KEEPS_DEAD_CODE_NAMES):
             return None
         return self._compiled[0]
 
@@ -110,21 +111,65 @@ class SourceClues:
         return None
 
     @cached_property
-    def _compiled(self) -> tuple[frozenset[str] | None, BaseException | None]:
-        """The names the code objects use, or the error compiling raised."""
+    def _compiled(self) -> tuple[types.CodeType | None, BaseException | None]:
+        """The compiled module, or the error compiling raised."""
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # invalid escapes and the like
                 code = compile(self.text, "<amplint>", "exec", dont_inherit=True, optimize=0)
         except (SyntaxError, ValueError, RecursionError, MemoryError) as error:
             return None, error
-        names: set[str] = set()
-        pending = [code]
-        while pending:
-            code = pending.pop()
-            names.update(code.co_names)
-            pending += [const for const in code.co_consts if isinstance(const, types.CodeType)]
-        return frozenset(names), None
+        return code, None
+
+    def may_call_name(self, name: str) -> bool:
+        """Whether the code may call `name` (``name(...)``, ``x.name(...)``,
+        ``partial(name, ...)`` is no call) or import it under another name,
+        which the text cannot follow: ``torch.autocast("cuda")`` is a call,
+        ``isinstance(v, torch.amp.autocast_mode.autocast)`` is not."""
+        return self._spelled_called(name) and self.may_use(name)
+
+    def may_call_ending(self, *suffixes: str) -> bool:
+        """Whether the code may call a name that ends with one of `suffixes`
+        (``ShardedGradScaler(...)`` for "GradScaler"), or import one under
+        another name."""
+        names = self._code_names
+        return any(
+            self._spelled_called(suffix, suffix=True)
+            and (names is None or any(name.endswith(suffix) for name in names))
+            for suffix in suffixes
+        )
+
+    def _spelled_called(self, name: str, suffix: bool = False) -> bool:
+        if name not in self.text:
+            return False
+        # The literal first, so that `re` skips ahead by substring search; the
+        # word boundary before a whole name (`is_autocast(` is no call of
+        # autocast) after.
+        for found in re.finditer(rf"{name}(?:{_GAP}\(|[\s\\]+as\b)", self.text):
+            before = self.text[found.start() - 1 : found.start()]
+            if suffix or not (before.isalnum() or before == "_"):
+                return True
+        return False
+
+    def may_reach_amp_member(self, *members: str) -> bool:
+        """Whether the code may reach one of `members` through a module named
+        ``amp`` (``torch.cuda.amp.GradScaler``, ``amp.autocast`` after ``from
+        torch.cuda import amp``, ``from torch.cpu.amp import autocast``), or
+        import such a module under another name.  ``torch.cuda.amp.common``
+        and ``torch.cuda.amp.autocast_mode.autocast`` reach none."""
+        text = self.text
+        if re.search(rf"amp{_GAP}import{_GAP}\*", text) is not None:
+            return True
+        spelled = re.search(rf"amp{_GAP}(?:\.{_GAP}(?:{'|'.join(members)})\b|import\b|as\b)", text)
+        # Annotations count: `scaler: torch.cuda.amp.GradScaler` is a use to migrate.
+        return spelled is not None and any(self.may_reference(member) for member in members)
+
+    @property
+    def backward_meets_update(self) -> bool:
+        """Whether some function, or the module's own code, may both call
+        ``.backward()`` and update parameters (see amplint.code_shape)."""
+        code = self._trusted_code
+        return code is None or backward_meets_update(code)
 
     def _tree_has_attribute(self, attribute: str) -> bool:
         try:

@@ -28,10 +28,14 @@ _AUTOCAST_ALIAS = re.compile(r"autocast\s+as\b")
 def _fp32_step(clues: SourceClues) -> bool:
     # A backward, and an optimizer step (also one given a closure, which
     # holds the backward) or a hand-written parameter update.
-    return clues.may_call("backward") and (
-        clues.may_call("step")
-        or "-=" in clues.text
-        or any(clues.may_call(update) for update in ("add_", "sub_", "copy_"))
+    return (
+        clues.may_call("backward")
+        and (
+            clues.may_call("step")
+            or "-=" in clues.text
+            or any(clues.may_call(update) for update in ("add_", "sub_", "copy_"))
+        )
+        and clues.backward_meets_update
     )
 
 
@@ -131,6 +135,7 @@ def _autocast_device_type(clues: SourceClues) -> bool:
             or _AUTOCAST_ALIAS.search(text) is not None
         )
         and clues.may_use("autocast")
+        and clues.may_call_name("autocast")
     )
 
 
@@ -146,6 +151,14 @@ def _plain_scaler_under_fsdp(clues: SourceClues) -> bool:
         and _GRAD_SCALER_CALL.search(text) is not None
         and clues.may_use("GradScaler")
     )
+
+
+# What torch.cuda.amp / torch.cpu.amp export and warn about; anything else there
+# (amp_definitely_not_available) is not deprecated and is left alone.
+DEPRECATED_MEMBERS = {
+    "cuda": ("autocast", "GradScaler", "custom_fwd", "custom_bwd"),
+    "cpu": ("autocast", "GradScaler"),
+}
 
 
 def _deprecated_amp(device: str) -> Callable[[SourceClues], bool]:
@@ -165,7 +178,11 @@ def _deprecated_amp(device: str) -> Callable[[SourceClues], bool]:
         spelled = dotted in text or (
             device in text and any(pattern.search(text) is not None for pattern in other_spellings)
         )
-        return spelled and clues.may_reference("amp")
+        return (
+            spelled
+            and clues.may_reference("amp")
+            and clues.may_reach_amp_member(*DEPRECATED_MEMBERS[device])
+        )
 
     return may_fire
 
@@ -192,27 +209,47 @@ FRAMEWORK_SPELLED = re.compile(
     r"\b(?:Accelerator|Trainer|Fabric|Booster|\w*TrainingArguments|\w+Config)\s*\("
     r"|\binitialize\s*\("
 )
+# The same calls' names (less those matched by suffix), for SourceClues.may_call_name.
+FRAMEWORK_SETUPS = ("Accelerator", "Trainer", "Fabric", "Booster", "initialize")
 
 
+# The framework rules read set-up calls (analysis/frameworks.py): `Accelerator(`,
+# `Trainer(`, `deepspeed.initialize(`, a config named by `TrainingArguments(`.
 def _accelerator_in_fp32(clues: SourceClues) -> bool:
-    return "Accelerator" in clues.text and clues.may_call("backward")
+    return (
+        "Accelerator" in clues.text
+        and clues.may_call("backward")
+        and clues.may_call_name("Accelerator")
+    )
 
 
 def _lightning_in_fp32(clues: SourceClues) -> bool:
     # A Trainer trains by `.fit(`, a Fabric loop by `fabric.backward(`.
-    return "lightning" in clues.text and (clues.may_call("fit") or clues.may_call("backward"))
+    return (
+        "lightning" in clues.text
+        and (clues.may_call("fit") or clues.may_call("backward"))
+        and (clues.may_call_name("Trainer") or clues.may_call_name("Fabric"))
+    )
 
 
 def _training_arguments_in_fp32(clues: SourceClues) -> bool:
-    return ("Arguments" in clues.text or "Config" in clues.text) and clues.may_call("train")
+    return (
+        ("Arguments" in clues.text or "Config" in clues.text)
+        and clues.may_call("train")
+        and clues.may_call_ending("Arguments", "Config")
+    )
 
 
 def _deepspeed_in_fp32(clues: SourceClues) -> bool:
-    return "deepspeed" in clues.text and (clues.may_call("backward") or clues.may_call("train"))
+    return (
+        "deepspeed" in clues.text
+        and (clues.may_call("backward") or clues.may_call("train"))
+        and (clues.may_call_name("initialize") or clues.may_call_ending("Arguments", "Config"))
+    )
 
 
 def _booster_in_fp32(clues: SourceClues) -> bool:
-    return "Booster" in clues.text and clues.may_call("backward")
+    return "Booster" in clues.text and clues.may_call("backward") and clues.may_call_name("Booster")
 
 
 def _booster_precision(clues: SourceClues) -> bool:
@@ -220,8 +257,20 @@ def _booster_precision(clues: SourceClues) -> bool:
 
 
 def _manual_amp_under_framework(clues: SourceClues) -> bool:
-    return ("autocast" in clues.text or "Scaler" in clues.text) and (
-        FRAMEWORK_SPELLED.search(clues.text) is not None
+    # An autocast or scaler call (`scaler.scale(loss)` handed to a framework's
+    # backward is one) beside a framework's set-up call.
+    return (
+        ("autocast" in clues.text or "Scaler" in clues.text)
+        and FRAMEWORK_SPELLED.search(clues.text) is not None
+        and (
+            clues.may_call_name("autocast")
+            or clues.may_call("scale")
+            or clues.may_call_ending("GradScaler")
+        )
+        and (
+            any(clues.may_call_name(setup) for setup in FRAMEWORK_SETUPS)
+            or clues.may_call_ending("Arguments", "Config")
+        )
     )
 
 
@@ -250,8 +299,10 @@ def _apex_other(clues: SourceClues) -> bool:
 def _cuda_amp_on_other_device(clues: SourceClues) -> bool:
     # CUDA's autocast or GradScaler, and a model moved to a device the script
     # names (`.to(device)` or `device=`: analysis/device.py's proof).
-    return (clues.may_use("GradScaler") or clues.may_use("autocast")) and (
-        clues.may_call("to") or "device" in clues.text
+    return (
+        (clues.may_use("GradScaler") or clues.may_use("autocast"))
+        and (clues.may_call("to") or "device" in clues.text)
+        and (clues.may_call_name("autocast") or clues.may_call_ending("GradScaler"))
     )
 
 

@@ -18,14 +18,9 @@ from amplint.analysis.imports import ImportMap
 from amplint.analysis.guards import GuardedVisitor
 from amplint.analysis.scopes import Scope
 from amplint.analysis.visitor import Analysis
+from amplint.triggers import DEPRECATED_MEMBERS
 
 DEPRECATED_MODULES = {"torch.cuda.amp": "cuda", "torch.cpu.amp": "cpu"}
-# What torch.cuda.amp / torch.cpu.amp export and warn about; anything else there
-# (amp_definitely_not_available) is not deprecated and is left alone.
-DEPRECATED_MEMBERS = {
-    "cuda": ("autocast", "GradScaler", "custom_fwd", "custom_bwd"),
-    "cpu": ("autocast", "GradScaler"),
-}
 
 # An `if` whose test reads a version or probes for an attribute guards a
 # fallback; its branches are written for several torch releases on purpose.
