@@ -50,13 +50,19 @@ def selected_rules(codes: frozenset[str]) -> list[Rule]:
     return [rule for rule in RULES if rule.code in codes]
 
 
+def _may_fire(rules: Sequence[Rule], clues: SourceClues) -> list[Rule]:
+    """The rules that may find something in the file `clues` describe: a rule
+    whose trigger says no finds nothing there, so it is not run."""
+    return [rule for rule in rules if rule.may_fire(clues)]
+
+
 def _parse(
-    text: str, rules: Sequence[Rule], codes: frozenset[str], settings: Settings
+    text: str, clues: SourceClues, rules: Sequence[Rule], codes: frozenset[str], settings: Settings
 ) -> cst.Module | list[Diagnostic]:
-    """The module, or what to report instead: nothing when no rule may fire,
-    AMP900 when the file does not parse or is too deep to try."""
-    clues = SourceClues(text)
-    if not any(rule.may_fire(clues) for rule in rules):
+    """The module, or what to report instead: nothing when no rule of `rules`
+    (those that may fire) is left, AMP900 when the file does not parse or is
+    too deep to try."""
+    if not rules:
         return []
     if len(text) > MAX_PARSE_CHARS:
         raise NotAnalysed(
@@ -152,8 +158,9 @@ def lint_text(
 def _lint(
     text: str, codes: frozenset[str], settings: Settings, project: ProjectView | None = None
 ) -> tuple[list[Diagnostic], ModuleFacts | None]:
-    rules = selected_rules(codes)
-    module = _parse(text, rules, codes, settings)
+    clues = SourceClues(text)
+    rules = _may_fire(selected_rules(codes), clues)
+    module = _parse(text, clues, rules, codes, settings)
     if isinstance(module, list):
         return module, None
     facts = ModuleFacts(module, text, project)
@@ -209,10 +216,11 @@ def fix_text(
     not converge.
     """
     rules = selected_rules(codes)
-    module = _parse(text, rules, codes, settings)
+    clues = SourceClues(text)
+    module = _parse(text, clues, _may_fire(rules, clues), codes, settings)
     if isinstance(module, list):
         return FixResult(text, [], module, module)
-    analyses = _Analyses(text, ModuleFacts(module, text, project), settings)
+    analyses = _Analyses(text, ModuleFacts(module, text, project), settings, clues)
     found = analyses.findings(text, rules)
     due = [diagnostic for diagnostic in found if is_applicable(diagnostic, unsafe)]
     if not due:
@@ -282,11 +290,13 @@ class _Analyses:
     Only the original and the latest other text are kept: a libcst tree holds
     hundreds of bytes per character of source."""
 
-    def __init__(self, original: str, facts: ModuleFacts, settings: Settings) -> None:
+    def __init__(
+        self, original: str, facts: ModuleFacts, settings: Settings, clues: SourceClues
+    ) -> None:
         self.original = original
         self.settings = settings
-        self._kept: dict[str, tuple[ModuleFacts, dict[Rule, list[Diagnostic]]]] = {
-            original: (facts, {})
+        self._kept: dict[str, tuple[ModuleFacts, dict[Rule, list[Diagnostic]], SourceClues]] = {
+            original: (facts, {}, clues)
         }
 
     @property
@@ -299,13 +309,14 @@ class _Analyses:
             facts = ModuleFacts(cst.parse_module(text), text, self.project)
             for other in [kept for kept in self._kept if kept != self.original]:
                 del self._kept[other]
-            self._kept[text] = (facts, {})
+            self._kept[text] = (facts, {}, SourceClues(text))
         return self._kept[text][0]
 
     def findings(self, text: str, rules: Sequence[Rule]) -> list[Diagnostic]:
         """What `rules` report on `text`, as `_lint_module` gives it."""
         facts = self.facts(text)
-        by_rule = self._kept[text][1]
+        _, by_rule, clues = self._kept[text]
+        rules = _may_fire(rules, clues)
         for rule in rules:
             if rule not in by_rule:
                 by_rule[rule] = list(rule.check(facts, self.settings))
@@ -358,7 +369,9 @@ def self_check(original: str, rewritten: str, settings: Settings) -> list[str]:
     """What keeps `rewritten` from being written as a rewrite of `original`:
     findings and name problems it adds (empty when it passes)."""
     facts = ModuleFacts(cst.parse_module(original), original)
-    return _SelfCheck(_Analyses(original, facts, settings)).problems(rewritten)
+    return _SelfCheck(_Analyses(original, facts, settings, SourceClues(original))).problems(
+        rewritten
+    )
 
 
 class _SelfCheck:

@@ -31,9 +31,18 @@ class SourceClues:
         self.text = text
         # Without compiling, the text decides alone: a cheaper, looser first pass.
         self.compiled = compiled
-        # Every rule's trigger asks about `.backward(` and `.step(`: the
-        # answers are kept, each costs a scan of the whole text.
+        # Rules' triggers ask about the same words (`caler`, `autocast`) and
+        # calls (`.backward(`, `.step(`): the answers are kept, each costs a
+        # scan of the whole text.
+        self._mentions: dict[str, bool] = {}
         self._calls: dict[str, bool] = {}
+
+    def mentions(self, word: str) -> bool:
+        """Whether the text holds `word` anywhere, code, string or comment."""
+        answer = self._mentions.get(word)
+        if answer is None:
+            answer = self._mentions[word] = word in self.text
+        return answer
 
     def may_call(self, method: str) -> bool:
         """Whether the code may call ``.method(...)``, however it is spaced.
@@ -48,8 +57,14 @@ class SourceClues:
 
     def _may_call(self, method: str) -> bool:
         text = self.text
+        # The spaced spelling is searched for only where the name is followed
+        # by its parenthesis: a pattern that starts with a literal lets `re`
+        # skip ahead by substring search; one that starts with `\.` stops at
+        # every dot of the file.
         spelled = f".{method}(" in text or (
-            method in text and re.search(rf"\.{_GAP}{method}{_GAP}\(", text) is not None
+            self.mentions(method)
+            and re.search(rf"{method}{_GAP}\(", text) is not None
+            and re.search(rf"\.{_GAP}{method}{_GAP}\(", text) is not None
         )
         if not spelled:
             return False
@@ -60,7 +75,7 @@ class SourceClues:
         """Whether code that runs may use `name`: a variable, an attribute
         (``torch.autocast``), an imported name or a part of an imported module.
         Annotations do not count (see `may_reference` for them)."""
-        if name not in self.text:
+        if not self.mentions(name):
             return False
         names = self._code_names
         return names is None or any(name == part for used in names for part in used.split("."))
@@ -140,7 +155,7 @@ class SourceClues:
         )
 
     def _spelled_called(self, name: str, suffix: bool = False) -> bool:
-        if name not in self.text:
+        if not self.mentions(name):
             return False
         # The literal first, so that `re` skips ahead by substring search; the
         # word boundary before a whole name (`is_autocast(` is no call of

@@ -32,7 +32,7 @@ def _fp32_step(clues: SourceClues) -> bool:
         clues.may_call("backward")
         and (
             clues.may_call("step")
-            or "-=" in clues.text
+            or clues.mentions("-=")
             or any(clues.may_call(update) for update in ("add_", "sub_", "copy_"))
         )
         and clues.backward_meets_update
@@ -51,12 +51,12 @@ def _scaled_step(clues: SourceClues) -> bool:
 
 
 def _missing_scaler_update(clues: SourceClues) -> bool:
-    return "caler" in clues.text and clues.may_call("step") and clues.may_call("backward")
+    return clues.mentions("caler") and clues.may_call("step") and clues.may_call("backward")
 
 
 def _unscaled_backward(clues: SourceClues) -> bool:
     return (
-        "caler" in clues.text  # before the case-blind search, which reads every byte
+        clues.mentions("caler")  # before the case-blind search, which reads every byte
         and SCALER_NAME.search(clues.text) is not None
         and clues.may_call("backward")
         and clues.may_call("step")
@@ -64,12 +64,12 @@ def _unscaled_backward(clues: SourceClues) -> bool:
 
 
 def _float16_without_scaler(clues: SourceClues) -> bool:
-    return "autocast" in clues.text and clues.may_call("backward") and clues.may_call("step")
+    return clues.mentions("autocast") and clues.may_call("backward") and clues.may_call("step")
 
 
 def _scaler_per_micro_step(clues: SourceClues) -> bool:
     return (
-        "caler" in clues.text
+        clues.mentions("caler")
         and clues.may_call("backward")
         and clues.may_call("step")
         and (clues.may_call("update") or clues.may_call("unscale_"))
@@ -77,59 +77,60 @@ def _scaler_per_micro_step(clues: SourceClues) -> bool:
 
 
 def _double_unscale(clues: SourceClues) -> bool:
-    return "unscale_" in clues.text and clues.may_call("unscale_")
+    return clues.mentions("unscale_") and clues.may_call("unscale_")
 
 
 def _scaler_not_checkpointed(clues: SourceClues) -> bool:
     return (
-        "caler" in clues.text
+        clues.mentions("caler")
         and any(clues.may_call(m) for m in ("scale", "unscale_", "update", "step"))
         and (clues.may_call("state_dict") or clues.may_call("load_state_dict"))
     )
 
 
 def _loss_outside_autocast(clues: SourceClues) -> bool:
-    return "autocast" in clues.text and clues.may_call("backward")
+    return clues.mentions("autocast") and clues.may_call("backward")
 
 
 def _manual_half(clues: SourceClues) -> bool:
-    if "autocast" not in clues.text:  # the rarest word first: `.to(` is everywhere
+    if not clues.mentions("autocast"):  # the rarest word first: `.to(` is everywhere
         return False
     casts = clues.may_call("half") or (
-        clues.may_call("to") and ("float16" in clues.text or "half" in clues.text)
+        clues.may_call("to") and (clues.mentions("float16") or clues.mentions("half"))
     )
     return clues.may_call("backward") and casts
 
 
 def _scaler_with_bfloat16(clues: SourceClues) -> bool:
     return (
-        "caler" in clues.text
+        clues.mentions("caler")
         and clues.may_call("scale")
         and clues.may_use("autocast")
-        and (clues.may_use("bfloat16") or clues.may_use("cpu"))
+        # `dtype=torch.bfloat16`, or CPU autocast (`device_type="cpu"`: a string).
+        and (clues.mentions("bfloat16") or clues.mentions("cpu"))
     )
 
 
 def _zero_grad_before_scaler_step(clues: SourceClues) -> bool:
-    return "caler" in clues.text and clues.may_call("zero_grad") and clues.may_call("scale")
+    return clues.mentions("caler") and clues.may_call("zero_grad") and clues.may_call("scale")
 
 
 def _unsafe_loss_under_autocast(clues: SourceClues) -> bool:
     return (
-        ("BCELoss" in clues.text or "binary_cross_entropy" in clues.text)
+        (clues.mentions("BCELoss") or clues.mentions("binary_cross_entropy"))
         and clues.may_use("autocast")
         and (clues.may_use("BCELoss") or clues.may_use("binary_cross_entropy"))
     )
 
 
 def _scaler_step_with_closure(clues: SourceClues) -> bool:
-    return "caler" in clues.text and clues.may_call("step")
+    return clues.mentions("caler") and clues.may_call("step")
 
 
 def _autocast_device_type(clues: SourceClues) -> bool:
     text = clues.text
     return (
-        "autocast" in text
+        clues.mentions("autocast")
         and (
             _AUTOCAST_DEVICE_ARGUMENT.search(text) is not None
             or _AUTOCAST_ALIAS.search(text) is not None
@@ -147,7 +148,7 @@ def _plain_scaler_under_fsdp(clues: SourceClues) -> bool:
     # module need not name it.
     text = clues.text
     return (
-        "GradScaler" in text
+        clues.mentions("GradScaler")
         and _GRAD_SCALER_CALL.search(text) is not None
         and clues.may_use("GradScaler")
     )
@@ -175,8 +176,9 @@ def _deprecated_amp(device: str) -> Callable[[SourceClues], bool]:
 
     def may_fire(clues: SourceClues) -> bool:
         text = clues.text
-        spelled = dotted in text or (
-            device in text and any(pattern.search(text) is not None for pattern in other_spellings)
+        spelled = clues.mentions(dotted) or (
+            clues.mentions(device)
+            and any(pattern.search(text) is not None for pattern in other_spellings)
         )
         return (
             spelled
@@ -195,11 +197,11 @@ DEPRECATED_STATE_SPELLED = re.compile(
 
 
 def _deprecated_autocast_state(clues: SourceClues) -> bool:
-    if "_autocast_" not in clues.text:
+    if not clues.mentions("_autocast_"):
         return False
     # Called: torch's own overrides.py names every one of them in a table.
     return any(
-        clues.may_call(name) or (f"{name}(" in clues.text and clues.may_use(name))
+        clues.may_call(name) or (clues.mentions(f"{name}(") and clues.may_use(name))
         for name in set(DEPRECATED_STATE_SPELLED.findall(clues.text))
     )
 
@@ -217,7 +219,7 @@ FRAMEWORK_SETUPS = ("Accelerator", "Trainer", "Fabric", "Booster", "initialize")
 # `Trainer(`, `deepspeed.initialize(`, a config named by `TrainingArguments(`.
 def _accelerator_in_fp32(clues: SourceClues) -> bool:
     return (
-        "Accelerator" in clues.text
+        clues.mentions("Accelerator")
         and clues.may_call("backward")
         and clues.may_call_name("Accelerator")
     )
@@ -226,7 +228,7 @@ def _accelerator_in_fp32(clues: SourceClues) -> bool:
 def _lightning_in_fp32(clues: SourceClues) -> bool:
     # A Trainer trains by `.fit(`, a Fabric loop by `fabric.backward(`.
     return (
-        "lightning" in clues.text
+        clues.mentions("lightning")
         and (clues.may_call("fit") or clues.may_call("backward"))
         and (clues.may_call_name("Trainer") or clues.may_call_name("Fabric"))
     )
@@ -234,7 +236,7 @@ def _lightning_in_fp32(clues: SourceClues) -> bool:
 
 def _training_arguments_in_fp32(clues: SourceClues) -> bool:
     return (
-        ("Arguments" in clues.text or "Config" in clues.text)
+        (clues.mentions("Arguments") or clues.mentions("Config"))
         and clues.may_call("train")
         and clues.may_call_ending("Arguments", "Config")
     )
@@ -242,26 +244,27 @@ def _training_arguments_in_fp32(clues: SourceClues) -> bool:
 
 def _deepspeed_in_fp32(clues: SourceClues) -> bool:
     return (
-        "deepspeed" in clues.text
+        clues.mentions("deepspeed")
         and (clues.may_call("backward") or clues.may_call("train"))
         and (clues.may_call_name("initialize") or clues.may_call_ending("Arguments", "Config"))
     )
 
 
 def _booster_in_fp32(clues: SourceClues) -> bool:
-    return "Booster" in clues.text and clues.may_call("backward") and clues.may_call_name("Booster")
+    return (
+        clues.mentions("Booster") and clues.may_call("backward") and clues.may_call_name("Booster")
+    )
 
 
 def _booster_precision(clues: SourceClues) -> bool:
-    return "Booster" in clues.text and "mixed_precision" in clues.text
+    return clues.mentions("Booster") and clues.mentions("mixed_precision")
 
 
 def _manual_amp_under_framework(clues: SourceClues) -> bool:
     # An autocast or scaler call (`scaler.scale(loss)` handed to a framework's
     # backward is one) beside a framework's set-up call.
     return (
-        ("autocast" in clues.text or "Scaler" in clues.text)
-        and FRAMEWORK_SPELLED.search(clues.text) is not None
+        (clues.mentions("autocast") or clues.mentions("Scaler"))
         and (
             clues.may_call_name("autocast")
             or clues.may_call("scale")
@@ -276,23 +279,25 @@ def _manual_amp_under_framework(clues: SourceClues) -> bool:
 
 def _half_model_with_scaler(clues: SourceClues) -> bool:
     return (
-        "Scaler" in clues.text
-        and (clues.may_call("half") or "float16" in clues.text or "half" in clues.text)
+        clues.mentions("Scaler")
+        and (clues.may_call("half") or clues.mentions("float16") or clues.mentions("half"))
         and (clues.may_call("step") or clues.may_call("unscale_"))
     )
 
 
 def _amp_against_fsdp_policy(clues: SourceClues) -> bool:
-    return "MixedPrecision" in clues.text and ("autocast" in clues.text or "Scaler" in clues.text)
+    return clues.mentions("MixedPrecision") and (
+        clues.mentions("autocast") or clues.mentions("Scaler")
+    )
 
 
 def _apex_amp(clues: SourceClues) -> bool:
-    return "apex" in clues.text and clues.may_use("amp")
+    return clues.mentions("apex") and clues.may_use("amp")
 
 
 def _apex_other(clues: SourceClues) -> bool:
-    return "apex" in clues.text and (
-        clues.may_use("parallel") or clues.may_use("fp16_utils") or "_amp_state" in clues.text
+    return clues.mentions("apex") and (
+        clues.may_use("parallel") or clues.may_use("fp16_utils") or clues.mentions("_amp_state")
     )
 
 
@@ -301,7 +306,7 @@ def _cuda_amp_on_other_device(clues: SourceClues) -> bool:
     # names (`.to(device)` or `device=`: analysis/device.py's proof).
     return (
         (clues.may_use("GradScaler") or clues.may_use("autocast"))
-        and (clues.may_call("to") or "device" in clues.text)
+        and (clues.may_call("to") or clues.mentions("device"))
         and (clues.may_call_name("autocast") or clues.may_call_ending("GradScaler"))
     )
 
