@@ -104,6 +104,15 @@ class SourceClues:
         return None if code is None else code_names(code)
 
     @property
+    def _uncompiled(self) -> bool:
+        """Whether the text is all there is: the first pass, which does not
+        compile, or a file CPython refuses to compile (a syntax error, syntax
+        newer than this Python).  Then the looser tests decide, and libcst
+        reads the file or says why it cannot (AMP900): the questions about
+        calls are asked of compiled files only."""
+        return not self.compiled or self._compiled[0] is None
+
+    @property
     def _trusted_code(self) -> types.CodeType | None:
         if not (self.compiled and COMPILER_KEEPS_DEAD_CODE_NAMES):
             return None
@@ -141,12 +150,14 @@ class SourceClues:
         ``partial(name, ...)`` is no call) or import it under another name,
         which the text cannot follow: ``torch.autocast("cuda")`` is a call,
         ``isinstance(v, torch.amp.autocast_mode.autocast)`` is not."""
-        return self._spelled_called(name) and self.may_use(name)
+        return self._uncompiled or (self._spelled_called(name) and self.may_use(name))
 
     def may_call_ending(self, *suffixes: str) -> bool:
         """Whether the code may call a name that ends with one of `suffixes`
         (``ShardedGradScaler(...)`` for "GradScaler"), or import one under
         another name."""
+        if self._uncompiled:
+            return True
         names = self._code_names
         return any(
             self._spelled_called(suffix, suffix=True)
@@ -173,7 +184,7 @@ class SourceClues:
         import such a module under another name.  ``torch.cuda.amp.common``
         and ``torch.cuda.amp.autocast_mode.autocast`` reach none."""
         text = self.text
-        if re.search(rf"amp{_GAP}import{_GAP}\*", text) is not None:
+        if self._uncompiled or re.search(rf"amp{_GAP}import{_GAP}\*", text) is not None:
             return True
         spelled = re.search(rf"amp{_GAP}(?:\.{_GAP}(?:{'|'.join(members)})\b|import\b|as\b)", text)
         # Annotations count: `scaler: torch.cuda.amp.GradScaler` is a use to migrate.

@@ -10,6 +10,18 @@ from amplint.prefilter import SourceClues
 from amplint.rules import RULES
 from tests.helpers import dedent
 
+# torch's own sources: a Function's backward beside a gradient test.
+AUTOGRAD_TEST = """
+class Square(torch.autograd.Function):
+    @staticmethod
+    def backward(ctx, grad):
+        return 2 * grad
+
+def check_gradients(x):
+    x.sum().backward()
+    return x.grad
+"""
+
 
 def _meets(text: str) -> bool:
     return backward_meets_update(compile(dedent(text), "<test>", "exec"))
@@ -98,22 +110,13 @@ def test_a_backward_meets_an_update(text: str) -> None:
 @pytest.mark.parametrize(
     "text",
     [
-        # torch's own sources: a Function's backward, a gradient test, a scheduler.
-        """
-        class Square(torch.autograd.Function):
-            @staticmethod
-            def backward(ctx, grad):
-                return 2 * grad
-
-        def check_gradients(x):
-            x.sum().backward()
-            return x.grad
-
-        def advance(scheduler, counter):
-            scheduler.step()
-            counter -= 1
-            return counter
-        """,
+        # ... and a scheduler stepped, a counter decremented, elsewhere.
+        AUTOGRAD_TEST + """
+def advance(scheduler, counter):
+    scheduler.step()
+    counter -= 1
+    return counter
+""",
         # Two methods of a test class that share no name.
         """
         class TestAutograd:
@@ -199,21 +202,7 @@ def test_text_that_does_not_parse_decides_nothing() -> None:
             enabled = torch.is_autocast_enabled
             return graph, config, enabled
         """,
-        """
-        import torch
-
-        class Square(torch.autograd.Function):
-            @staticmethod
-            def backward(ctx, grad):
-                return 2 * grad
-
-        def check_gradients(x):
-            x.sum().backward()
-            return x.grad
-
-        def advance(scheduler):
-            scheduler.step()
-        """,
+        "import torch\n" + AUTOGRAD_TEST + "\ndef advance(scheduler):\n    scheduler.step()\n",
     ],
 )
 def test_library_code_that_names_amp_is_not_parsed(text: str) -> None:
