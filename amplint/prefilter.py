@@ -88,7 +88,7 @@ class SourceClues:
         compiled), so when the compiled names lack it, the syntax tree decides.
         """
         return self.may_use(attribute) or (
-            attribute in self.text and self._tree_has_attribute(attribute)
+            self.mentions(attribute) and self._tree_has_attribute(attribute)
         )
 
     @cached_property
@@ -190,10 +190,12 @@ class SourceClues:
         # Annotations count: `scaler: torch.cuda.amp.GradScaler` is a use to migrate.
         return spelled is not None and any(self.may_reference(member) for member in members)
 
-    @property
+    @cached_property
     def backward_meets_update(self) -> bool:
         """Whether some function, or the module's own code, may both call
-        ``.backward()`` and update parameters (see amplint.code_shape)."""
+        ``.backward()`` and update parameters (see amplint.code_shape).  Kept:
+        `fix` asks the triggers of one text several times (its rounds, its
+        self-check), and this reads the module's and class bodies' bytecode."""
         code = self._trusted_code
         return code is None or backward_meets_update(code)
 

@@ -206,13 +206,14 @@ def _deprecated_autocast_state(clues: SourceClues) -> bool:
     )
 
 
-# A framework set-up call (analysis/frameworks.py), as text.
-FRAMEWORK_SPELLED = re.compile(
-    r"\b(?:Accelerator|Trainer|Fabric|Booster|\w*TrainingArguments|\w+Config)\s*\("
-    r"|\binitialize\s*\("
-)
-# The same calls' names (less those matched by suffix), for SourceClues.may_call_name.
+# The framework set-up calls (analysis/frameworks.py): by name, and the
+# configurations by the end of their name (`TrainingArguments`, `SFTConfig`).
 FRAMEWORK_SETUPS = ("Accelerator", "Trainer", "Fabric", "Booster", "initialize")
+FRAMEWORK_CONFIGS = ("Arguments", "Config")
+# The same, as text (the analysis asks it before it walks a module).
+FRAMEWORK_SPELLED = re.compile(
+    rf"\b(?:{'|'.join(FRAMEWORK_SETUPS)}|\w*TrainingArguments|\w+Config)\s*\("
+)
 
 
 # The framework rules read set-up calls (analysis/frameworks.py): `Accelerator(`,
@@ -238,7 +239,7 @@ def _training_arguments_in_fp32(clues: SourceClues) -> bool:
     return (
         (clues.mentions("Arguments") or clues.mentions("Config"))
         and clues.may_call("train")
-        and clues.may_call_ending("Arguments", "Config")
+        and clues.may_call_ending(*FRAMEWORK_CONFIGS)
     )
 
 
@@ -246,7 +247,7 @@ def _deepspeed_in_fp32(clues: SourceClues) -> bool:
     return (
         clues.mentions("deepspeed")
         and (clues.may_call("backward") or clues.may_call("train"))
-        and (clues.may_call_name("initialize") or clues.may_call_ending("Arguments", "Config"))
+        and (clues.may_call_name("initialize") or clues.may_call_ending(*FRAMEWORK_CONFIGS))
     )
 
 
@@ -272,7 +273,7 @@ def _manual_amp_under_framework(clues: SourceClues) -> bool:
         )
         and (
             any(clues.may_call_name(setup) for setup in FRAMEWORK_SETUPS)
-            or clues.may_call_ending("Arguments", "Config")
+            or clues.may_call_ending(*FRAMEWORK_CONFIGS)
         )
     )
 
