@@ -3,16 +3,16 @@
     python -m tests.trigger_audit [--clones DIR] [--tree PATH ...] [--jobs N]
                                                           (or: make trigger-audit)
 
-A trigger (amplint/triggers.py) decides from a file's text, names and syntax
-tree whether a rule may fire, so that most files never reach libcst.  It must
-never say no where the rule finds something.  tests/test_prefilter.py holds
-that on every sample we wrote; this holds it on every Python file of the
-ecosystem clones (each repository at its newest stored commit, read from the
-git objects) and of the installed torch package: each file is parsed and every
-rule checks it with the trigger bypassed, under the settings test_prefilter
-uses.  Prints each file where a rule fires and its trigger said no, and exits
-1 if there is one.  Slow (every file goes through libcst): not part of the
-suite; run it after changing a trigger.
+A trigger (amplint/triggers.py) decides from a file's text and compiled code
+whether a rule may fire, so that most files never reach libcst.  It must never
+say no where the rule finds something.  tests/test_prefilter.py holds that on
+every sample we wrote; this holds it on every Python file of the ecosystem
+corpus (each repository at the commit tests/ecosystem/corpus.toml pins, read
+from its clone's git objects) and of the installed torch package: each file is
+parsed and every rule checks it with the trigger bypassed, under the settings
+test_prefilter uses.  Prints each file where a rule fires and its trigger said
+no, or where a rule raises, and exits 1 if there is one.  Slow (every file goes
+through libcst): not part of the suite; run it after changing a trigger.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from amplint.prefilter import SourceClues
 from amplint.rules import RULES
 from amplint.triggers import TRIGGERS
 from tests.bench import installed_torch
-from tests.ecosystem import default_clones
+from tests.ecosystem import CORPUS, _clone, default_clones, tomllib
 from tests.helpers import EVERY_RULE_SETTINGS
 
 # Files above this many lines are left out, as amplint check leaves them out
@@ -41,16 +41,22 @@ from tests.helpers import EVERY_RULE_SETTINGS
 MAX_LINES = 20_000
 
 
-def _git_dir(repository: Path) -> Path:
-    return repository / ".git" if (repository / ".git").is_dir() else repository
-
-
 def files_in_clones(clones: Path) -> Iterator[tuple[str, str]]:
-    """(origin, text) of every .py file at HEAD of each clone under `clones`."""
-    for repository in sorted(clones.glob("*/repo")):
-        git = ["git", "--git-dir", str(_git_dir(repository))]
+    """(origin, text) of every .py file of each corpus repository at its pinned
+    commit, read from its clone under `clones` as `make ecosystem` finds it."""
+    seen = set()
+    for entry in tomllib.loads(CORPUS.read_text(encoding="utf-8"))["repo"]:
+        name, commit = entry["name"], entry["commit"]
+        if name in seen:
+            continue
+        seen.add(name)
+        git_dir = _clone(clones, name)
+        if git_dir is None:
+            print(f"{name}: no clone under {clones}, skipped", file=sys.stderr)
+            continue
+        git = ["git", "--git-dir", str(git_dir)]
         listing = subprocess.run(
-            [*git, "ls-tree", "-r", "-z", "HEAD"], capture_output=True, check=False
+            [*git, "ls-tree", "-r", "-z", commit], capture_output=True, check=True
         ).stdout
         blobs = []
         for entry in listing.split(b"\0"):
@@ -71,7 +77,7 @@ def files_in_clones(clones: Path) -> Iterator[tuple[str, str]]:
             size = int(contents[offset:header_end].split()[2])
             body = contents[header_end + 1 : header_end + 1 + size]
             offset = header_end + 1 + size + 1
-            yield f"{repository.parent.name}:{path}", body.decode("utf-8", errors="replace")
+            yield f"{name}@{commit[:7]}:{path}", body.decode("utf-8", errors="replace")
 
 
 def files_in_tree(tree: Path) -> Iterator[tuple[str, str]]:
