@@ -70,10 +70,12 @@ _SOURCE_ORDER: dict[type, tuple[str, ...]] = {
 }
 
 
+# Read from each class's MRO: `issubclass` goes through ABCMeta, which walks
+# every registered subclass (a fifth of the import time of a one-file check).
 _TOKEN_TYPES = frozenset(
     member
     for member in vars(cst).values()
-    if isinstance(member, type) and issubclass(member, _TOKEN_BASES)
+    if isinstance(member, type) and any(base in _TOKEN_BASES for base in member.__mro__)
 )
 
 

@@ -189,6 +189,9 @@ class ProjectIndex:
         self._definitions: dict[tuple[str, str], dict] = {}
         self._kernels: list[CustomKernel] | None = None
         self._imported: dict[str, list[Path]] = {}  # module digest -> project modules
+        # path as asked -> the file it names (None: a link loop); resolving walks
+        # every component of the path, and each question asks about every module
+        self._resolved: dict[Path, Path | None] = {}
 
     # -- files ----------------------------------------------------------------
     @property
@@ -211,28 +214,46 @@ class ProjectIndex:
                     nested.add(directory)
                 for name in sorted(files):
                     if name.endswith(".py"):
-                        self._paths.append(Path(directory, name))
+                        path = Path(directory, name)
+                        self._paths.append(path)
+                        # The walk follows no directory link under the resolved
+                        # root, so only the file itself can be one.
+                        if not os.path.islink(path):
+                            self._resolved[path] = path
                     elif name.endswith(LAUNCH_SUFFIXES) and directory not in nested:
                         self._launch_files.append(Path(directory, name))
                 if len(self._paths) > MAX_PROJECT_FILES:
                     break
         return self._paths
 
+    def resolved(self, path: Path) -> Path | None:
+        """The file `path` names, links followed; None for a link loop.  Kept
+        for the index's life, as the list of its paths is."""
+        try:
+            return self._resolved[path]
+        except KeyError:
+            pass
+        try:
+            found = path.resolve()
+        except (OSError, RuntimeError):
+            found = None
+        self._resolved[path] = found
+        return found
+
     def module(self, path: Path) -> ModuleSource | None:
         """The module at `path`, read again when the file changed since (an
         index may outlive one run: an editor, a test calling the CLI twice)."""
-        try:
-            path = path.resolve()
-        except (OSError, RuntimeError):  # a link loop: no module there
+        path = self.resolved(path)
+        if path is None:  # a link loop: no module there
             return None
-        if not path.is_relative_to(self.root):
+        known = self._modules.get(path)  # only paths inside the project are kept
+        if known is None and not path.is_relative_to(self.root):
             return None  # a link out of the project: not read, as files.read_regular refuses
         try:
-            stat = path.stat()
+            stat = os.stat(path)
         except OSError:
             stat = None
         version = None if stat is None else (stat.st_mtime_ns, stat.st_size)
-        known = self._modules.get(path)
         if known is None or known[0] != version:
             if known is not None:
                 self._fsdp = self._kernels = None  # answers read from the old text
@@ -261,8 +282,8 @@ class ProjectIndex:
     def callers(self, defining: Path, function: str) -> list[CallSite]:
         """Calls of the module-level function `function` of `defining` from the
         project's other modules, through the names they import it by."""
-        defining = defining.resolve()
-        target = self.module(defining)
+        defining = self.resolved(defining)
+        target = self.module(defining) if defining is not None else None
         if target is None:
             return []
         # An import of a module spells its last name (`from .engine import
@@ -272,7 +293,7 @@ class ProjectIndex:
         spelled = None if defining.name == "__init__.py" else target.name.rsplit(".", 1)[-1]
         sites = []
         for path in self.paths:
-            if path.resolve() == defining:
+            if self.resolved(path) == defining:
                 continue
             module = self.module(path)
             if module is None or function not in module.text:
@@ -335,7 +356,7 @@ class ProjectIndex:
                     spelled += [source] + [f"{source}.{alias.name}" for alias in node.names]
             paths = (self._find_module(importer, name) for name in spelled if name)
             found = self._imported[module.digest] = sorted(
-                {path.resolve() for path in paths if path is not None}
+                {self.resolved(path) or path for path in paths if path is not None}
             )
         return found
 
@@ -405,7 +426,8 @@ class ProjectIndex:
                     suffix = dotted.split(".", start)[-1]
                     self._by_name.setdefault(suffix, []).append(path)
         candidates = self._by_name.get(spelled, [])
-        beside = [path for path in candidates if path.parent == importer.resolve().parent]
+        directory = (self.resolved(importer) or importer).parent
+        beside = [path for path in candidates if path.parent == directory]
         return (beside or candidates or [_on_script_path(self.root, spelled)])[0]
 
     def imports(self, importer: Path, imported: Path) -> bool:
@@ -551,7 +573,7 @@ class ProjectView:
         if self.index.whole_tree and not self.index.custom_kernels():
             return []  # none in the tree (a lone script's imports may leave it)
         starts = [self.path] + [
-            path.resolve()
+            self.index.resolved(path) or path
             for path in self.index.paths
             if self._may_import_this(path) and self.path in self.index.imported_modules(path)
         ]
