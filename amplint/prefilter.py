@@ -5,6 +5,11 @@ libcst parses at about half a megabyte a second; most files never call
 substring test), then, for the files whose text mentions a name only in a
 docstring or a comment, the names CPython's own compiler records: compiling
 runs in C at more than ten times libcst's speed, and compiling is not running.
+
+Each question has a text part, asked in the first pass (every file, no
+compiling), and a part the compiled names settle.  A file CPython refuses (a
+syntax error, syntax newer than this Python) is judged by the text part alone;
+where a rule may fire on it, libcst reads it or says why it cannot (AMP900).
 """
 
 from __future__ import annotations
@@ -104,15 +109,6 @@ class SourceClues:
         return None if code is None else code_names(code)
 
     @property
-    def _uncompiled(self) -> bool:
-        """Whether the text is all there is: the first pass, which does not
-        compile, or a file CPython refuses to compile (a syntax error, syntax
-        newer than this Python).  Then the looser tests decide, and libcst
-        reads the file or says why it cannot (AMP900): the questions about
-        calls are asked of compiled files only."""
-        return not self.compiled or self._compiled[0] is None
-
-    @property
     def _trusted_code(self) -> types.CodeType | None:
         if not (self.compiled and COMPILER_KEEPS_DEAD_CODE_NAMES):
             return None
@@ -150,14 +146,12 @@ class SourceClues:
         ``partial(name, ...)`` is no call) or import it under another name,
         which the text cannot follow: ``torch.autocast("cuda")`` is a call,
         ``isinstance(v, torch.amp.autocast_mode.autocast)`` is not."""
-        return self._uncompiled or (self._spelled_called(name) and self.may_use(name))
+        return self._spelled_called(name) and self.may_use(name)
 
     def may_call_ending(self, *suffixes: str) -> bool:
         """Whether the code may call a name that ends with one of `suffixes`
         (``ShardedGradScaler(...)`` for "GradScaler"), or import one under
         another name."""
-        if self._uncompiled:
-            return True
         names = self._code_names
         return any(
             self._spelled_called(suffix, suffix=True)
@@ -184,7 +178,7 @@ class SourceClues:
         import such a module under another name.  ``torch.cuda.amp.common``
         and ``torch.cuda.amp.autocast_mode.autocast`` reach none."""
         text = self.text
-        if self._uncompiled or re.search(rf"amp{_GAP}import{_GAP}\*", text) is not None:
+        if re.search(rf"amp{_GAP}import{_GAP}\*", text) is not None:
             return True
         spelled = re.search(rf"amp{_GAP}(?:\.{_GAP}(?:{'|'.join(members)})\b|import\b|as\b)", text)
         # Annotations count: `scaler: torch.cuda.amp.GradScaler` is a use to migrate.

@@ -116,15 +116,21 @@ def _zero_grad_before_scaler_step(clues: SourceClues) -> bool:
 
 
 def _unsafe_loss_under_autocast(clues: SourceClues) -> bool:
+    # The loss is called, or its class is (`criterion = nn.BCELoss()`), in a
+    # region an autocast call opens.
     return (
         (clues.mentions("BCELoss") or clues.mentions("binary_cross_entropy"))
-        and clues.may_use("autocast")
-        and (clues.may_use("BCELoss") or clues.may_use("binary_cross_entropy"))
+        and clues.may_call_name("autocast")
+        and (clues.may_call_name("BCELoss") or clues.may_call_name("binary_cross_entropy"))
     )
 
 
 def _scaler_step_with_closure(clues: SourceClues) -> bool:
     return clues.mentions("caler") and clues.may_call("step")
+
+
+# A device string with an index, quoted: what AMP116 finds besides a torch.device.
+_INDEXED_DEVICE_LITERAL = re.compile(r"""["'][a-z_]+:\d+["']""")
 
 
 def _autocast_device_type(clues: SourceClues) -> bool:
@@ -137,6 +143,9 @@ def _autocast_device_type(clues: SourceClues) -> bool:
         )
         and clues.may_use("autocast")
         and clues.may_call_name("autocast")
+        # The device given is a torch.device, which a call made somewhere
+        # (`torch.device("cuda")`, bound to a name), or a literal "cuda:0".
+        and (clues.may_call_name("device") or _INDEXED_DEVICE_LITERAL.search(text) is not None)
     )
 
 
@@ -304,11 +313,19 @@ def _apex_other(clues: SourceClues) -> bool:
 
 def _cuda_amp_on_other_device(clues: SourceClues) -> bool:
     # CUDA's autocast or GradScaler, and a model moved to a device the script
-    # names (`.to(device)` or `device=`: analysis/device.py's proof).
+    # names (`.to(device)` or `device=`: analysis/device.py's proof).  Autocast
+    # is CUDA's where it names "cuda" (its device type has no default); the
+    # device-generic GradScaler is CUDA's by default (analysis/cuda_only_amp.py).
     return (
-        (clues.may_use("GradScaler") or clues.may_use("autocast"))
-        and (clues.may_call("to") or clues.mentions("device"))
-        and (clues.may_call_name("autocast") or clues.may_call_ending("GradScaler"))
+        (clues.may_call("to") or clues.mentions("device"))
+        and (
+            (clues.may_use("GradScaler") and clues.may_call_ending("GradScaler"))
+            or (
+                (clues.mentions('"cuda"') or clues.mentions("'cuda'"))
+                and clues.may_use("autocast")
+                and clues.may_call_name("autocast")
+            )
+        )
     )
 
 

@@ -203,6 +203,28 @@ def test_text_that_does_not_parse_decides_nothing() -> None:
             return graph, config, enabled
         """,
         "import torch\n" + AUTOGRAD_TEST + "\ndef advance(scheduler):\n    scheduler.step()\n",
+        # Autocast given a device type from a variable (AMP116 wants a
+        # torch.device or "cuda:0"; AMP122 wants "cuda" named) beside `.to(`.
+        """
+        import torch
+
+        def disable_autocast(device_types):
+            for device_type in device_types:
+                with torch.amp.autocast(device_type, enabled=False):
+                    yield
+
+        def move(x, device):
+            return x.to(device)
+        """,
+        # A table of losses beside autocast: no loss is called.
+        """
+        import torch
+
+        UNSAFE = (torch.nn.BCELoss, torch.nn.functional.binary_cross_entropy)
+
+        def region_for(op):
+            return torch.autocast if op in UNSAFE else None
+        """,
     ],
 )
 def test_library_code_that_names_amp_is_not_parsed(text: str) -> None:

@@ -38,8 +38,9 @@ STEP = (
 #   "clean"           nothing to report, left as it was
 #   "unfixed: <text>" reported; fix refuses it with a one-line error, leaves it as it was
 BAD_INPUTS = {
-    "syntax error": (b"import torch.cuda.amp\ndef f(:\n", "AMP900"),
-    "python 2": (b'import torch.cuda.amp\nprint "loss", loss\n', "AMP900"),
+    # Broken files that a rule would read: libcst says why it cannot.
+    "syntax error": (GOOD.encode() + b"def f(:\n", "AMP900"),
+    "python 2": (GOOD.encode() + b'print "loss", loss\n', "AMP900"),
     "empty": (b"", "clean"),
     "only a BOM": (b"\xef\xbb\xbf", "clean"),
     "binary named .py": (b"\x7fELF\x02\x01\x00\x00torch.cuda.amp\x00\xff", "error: binary file"),
