@@ -9,8 +9,6 @@ import importlib
 import os
 import signal
 import threading
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -319,6 +317,11 @@ def _pool(
     work: list[_Work], workers: int, settings: Settings, mode: Mode
 ) -> Iterator[tuple[_Work, FileReport]]:
     """Analyse `work` in a pool; returns the items whose results were lost."""
+    # Imported here: only a run without fork uses the pool, and the import
+    # (multiprocessing, sockets, logging) is a twentieth of a one-file check.
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures.process import BrokenProcessPool
+
     finished: set[int] = set()
     try:
         with ProcessPoolExecutor(max_workers=workers) as pool:

@@ -316,15 +316,12 @@ def _cuda_amp_on_other_device(clues: SourceClues) -> bool:
     # names (`.to(device)` or `device=`: analysis/device.py's proof).  Autocast
     # is CUDA's where it names "cuda" (its device type has no default); the
     # device-generic GradScaler is CUDA's by default (analysis/cuda_only_amp.py).
-    return (
-        (clues.may_call("to") or clues.mentions("device"))
-        and (
-            (clues.may_use("GradScaler") and clues.may_call_ending("GradScaler"))
-            or (
-                (clues.mentions('"cuda"') or clues.mentions("'cuda'"))
-                and clues.may_use("autocast")
-                and clues.may_call_name("autocast")
-            )
+    return (clues.may_call("to") or clues.mentions("device")) and (
+        (clues.may_use("GradScaler") and clues.may_call_ending("GradScaler"))
+        or (
+            (clues.mentions('"cuda"') or clues.mentions("'cuda'"))
+            and clues.may_use("autocast")
+            and clues.may_call_name("autocast")
         )
     )
 

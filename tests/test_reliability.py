@@ -775,3 +775,27 @@ def test_a_file_over_its_budget_gets_one_line_and_the_others_their_results(tmp_p
     for bad in ("file-line-limit = 0", "file-time-limit = true", 'file-line-limit = "many"'):
         refused = run_cli("check", "--no-cache", tmp_path / "good.py", "--config", bad)
         assert refused.exit_code == 2 and "must be a positive number" in refused.stderr
+
+
+def test_the_command_exits_with_its_code_and_every_line_it_wrote(tmp_path: Path) -> None:
+    # `amplint` and `python -m amplint` end without tearing the interpreter
+    # down (amplint.cli.run): every line the run wrote to a pipe (1,500
+    # findings, more than a pipe holds) must arrive, and the exit code must
+    # be the command's.
+    for index in range(300):
+        (tmp_path / f"m{index}.py").write_text(GOOD * 5)
+    expected = run_cli("check", "--no-cache", tmp_path)
+    command = [sys.executable, "-P", "-m", "amplint"]
+    run = subprocess.run(
+        [*command, "check", "--no-cache", str(tmp_path)], capture_output=True, text=True
+    )
+    assert (run.returncode, run.stdout) == (expected.exit_code, expected.output) == (1, run.stdout)
+    assert run.stdout.count("AMP201") == 1500
+    usage = subprocess.run([*command, "check", "--bogus"], capture_output=True, text=True)
+    assert usage.returncode == 2 and "No such option" in usage.stderr
+    clean = subprocess.run(
+        [*command, "check", "--no-cache", str(tmp_path / "m0.py"), "--select", "AMP001"],
+        capture_output=True,
+        text=True,
+    )
+    assert (clean.returncode, clean.stdout.strip()) == (0, "All checks passed.")
