@@ -394,6 +394,39 @@ def test_an_apex_branch_with_other_work_is_not_dropped() -> None:
     assert migrated.count("scaler.scale(loss).backward()") == 2
 
 
+def test_an_apex_branch_in_an_elif_becomes_the_else_that_runs() -> None:
+    # A research fork of transformers' Trainer (tests/trigger_audit.py found
+    # it): `elif self.use_apex:` between native AMP and the FP32 fallback.
+    # The branch migration puts statements where the `if` stood; as an
+    # `elif` they are its `else:` (an internal error before).
+    loop = """
+    for inputs, targets in loader:
+        loss = criterion(model(inputs), targets)
+        if args.ddp:
+            loss.backward()
+        # apex
+        elif args.fp16:
+            with amp.scale_loss(loss, optimizer) as scaled_loss:
+                scaled_loss.backward()
+        else:
+            loss.backward()
+        optimizer.step()
+"""
+    before = _train(
+        '    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n', loop
+    )
+    migrated = fixed(before)
+    assert (
+        "        if args.ddp:\n"
+        "            scaler.scale(loss).backward()\n"
+        "        # apex\n"
+        "        else:\n"
+        "            scaler.scale(loss).backward()\n"
+        "        scaler.step(optimizer)\n"
+    ) in migrated
+    assert fixed(migrated) == migrated
+
+
 _SETUP_AND_TRAIN = dedent("""
     import torch
     from apex import amp

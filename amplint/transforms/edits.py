@@ -64,8 +64,11 @@ class _EditApplier(cst.CSTTransformer):
     def __init__(self, edits: Iterable[Edit], ancestor_ids: set[int]) -> None:
         self.rewrites = {id(edit.target): edit.rewrite for edit in edits}
         self.ancestor_ids = ancestor_ids
+        self._elifs: set[int] = set()  # ids of the `if`s that are another's `elif`
 
     def on_visit(self, node: cst.CSTNode) -> bool:
+        if isinstance(node, cst.If) and isinstance(node.orelse, cst.If):
+            self._elifs.add(id(node.orelse))
         # Subtrees without targets are not rebuilt: a rewrite whose subtree
         # holds no other edit receives the very node the rule analysed, so it
         # may look nodes up by identity.
@@ -73,9 +76,34 @@ class _EditApplier(cst.CSTTransformer):
 
     def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode):
         rewrite = self.rewrites.get(id(original_node))
+        if rewrite is None:
+            return updated_node
         # Children are rewritten first (leave runs bottom-up), so the rewrite
         # sees them already changed.
-        return rewrite(updated_node) if rewrite is not None else updated_node
+        rewritten = rewrite(updated_node)
+        if id(original_node) in self._elifs:
+            return _as_elif_branch(original_node, rewritten)
+        return rewritten
+
+
+def _as_elif_branch(elif_: cst.If, rewritten):
+    """What a rewrite of the `if` statement `elif_` means where it is an
+    `elif`.  Statements in its place say its test is settled and they run when
+    it is reached: there, an `else:` holding them (the branches after it can no
+    longer run).  An `if` stays an `elif`; a removal ends the chain."""
+    if isinstance(rewritten, (cst.If, cst.RemovalSentinel)):
+        return rewritten
+    statements = list(
+        rewritten.nodes if isinstance(rewritten, cst.FlattenSentinel) else [rewritten]
+    )
+    first = statements[0]
+    # `in_place_of` gave the `elif`'s comments to the first statement: they
+    # belong before the `else:` again.
+    lines = list(first.leading_lines)
+    own = list(elif_.leading_lines)
+    if lines[: len(own)] == own:
+        statements[0] = first.with_changes(leading_lines=lines[len(own) :])
+    return cst.Else(body=elif_.body.with_changes(body=statements), leading_lines=own)
 
 
 def apply_edits(module: cst.Module, edits: Iterable[Edit]) -> cst.Module:
