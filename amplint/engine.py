@@ -25,7 +25,7 @@ from amplint.prefilter import SourceClues
 from amplint.project import ProjectRoot, ProjectView, project_view
 from amplint.rules import RULES
 from amplint.rules.base import Rule
-from amplint.selfcheck import name_problems, new_findings, new_name_problems
+from amplint.selfcheck import UnboundMemo, name_problems, new_findings, new_name_problems
 from amplint.transforms.edits import apply_edits
 
 # Each round applies every fix that does not overlap another; a fix that rewrites
@@ -176,7 +176,7 @@ def lint_with_previews(
     previews: dict[Diagnostic, str] = {}
     if facts is None or not any(d.fix is not None for d in diagnostics):
         return diagnostics, previews
-    if facts.module.code != text:
+    if not facts.round_trips:
         return diagnostics, previews  # not reproducible: `fix` refuses it too
     fixed_code: dict[Fix, str] = {}  # a fix several findings share is previewed once
     for diagnostic in diagnostics:
@@ -227,7 +227,7 @@ def fix_text(
         return FixResult(text, [], found, found)
     # Generating the whole module costs about a third of the parse: only a
     # file about to change pays for proving the round trip.
-    if module.code != text:
+    if not analyses.facts(text).round_trips:
         raise FixError("libcst cannot reproduce this file byte for byte; not fixing it")
     rounds = _FixRounds(analyses, found, rules, unsafe)
     result = rounds.run(blocked=frozenset())
@@ -382,7 +382,8 @@ class _SelfCheck:
         self.original = analyses.original
         self.rules = [rule for rule in RULES if rule.code != SYNTAX_ERROR]
         self.before = analyses.findings(self.original, self.rules)
-        self.names_before = name_problems(self.original)
+        self._unbound: UnboundMemo = {}  # shared by the original and its rewrites
+        self.names_before = name_problems(self.original, self._unbound)
 
     def problems(self, rewritten: str) -> list[str]:
         if rewritten == self.original:
@@ -396,7 +397,8 @@ class _SelfCheck:
             for d in new_findings(self.before, after)
         ]
         problems += [
-            f"the rewrite would {p}" for p in new_name_problems(self.names_before, rewritten)
+            f"the rewrite would {p}"
+            for p in new_name_problems(self.names_before, rewritten, self._unbound)
         ]
         return problems
 

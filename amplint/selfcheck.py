@@ -45,8 +45,15 @@ def new_findings(before: Sequence[Diagnostic], after: Sequence[Diagnostic]) -> l
     return extra
 
 
-def name_problems(text: str) -> Counter[str]:
-    """Every name problem in `text`, as what a rewrite "would" do, counted."""
+# A function's possibly unbound reads depend on its own text alone (its
+# column and lines): a rewrite judged against its original re-reads only the
+# functions it changed.  (column, text) -> its reads.
+UnboundMemo = dict[tuple[int, str], list[tuple[str, str]]]
+
+
+def name_problems(text: str, memo: UnboundMemo | None = None) -> Counter[str]:
+    """Every name problem in `text`, as what a rewrite "would" do, counted.
+    `memo` keeps each function's possibly unbound reads for the next text."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -63,17 +70,20 @@ def name_problems(text: str) -> Counter[str]:
             template = _NAME_MESSAGES.get(type(message).__name__)
             if template is not None and message.message_args:
                 problems[template.format(message.message_args[0])] += 1
-    for scope, name in possibly_unbound_reads(tree):
+    lines = text.splitlines(keepends=True) if memo is not None else None
+    for scope, name in possibly_unbound_reads(tree, lines, memo):
         problems[POSSIBLY_UNBOUND.format(name, scope)] += 1
     return problems
 
 
-def new_name_problems(known: Counter[str], after: str) -> list[str]:
+def new_name_problems(
+    known: Counter[str], after: str, memo: UnboundMemo | None = None
+) -> list[str]:
     """Name problems `after` has beyond `known`, the original's (from
     `name_problems`, computed once for every rewrite judged).  A name the
     original already leaves undefined (a snippet, a star import) is the
     user's: more uses of it are not new; every other problem counts one by one."""
-    extra = name_problems(after) - known
+    extra = name_problems(after, memo) - known
     return sorted(
         problem for problem in extra if not (problem.endswith(_UNDEFINED_TAIL) and problem in known)
     )
@@ -103,25 +113,40 @@ def _join(states: Iterable[frozenset]) -> frozenset:
     return frozenset(result)
 
 
-def possibly_unbound_reads(tree: ast.Module) -> Iterator[tuple[str, str]]:
+def possibly_unbound_reads(
+    tree: ast.Module, lines: Sequence[str] | None = None, memo: UnboundMemo | None = None
+) -> Iterator[tuple[str, str]]:
     """(scope, name) for each read of a local name that some path reaches
     before any binding of it.  Loops are taken to run zero or more times and
     a try body to fail at any point; nested scopes read at call time and are
-    judged on their own."""
+    judged on their own.  With the text's `lines`, `memo` answers a function
+    whose text it has seen."""
     yield from _ScopeReads("<module>", tree.body, set()).reads
     for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            arguments = node.args
-            parameters = {
-                a.arg
-                for a in [
-                    *arguments.posonlyargs,
-                    *arguments.args,
-                    *arguments.kwonlyargs,
-                    *filter(None, [arguments.vararg, arguments.kwarg]),
-                ]
-            }
-            yield from _ScopeReads(node.name, node.body, parameters).reads
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        if memo is None or lines is None:
+            yield from _function_reads(node)
+            continue
+        key = (node.col_offset, "".join(lines[node.lineno - 1 : node.end_lineno]))
+        reads = memo.get(key)
+        if reads is None:
+            reads = memo[key] = _function_reads(node)
+        yield from reads
+
+
+def _function_reads(node: ast.FunctionDef | ast.AsyncFunctionDef) -> list[tuple[str, str]]:
+    arguments = node.args
+    parameters = {
+        a.arg
+        for a in [
+            *arguments.posonlyargs,
+            *arguments.args,
+            *arguments.kwonlyargs,
+            *filter(None, [arguments.vararg, arguments.kwarg]),
+        ]
+    }
+    return _ScopeReads(node.name, node.body, parameters).reads
 
 
 class _ScopeReads:

@@ -228,3 +228,35 @@ def test_name_problems_counts_pyflakes_findings() -> None:
     problems = name_problems("import os\nx = y\n")
     assert problems["leave `os` imported but unused"] == 1
     assert problems["use `y`, which is undefined"] == 1
+
+
+def test_a_rewrite_re_reads_only_the_functions_it_changed(monkeypatch) -> None:
+    from amplint import selfcheck
+
+    original = dedent("""
+        def f(flag):
+            if flag:
+                a = 1
+            return a
+
+        def g(items):
+            for item in items:
+                b = item
+            return b
+        """)
+    rewritten = original.replace("a = 1", "a = 2\n        c = 3")
+    read: list[str] = []
+    function_reads = selfcheck._function_reads
+
+    def counted(node):
+        read.append(node.name)
+        return function_reads(node)
+
+    monkeypatch.setattr(selfcheck, "_function_reads", counted)
+    memo: selfcheck.UnboundMemo = {}
+    before = name_problems(original, memo)
+    after = name_problems(rewritten, memo)
+    assert read == ["f", "g", "f"]  # g's text is the original's: its reads are known
+    assert before == name_problems(original)
+    assert after == name_problems(rewritten)
+    assert after["read `b` where it may be unbound in `g`"] == 1

@@ -333,6 +333,13 @@ class ModuleFacts:
     def _positions(self) -> NodePositions:
         return NodePositions(self.module)
 
+    @property
+    def round_trips(self) -> bool:
+        """Whether the module generates its text byte for byte (libcst cannot
+        write some line ends back).  Read from the positions' own generation,
+        which a module with findings has made already."""
+        return self._positions.code == self.text
+
     @cached_property
     def _lines(self) -> list[str]:
         return self.text.splitlines()

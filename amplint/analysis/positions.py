@@ -89,8 +89,9 @@ class NodePositions:
         )
         module._codegen(state)
         self._ranges = state.ranges
-        code = "".join(state.tokens) + state.popped
-        self._line_starts = [0] + [match.end() for match in _NEWLINE.finditer(code)]
+        self.code = "".join(state.tokens)  # what `module.code` gives, without a second generation
+        counted = self.code + state.popped
+        self._line_starts = [0] + [match.end() for match in _NEWLINE.finditer(counted)]
 
     def _position(self, offset: int) -> Position:
         line = bisect_right(self._line_starts, offset)

@@ -31,7 +31,7 @@ from amplint.config import Settings
 from amplint.files import shown_path
 from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix, Span
 from amplint.rules.base import Rule
-from amplint.selfcheck import name_problems, new_name_problems
+from amplint.selfcheck import UnboundMemo, name_problems, new_name_problems
 from amplint.transforms.apex import ApexMigration, MigrationBlocked, migrate_apex
 from amplint.transforms.apex.common import atom
 from amplint.transforms.edits import apply_edits
@@ -138,7 +138,8 @@ class _Migrated:
         module = migration.module
         # What the self-check of `fix` would refuse it for, told by `check` too:
         # a finding is marked fixable only when `fix` fixes it.
-        problems = new_name_problems(name_problems(facts.text), module.code)
+        unbound: UnboundMemo = {}  # the original's functions, most of them unchanged
+        problems = new_name_problems(name_problems(facts.text, unbound), module.code, unbound)
         if problems:
             self.blocker = _scaling_elsewhere(facts, migration, problems)
             if self.blocker is None:
