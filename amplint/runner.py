@@ -1,18 +1,20 @@
 """Many files: each read once, most ruled out by their text, others answered
 from the cache, and the rest analysed in worker processes when there is enough
-of it to pay for starting them.  Reports come back in discovery order, the
-same whichever way the work was done."""
+of it to pay for starting them.  Files are read largest first, and the first
+analyses start while the rest are still being read.  Reports come back in
+discovery order, the same whichever way the work was done."""
 
 from __future__ import annotations
 
 import importlib
+import itertools
 import os
 import signal
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Iterator, NamedTuple, Sequence
+from typing import Callable, Iterable, Iterator, NamedTuple, Sequence
 
 from amplint.cache import ResultCache
 from amplint.config import Settings
@@ -31,7 +33,7 @@ from amplint.project import ProjectRoot, ProjectRoots, find_project_root
 from amplint.triggers import ALL_CODES, text_may_fire
 from amplint.workers import Lost, Workers
 
-# Below this much text to analyse, starting processes costs more than it saves:
+# Below this much source found, starting processes costs more than it saves:
 # libcst reads about half a megabyte a second, a forked worker starts in ~20 ms.
 PARALLEL_MIN_CHARS = 256 * 1024
 
@@ -87,7 +89,7 @@ def run(
     not there), in discovery order.  `stale` is told the temporary files of
     killed runs that discovery found on the way."""
     reports: list[FileReport] = []
-    work: list[_Work] = []
+    found_files: list[tuple[int, Discovered]] = []
     project_root = ProjectRoots(paths)
     mode = Mode(fixing, unsafe, previews)
     for found in discover(paths, settings.all_excludes, settings.root, force_exclude=force_exclude):
@@ -99,21 +101,40 @@ def run(
             path, message = found
             reports.append(FileReport(path, error=message))
             continue
-        report = FileReport(found.path)
-        reports.append(report)
-        try:
-            item = _prepare(report, len(reports) - 1, settings, mode, cache, project_root)
-        except SourceError as error:
-            report.error = str(error)
-            continue
-        except Exception as error:  # a bug must not end the run for the other files
-            report.error = f"internal error: {describe(error)}"
-            continue
-        if item is not None:
-            work.append(item)
-    for done, (item, report) in enumerate(_analyse(work, settings, mode, jobs), start=1):
+        reports.append(FileReport(found.path))
+        found_files.append((len(reports) - 1, found))
+    # Largest first: the longest analysis starts at once instead of last.
+    sizes = {index: _size(found.path) for index, found in found_files}
+    found_files.sort(key=lambda pair: sizes[pair[0]], reverse=True)
+    done = 0
+
+    def finished() -> None:
+        nonlocal done
+        done += 1
         if progress is not None:
-            progress(done, len(work))
+            progress(done, len(found_files))
+
+    def work() -> Iterator[_Work]:
+        """The files left to analyse, read and ruled on one at a time while
+        the first are analysed."""
+        for index, found in found_files:
+            report = reports[index]
+            try:
+                item = _prepare(report, index, settings, mode, cache, project_root)
+            except SourceError as error:
+                report.error = str(error)
+                item = None
+            except Exception as error:  # a bug must not end the run for the other files
+                report.error = f"internal error: {describe(error)}"
+                item = None
+            if item is None:
+                finished()
+            else:
+                yield item
+
+    workers = jobs if sum(sizes.values()) >= PARALLEL_MIN_CHARS else 1
+    for item, report in _analyse(work(), settings, mode, workers):
+        finished()
         report.source = item.source
         reports[item.index] = report
         if cache is not None and report.found is not None:
@@ -156,6 +177,11 @@ def _prepare(
         report.diagnostics = cached
         return None
     return _Work(index, source, codes, key, root)
+
+
+def _size(path: Path) -> int:
+    stat = _stat(path)
+    return stat.st_size if stat is not None else 0
 
 
 def _stat(path: Path) -> os.stat_result | None:
@@ -249,21 +275,21 @@ def _withdraw(report: FileReport, reason: str) -> None:
 
 
 def _analyse(
-    work: list[_Work], settings: Settings, mode: Mode, jobs: int
+    work: Iterable[_Work], settings: Settings, mode: Mode, jobs: int
 ) -> Iterator[tuple[_Work, FileReport]]:
-    if not work:
+    """Each item of `work` with its report, in the order they finish, in up to
+    `jobs` workers; `work` is drawn as they need it."""
+    work = iter(work)
+    first = next(work, None)
+    if first is None:
         return
+    work = itertools.chain([first], work)
     # Loaded once here, before any fork, rather than in each worker: a run
     # with nothing to analyse never loads libcst and the rules at all.
     importlib.import_module("amplint.engine")
-
-    workers = min(jobs, len(work))
-    if workers < 2 or sum(len(item.source.code) for item in work) < PARALLEL_MIN_CHARS:
-        workers = 1
-    else:  # largest first: the longest parse starts at once instead of last
-        work = sorted(work, key=lambda item: len(item.source.code), reverse=True)
     if not ISOLATED:
-        yield from _in_pool(work, workers, settings, mode)
+        items = list(work)
+        yield from _in_pool(items, min(jobs, len(items)), settings, mode)
         return
 
     def analyse(item: _Work) -> FileReport:
@@ -272,8 +298,15 @@ def _analyse(
     # Each file's own alarm stops Python code at file-time-limit; the watchdog,
     # a little later, stops native code (libcst's parser) that the alarm cannot.
     deadline = settings.file_time_limit * 1.1 + WATCHDOG_GRACE_S
-    for index, result in Workers(work, analyse, workers, deadline).results():
-        item = work[index]
+    drawn: list[_Work] = []  # a result names its item by the order it was drawn in
+
+    def recorded(items: Iterator[_Work]) -> Iterator[_Work]:
+        for item in items:
+            drawn.append(item)
+            yield item
+
+    for index, result in Workers(recorded(work), analyse, jobs, deadline).results():
+        item = drawn[index]
         if isinstance(result, Lost):
             yield item, FileReport(item.source.path, error=_lost_message(result, settings))
         else:

@@ -1,13 +1,14 @@
 """Forked worker processes that analyse one file at a time and can be stopped
 in the middle of one.
 
-Each worker is forked from the run (so it has the files' texts and the loaded
-rules without being sent them), reads the index of its next job from a pipe
-and writes the result back.  The run watches every worker: one that dies
-(libcst's native parser overflowing its stack, the OOM killer) costs only the
-job it was on, and one still on a job past `deadline` seconds is killed, which
-the analysis's own alarm cannot do while native code runs.  A new worker takes
-over from either.
+Jobs are drawn from an iterator as the workers need them, so the run goes on
+finding the next (reading files, ruling most out by their text) while the
+first are analysed; a job goes to its worker down a pipe and the result comes
+back up another.  A worker is forked when a job waits and none is free, up to
+`count`.  The run watches every worker: one that dies (libcst's native parser
+overflowing its stack, the OOM killer) costs only the job it was on, and one
+still on a job past `deadline` seconds is killed, which the analysis's own
+alarm cannot do while native code runs.  A new worker takes over from either.
 """
 
 from __future__ import annotations
@@ -20,13 +21,13 @@ import signal
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Callable, Generic, Iterator, Sequence, TypeVar
+from typing import Callable, Generic, Iterable, Iterator, TypeVar
 
 Job = TypeVar("Job")
 Result = TypeVar("Result")
 
-_INDEX_BYTES = 4
 _LENGTH_BYTES = 8
+_NO_JOB = object()
 
 
 @dataclass(frozen=True)
@@ -52,33 +53,52 @@ class Workers(Generic[Job, Result]):
 
     def __init__(
         self,
-        jobs: Sequence[Job],
+        jobs: Iterable[Job],
         analyse: Callable[[Job], Result],
         count: int,
         deadline: float | None,
     ) -> None:
-        self._jobs = jobs
+        self._source = iter(jobs)
+        self._more = True  # whether `_source` may hold more
+        self._drawn = 0  # jobs taken from it; a result names its job by this count
         self._analyse = analyse
-        self._count = max(1, min(count, len(jobs)))
+        self._count = max(1, count)
         self._deadline = deadline
-        self._pending = deque(range(len(jobs)))
+        self._pending: deque[tuple[int, Job]] = deque()
         self._workers: dict[int, _Worker] = {}  # by the descriptor results arrive on
         self._selector = selectors.DefaultSelector()
 
     def results(self) -> Iterator[tuple[int, Result | Lost]]:
-        """(index, result) for every job, in the order they finish."""
+        """(index, result) for every job, in the order they finish; the index
+        counts the jobs as drawn from `jobs`, from 0."""
         try:
-            for _ in range(self._count):
-                if self._pending:
+            self._draw()
+            while self._pending or self._workers:
+                if self._pending and len(self._workers) < self._count:
                     self._give_next(self._start())
-            while self._workers:
-                for key, _ in self._selector.select(self._time_left()):
+                    continue
+                # With every worker busy, the next job is found meanwhile.
+                ahead = self._more and not self._pending
+                for key, _ in self._selector.select(0 if ahead else self._time_left()):
                     yield from self._receive(self._workers[key.fd])
                 yield from self._stop_overdue()
+                if ahead:
+                    self._draw()
         finally:
             for worker in list(self._workers.values()):
                 self._end(worker, kill=True)
             self._selector.close()
+
+    def _draw(self) -> None:
+        """The next job from `jobs` into the queue, if there is one."""
+        if not self._more:
+            return
+        job = next(self._source, _NO_JOB)
+        if job is _NO_JOB:
+            self._more = False
+            return
+        self._pending.append((self._drawn, job))
+        self._drawn += 1
 
     # -- the run's side ---------------------------------------------------------
     def _start(self) -> _Worker:
@@ -101,11 +121,15 @@ class Workers(Generic[Job, Result]):
 
     def _give_next(self, worker: _Worker) -> None:
         if not self._pending:
+            self._draw()
+        if not self._pending:
             self._end(worker, kill=False)
             return
-        worker.job, worker.started = self._pending.popleft(), time.monotonic()
+        worker.job, job = self._pending.popleft()
+        worker.started = time.monotonic()
+        data = pickle.dumps(job, protocol=pickle.HIGHEST_PROTOCOL)
         try:
-            os.write(worker.jobs, worker.job.to_bytes(_INDEX_BYTES, "little"))
+            _write_all(worker.jobs, len(data).to_bytes(_LENGTH_BYTES, "little") + data)
         except BrokenPipeError:
             pass  # it died before reading: its end of the results pipe says so
 
@@ -116,9 +140,7 @@ class Workers(Generic[Job, Result]):
             status = self._end(worker, kill=False)
             if job is not None:
                 yield job, Lost(_death(status))
-            if self._pending:
-                self._give_next(self._start())
-            return
+            return  # a new worker takes the jobs left, if any
         worker.job = None
         yield job, pickle.loads(data)
         self._give_next(worker)
@@ -140,8 +162,6 @@ class Workers(Generic[Job, Result]):
                 job = worker.job
                 self._end(worker, kill=True)
                 yield job, Lost(f"took longer than {self._deadline:g} s", overdue=True)
-                if self._pending:
-                    self._give_next(self._start())
 
     def _end(self, worker: _Worker, kill: bool) -> int:
         """Close `worker`'s pipes (so it exits, if it is reading) and reap it."""
@@ -166,8 +186,8 @@ class Workers(Generic[Job, Result]):
         # handler on) reads like a failure of amplint's own.
         faulthandler.disable()
         try:
-            while index := _read_exactly(jobs, _INDEX_BYTES):
-                result = self._analyse(self._jobs[int.from_bytes(index, "little")])
+            while (job := _read_message(jobs)) is not None:
+                result = self._analyse(pickle.loads(job))
                 data = pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)
                 _write_all(results, len(data).to_bytes(_LENGTH_BYTES, "little") + data)
         except BaseException:

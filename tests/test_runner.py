@@ -239,10 +239,10 @@ def test_an_edited_file_or_other_settings_miss_the_cache(
     assert analysed == ["b.py"]
     analysed.clear()
     runner.run([tmp_path], Settings(root=tmp_path, target_torch=(2, 2)), cache=cache)
-    assert analysed == ["a.py", "b.py"]
+    assert sorted(analysed) == ["a.py", "b.py"]  # largest first
     analysed.clear()
     runner.run([tmp_path], Settings(root=tmp_path, ignore=("AMP001",)), cache=cache)
-    assert analysed == ["a.py", "b.py"]
+    assert sorted(analysed) == ["a.py", "b.py"]
 
 
 def test_a_damaged_entry_is_a_miss(analysed: list[str], tmp_path: Path) -> None:
@@ -379,3 +379,26 @@ def test_concurrent_runs_share_a_cache(tmp_path: Path) -> None:
     assert not list((tmp_path / "cache").glob("*.tmp"))
     warm = subprocess.run([*command, str(tree)], capture_output=True, text=True, cwd=REPO)
     assert warm.stdout == expected
+
+
+@pytest.mark.skipif(not runner.ISOLATED, reason="workers are forked")
+def test_a_job_is_analysed_while_the_next_is_still_being_found(tmp_path: Path) -> None:
+    # The run reads and rules out files while the workers analyse the first
+    # ones: a job goes out as soon as it is found, not once all are.
+    first_done = tmp_path / "first-done"
+
+    def jobs():
+        yield "first"
+        deadline = time.monotonic() + 30
+        while not first_done.exists():
+            assert time.monotonic() < deadline, "the first job waited for the next to be found"
+            time.sleep(0.01)
+        yield "second"
+
+    def analyse(job: str) -> str:
+        if job == "first":
+            first_done.write_text("")
+        return job.upper()
+
+    results = dict(runner.Workers(jobs(), analyse, 1, deadline=None).results())
+    assert results == {0: "FIRST", 1: "SECOND"}
