@@ -27,6 +27,7 @@ from amplint.rules import RULES
 from amplint.rules.base import Rule
 from amplint.selfcheck import UnboundMemo, name_problems, new_findings, new_name_problems
 from amplint.transforms.edits import apply_edits
+from amplint.transforms.reparse import reparsed
 
 # Each round applies every fix that does not overlap another; a fix that rewrites
 # a whole scope makes the fixes inside it wait a round.
@@ -298,6 +299,7 @@ class _Analyses:
         self._kept: dict[str, tuple[ModuleFacts, dict[Rule, list[Diagnostic]], SourceClues]] = {
             original: (facts, {}, clues)
         }
+        self._edited: tuple[str, cst.Module, cst.Module] | None = None
 
     @property
     def project(self) -> ProjectView | None:
@@ -306,11 +308,31 @@ class _Analyses:
     def facts(self, text: str) -> ModuleFacts:
         """Raises cst.ParserSyntaxError when `text` does not parse."""
         if text not in self._kept:
-            facts = ModuleFacts(cst.parse_module(text), text, self.project)
+            facts = self._from_edits(text) or ModuleFacts(
+                cst.parse_module(text), text, self.project
+            )
             for other in [kept for kept in self._kept if kept != self.original]:
                 del self._kept[other]
-            self._kept[text] = (facts, {}, SourceClues(text))
+            # A rewrite's rules are chosen by its text alone: compiling it
+            # costs a quarter of a parse, and the looser test only runs more.
+            self._kept[text] = (facts, {}, SourceClues(text, compiled=False))
         return self._kept[text][0]
+
+    def expect(self, text: str, before: cst.Module, edited: cst.Module) -> None:
+        """`text` is the code of `edited`, which edits made of `before`: its
+        facts may come from the statements that changed (transforms/reparse.py)."""
+        self._edited = (text, before, edited)
+
+    def _from_edits(self, text: str) -> ModuleFacts | None:
+        if self._edited is None or self._edited[0] != text:
+            return None
+        _, before, edited = self._edited
+        self._edited = None
+        module = reparsed(before, edited, text)
+        if module is None:
+            return None
+        facts = ModuleFacts(module, text, self.project)
+        return facts if facts.round_trips else None
 
     def findings(self, text: str, rules: Sequence[Rule]) -> list[Diagnostic]:
         """What `rules` report on `text`, as `_lint_module` gives it."""
@@ -356,6 +378,7 @@ class _FixRounds:
             for module_pass in dict.fromkeys(p for fix in fixes for p in fix.module_passes):
                 new_module = module_pass(new_module)
             new_text = new_module.code
+            self.analyses.expect(new_text, module, new_module)
             if new_text == text:
                 raise FixError(
                     "fixes for " + ", ".join(sorted({d.code for d in due})) + " changed nothing"
