@@ -151,11 +151,18 @@ class CustomKernel:
     line: int
 
 
+# A call of `load` or `load_inline`, not their definition (torch's cpp_extension.py).
+_LOAD_CALL = re.compile(r"(?<!def )load(?:_inline)?(?:[\s\\]|#[^\r\n]*[\r\n])*\(")
+
+
 def custom_kernel_in(module: ModuleSource) -> CustomKernel | None:
     """Where `module` compiles kernels on import without `custom_fwd`, or None."""
     if "cpp_extension" not in module.text or "custom_fwd" in module.text:
         return None
-    if module.tree is None:
+    # The compile is a call of `load` or `load_inline`: spelled so before
+    # the module is parsed (torch's own cpp_extension.py, which defines them,
+    # is 3,000 lines).
+    if _LOAD_CALL.search(module.text) is None or module.tree is None:
         return None
     statements = list(module.tree.body)
     for statement in module.tree.body:  # also under a top-level `try:` or `if`
@@ -348,10 +355,10 @@ class ProjectIndex:
         found = self._imported.get(module.digest)
         if found is None:
             spelled: list[str] = []
-            for node in ast.walk(module.tree):
+            for node in module.imports:
                 if isinstance(node, ast.Import):
                     spelled += [alias.name for alias in node.names]
-                elif isinstance(node, ast.ImportFrom):
+                else:
                     source = _absolute(node, module)
                     spelled += [source] + [f"{source}.{alias.name}" for alias in node.names]
             paths = (self._find_module(importer, name) for name in spelled if name)
@@ -685,7 +692,7 @@ def _names_module(spelled: str, target: ModuleSource) -> bool:
 def _bindings(module: ModuleSource, target: ModuleSource):
     """Each import in `module` of `target`, as (what is imported, the local
     name): (None, name) binds the module itself, (attr, name) one of its names."""
-    for node in ast.walk(module.tree):
+    for node in module.imports:
         if isinstance(node, ast.ImportFrom):
             spelled = _absolute(node, module)
             for alias in node.names:

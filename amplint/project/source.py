@@ -22,6 +22,7 @@ class ModuleSource:
     digest: str
     _tree: ast.Module | None = field(default=None, repr=False)
     _parsed: bool = False
+    _imports: list[ast.Import | ast.ImportFrom] | None = field(default=None, repr=False)
 
     @property
     def tree(self) -> ast.Module | None:
@@ -34,6 +35,19 @@ class ModuleSource:
             except (SyntaxError, ValueError, RecursionError, MemoryError):
                 self._tree = None
         return self._tree
+
+    @property
+    def imports(self) -> list[ast.Import | ast.ImportFrom]:
+        """Its import statements, at any depth: found in one walk of its tree,
+        which each question about what it imports would otherwise repeat."""
+        if self._imports is None:
+            tree = self.tree
+            self._imports = [
+                node
+                for node in (ast.walk(tree) if tree is not None else ())
+                if isinstance(node, (ast.Import, ast.ImportFrom))
+            ]
+        return self._imports
 
 
 _DEFINITION = re.compile(r"(?:async\s+)?def\s+(\w+)|class\s+(\w+)")
