@@ -143,3 +143,29 @@ def test_the_hook_environment_has_no_torch(environment: dict[str, str]) -> None:
     for folder in site_packages:
         assert (folder / "libcst").is_dir()
         assert not (folder / "torch").exists()
+
+
+def test_a_program_split_over_modules_is_fixed_in_one_run(
+    tmp_path: Path, environment: dict[str, str], hook_repo: Path
+) -> None:
+    # An apex program over three modules (one migration rewrites them all)
+    # among more files than pre-commit puts in one batch when it runs a hook
+    # in parallel: every module of the program must reach the same run, or
+    # each batch refuses its half ("not among the paths named").
+    project = tmp_path / "project"
+    project.mkdir()
+    for module in (FIXTURES / "apex" / "apex_trainer").glob("*.py"):
+        shutil.copy(module, project / module.name)
+    for index in range(7):
+        (project / f"tz_{index}.py").write_text(f"def helper(x):\n    return x + {index}\n")
+    _git(project, "init", "-q")
+    _git(project, "add", ".")
+    _git(project, "commit", "-q", "-m", "init", env=environment)
+
+    fix = _try_hook(project, hook_repo, "amplint-fix", environment)
+    assert "not among the paths named" not in fix.stdout, fix.stdout
+    assert fix.returncode == 1 and "files were modified by this hook" in fix.stdout
+    for name in ("train.py", "trainer.py", "utils.py"):
+        assert "from apex import amp" not in (project / name).read_text(), name
+    check = _try_hook(project, hook_repo, "amplint", environment)
+    assert check.returncode == 0, check.stdout + check.stderr
