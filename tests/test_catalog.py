@@ -80,7 +80,14 @@ def test_rules_lists_every_rule() -> None:
 def test_rule_prints_the_document() -> None:
     result = run_cli("rule", "amp201")
     assert result.exit_code == 0
-    assert result.stdout == CATALOG["AMP201"].text
+    doc = CATALOG["AMP201"]
+    title, _, explanation = doc.body.partition("\n")
+    # ruff's `rule`: Markdown from the title on, the fix said in words, no front matter.
+    assert result.stdout == (
+        f"{title}\n\nFix is always available: `amplint fix --apply` applies it. "
+        f"Needs torch >= {doc.min_torch}.\n{explanation}\n"
+    )
+    assert not result.stdout.startswith("---")
 
 
 def test_unknown_rule_is_a_usage_error() -> None:

@@ -49,8 +49,9 @@ def list_rules(output_format: str) -> None:
 @click.option("--output-format", type=_FORMATS, default="text", show_default=True)
 def rule(rule_name: str | None, every: bool, output_format: str) -> None:
     """Print the document of a rule, named by code (AMP001) or name
-    (fp32-training-step).  On a terminal the document's header becomes one
-    line; piped, the document comes as it is written."""
+    (fp32-training-step): its title, whether it has a fix and which torch
+    it needs, and its explanation, as Markdown (`--output-format json` gives
+    the fields)."""
     catalog = load_catalog()
     if every == (rule_name is not None):
         say_error("name one rule, or give --all")
@@ -60,17 +61,23 @@ def rule(rule_name: str | None, every: bool, output_format: str) -> None:
         records = [_record(doc) for doc in docs]
         click.echo(json.dumps(records if every else records[0], indent=2))
         return
-    on_terminal = _on_terminal()
     for index, doc in enumerate(docs):
         if index:
             click.echo()
-        if on_terminal:
-            header = f"{doc.code} {doc.name}"
-            click.echo(click.style(header, bold=True), color=color())
-            click.echo(f"fix: {doc.fix}; needs torch >= {doc.min_torch}\n")
-            click.echo(doc.body)
-        else:
-            click.echo(doc.text, nl=False)
+        title, _, explanation = doc.body.partition("\n")
+        if _on_terminal():
+            title = click.style(title, bold=True)
+        torch = "Any torch." if doc.min_torch == "any" else f"Needs torch >= {doc.min_torch}."
+        click.echo(f"{title}\n\n{_FIX_LINES[doc.fix]} {torch}", color=color())
+        click.echo(explanation)
+
+
+# What the `fix:` of a rule's front matter means to the reader, as ruff says it.
+_FIX_LINES = {
+    "safe": "Fix is always available: `amplint fix --apply` applies it.",
+    "unsafe": "Fix is available as unsafe: `amplint fix --apply --unsafe-fixes` applies it.",
+    "none": "No fix: the finding says what to change.",
+}
 
 
 def _on_terminal() -> bool:
