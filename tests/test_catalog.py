@@ -60,7 +60,6 @@ def test_fix_turns_before_into_after(code: str) -> None:
 
 
 def test_fix_safety_in_the_header_matches_the_fixes() -> None:
-    from amplint.config import Settings
     from amplint.engine import lint_text
 
     for rule in RULES:

@@ -557,3 +557,32 @@ def test_a_colour_choice_ends_with_its_command(tree: Path, monkeypatch: pytest.M
     monkeypatch.setattr("amplint.cli.rules._on_terminal", lambda: True)
     assert "\x1b[" in run_cli("check", "--no-cache", "--color", "always", tree).stdout
     assert "\x1b[" not in run_cli("rule", "AMP201").stdout
+
+
+# -- output as ruff orders and chooses it ------------------------------------
+def test_findings_come_by_path_whatever_order_the_paths_were_named_in(tree: Path) -> None:
+    (tree / "sub").mkdir()
+    (tree / "sub" / "b.py").write_text(CPU_AND_CUDA)
+    (tree / "c.py").write_text(CPU_AND_CUDA)
+    result = run_cli("check", "--no-cache", tree / "c.py", tree / "sub", tree / "a.py")
+    shown = [line.split(":", 1)[0] for line in result.stdout.splitlines() if ": AMP" in line]
+    named = [str(tree / "a.py")] * 2 + [str(tree / "c.py")] * 2 + [str(tree / "sub" / "b.py")] * 2
+    assert shown == named
+    records = json.loads(
+        run_cli("check", "--no-cache", "--output-format", "json", tree / "c.py", tree).stdout
+    )
+    assert [(r["path"], r["line"]) for r in records] == [
+        (path, row) for path in sorted(set(named)) for row in (2, 3)
+    ]
+
+
+def test_the_output_format_can_come_from_the_environment(
+    tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AMPLINT_OUTPUT_FORMAT", "json")
+    records = json.loads(run_cli("check", "--no-cache", tree).stdout)
+    assert sorted(record["code"] for record in records) == ["AMP201", "AMP202"]
+    # An option on the command line wins, as with RUFF_OUTPUT_FORMAT.
+    lines = run_cli("check", "--no-cache", "--output-format", "concise", tree).stdout
+    assert lines.startswith(f"{tree / 'a.py'}:2:")
+    assert "AMPLINT_OUTPUT_FORMAT" in run_cli("check", "--help").stdout

@@ -239,7 +239,8 @@ def run_paths(
     skipped_unread.clear()
     if cache is not None and cache.write_error is not None:
         say_warning(f"{cache.write_error}; --no-cache skips it")
-    return reports
+    # Shown by path, as ruff shows them, whatever order the paths were named in.
+    return sorted(reports, key=lambda report: report.path.as_posix())
 
 
 def _interrupted_changes(paths: tuple[Path, ...], writes: bool) -> None:
@@ -466,6 +467,8 @@ def output_format_option(help: str):
         type=click.Choice(OUTPUT_FORMATS),
         default="concise",
         show_default=True,
+        envvar="AMPLINT_OUTPUT_FORMAT",  # ruff's RUFF_OUTPUT_FORMAT: CI sets it once
+        show_envvar=True,
         help=help,
     )
 
