@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
 import venv
@@ -10,6 +12,11 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import REPO
+
+try:
+    import tomllib
+except ImportError:  # Python 3.10
+    import tomli as tomllib
 
 # Builds a wheel and installs it into a fresh environment.
 pytestmark = pytest.mark.slow
@@ -22,12 +29,19 @@ def _run(*args: str | Path, **kwargs) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def installed_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A wheel freshly built from this checkout."""
+    work = tmp_path_factory.mktemp("dist")
+    built = _run(sys.executable, "-m", "build", "--wheel", "--outdir", work, REPO)
+    assert built.returncode == 0, built.stderr[-3000:]
+    (found,) = work.glob("amplint-*.whl")
+    return found
+
+
+@pytest.fixture(scope="module")
+def installed_wheel(tmp_path_factory: pytest.TempPathFactory, wheel: Path) -> Path:
     """A fresh venv (no torch) with amplint installed from a freshly built wheel."""
     work = tmp_path_factory.mktemp("wheel")
-    built = _run(sys.executable, "-m", "build", "--wheel", "--outdir", work / "dist", REPO)
-    assert built.returncode == 0, built.stderr[-3000:]
-    (wheel,) = (work / "dist").glob("amplint-*.whl")
     venv.EnvBuilder(with_pip=True).create(work / "env")
     python = work / "env" / "bin" / "python"
     installed = _run(python, "-m", "pip", "install", "--quiet", wheel)
@@ -82,3 +96,60 @@ def test_check_and_fix_never_import_torch(tmp_path: Path) -> None:
     result = _run(sys.executable, "-c", code)
     assert result.returncode == 0, result.stderr
     assert "torch.amp.GradScaler" in (tmp_path / "train.py").read_text()
+
+
+# -- the Pythons the package names ------------------------------------------
+def _oldest_python() -> tuple[int, int]:
+    """The oldest Python pyproject.toml's requires-python admits (">=3.10")."""
+    declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["requires-python"]
+    major, minor = declared.removeprefix(">=").split(".")[:2]
+    return int(major), int(minor)
+
+
+def _interpreter(version: tuple[int, int]) -> Path | None:
+    """A Python of `version` that runs: one pyenv installed, or on PATH (where
+    pyenv's shim for a version it does not select only says so)."""
+    name = f"python{version[0]}.{version[1]}"
+    versions = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
+    candidates = sorted(versions.glob(f"{version[0]}.{version[1]}.*/bin/{name}"), reverse=True)
+    if shutil.which(name):
+        candidates.append(Path(shutil.which(name)))
+    for candidate in candidates:
+        said = _run(candidate, "-c", "import sys; print(*sys.version_info[:2])")
+        if said.returncode == 0 and said.stdout.split() == [str(part) for part in version]:
+            return candidate
+    return None
+
+
+def _venv_of(python: Path, where: Path) -> Path:
+    made = _run(python, "-m", "venv", where)
+    assert made.returncode == 0, made.stderr
+    return where / "bin"
+
+
+def test_the_oldest_python_named_installs_the_wheel_and_runs_it(
+    wheel: Path, tmp_path: Path
+) -> None:
+    oldest = _oldest_python()
+    python = _interpreter(oldest)
+    if python is None:
+        pytest.skip(f"no Python {oldest[0]}.{oldest[1]} on this machine")
+    bin_dir = _venv_of(python, tmp_path / "env")
+    installed = _run(bin_dir / "python", "-m", "pip", "install", "--quiet", wheel)
+    assert installed.returncode == 0, installed.stderr[-3000:]
+    script = REPO / "fixtures" / "fp32_steps" / "nested_loops.py"
+    there = _run(bin_dir / "amplint", "check", "--no-cache", script, cwd=tmp_path)
+    here = _run(sys.executable, "-m", "amplint", "check", "--no-cache", script, cwd=tmp_path)
+    assert (there.returncode, there.stdout) == (here.returncode, here.stdout) == (1, here.stdout)
+    assert "AMP001" in there.stdout
+
+
+def test_the_python_before_it_is_refused_at_install(wheel: Path, tmp_path: Path) -> None:
+    major, minor = _oldest_python()
+    python = _interpreter((major, minor - 1))
+    if python is None:
+        pytest.skip(f"no Python {major}.{minor - 1} on this machine")
+    bin_dir = _venv_of(python, tmp_path / "env")
+    refused = _run(bin_dir / "python", "-m", "pip", "install", "--no-deps", wheel)
+    assert refused.returncode != 0
+    assert "requires a different Python" in refused.stderr + refused.stdout
