@@ -68,6 +68,9 @@ class Settings:
     # takes seconds); a million blank lines took libcst 10 s.
     file_line_limit: int = DEFAULT_FILE_LINE_LIMIT
     file_time_limit: float = DEFAULT_FILE_TIME_LIMIT
+    # Whether discovery skips what git ignores (.gitignore, .git/info/exclude,
+    # the user's core.excludesFile) and what `.ignore` files name, as ruff does.
+    respect_gitignore: bool = True
 
     @property
     def target_torch_shown(self) -> str:
@@ -324,6 +327,7 @@ _KEYS = {
     "target-torch",
     "file-line-limit",
     "file-time-limit",
+    "respect-gitignore",
 }
 
 
@@ -389,6 +393,11 @@ def _settings_from_table(
     if "file-time-limit" in table:
         limit = _positive(table["file-time-limit"], "file-time-limit", where, (int, float))
         settings = replace(settings, file_time_limit=float(limit))
+    if "respect-gitignore" in table:
+        value = table["respect-gitignore"]
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: `respect-gitignore` must be true or false, got {value!r}")
+        settings = replace(settings, respect_gitignore=value)
     return settings
 
 

@@ -333,29 +333,92 @@ class _IgnoreRules:
         return self.patterns.matches(relative, is_dir)
 
 
-def _gitignore_at(directory: Path) -> _IgnoreRules | None:
-    gitignore = directory / ".gitignore"
+def _rules_from(path: Path, base: Path, follow_link: bool = False) -> _IgnoreRules | None:
+    """The patterns of the ignore file at `path`, anchored at `base`; None where
+    there is none (or it is no regular file: a repository may plant anything)."""
     try:
-        data = read_regular(gitignore, follow_link=False)
+        data = read_regular(path, follow_link=follow_link)
     except OSError as error:
         note_skipped(error)
         return None
-    return _IgnoreRules(directory, data.decode("utf-8", errors="replace").splitlines())
+    return _IgnoreRules(base, data.decode("utf-8", errors="replace").splitlines())
 
 
-def _gitignores_above(directory: Path) -> list[_IgnoreRules]:
-    """The .gitignore files of the enclosing repository that apply to `directory`."""
+# A directory's own ignore files: git's, and the `.ignore` that ripgrep and
+# ruff honour for what a project keeps in git but no tool should read.
+IGNORE_FILE_NAMES = (".gitignore", ".ignore")
+
+
+def _ignore_files_at(directory: Path) -> list[_IgnoreRules]:
+    found = (_rules_from(directory / name, directory) for name in IGNORE_FILE_NAMES)
+    return [rules for rules in found if rules is not None]
+
+
+def _ignore_files_above(directory: Path) -> list[_IgnoreRules]:
+    """The ignore files of the enclosing git repository that apply to
+    `directory`: its .gitignore and .ignore files from the repository's root
+    down, `.git/info/exclude`, and the user's `core.excludesFile`."""
     chain: list[_IgnoreRules] = []
     for parent in [directory, *directory.parents]:
-        rules = _gitignore_at(parent)
-        if rules is not None:
-            chain.append(rules)
+        chain += reversed(_ignore_files_at(parent))
         if (parent / ".git").exists():
+            chain += _repository_excludes(parent)
             break
     else:
-        return []  # not inside a git repository: .gitignore files mean nothing
+        return []  # not inside a git repository: its ignore files mean nothing
     chain.reverse()
     return chain
+
+
+def _repository_excludes(repository: Path) -> list[_IgnoreRules]:
+    """What git ignores in `repository` beyond its .gitignore files: the
+    repository's own `.git/info/exclude` (not a worktree's, whose `.git` is a
+    file) and the user's global excludes file."""
+    found = [_rules_from(repository / ".git" / "info" / "exclude", repository)]
+    excludes_file = global_excludes_file(repository)
+    if excludes_file is not None:
+        found.append(_rules_from(excludes_file, repository, follow_link=True))
+    return [rules for rules in found if rules is not None]
+
+
+_EXCLUDES_FILE = re.compile(r"\s*excludesfile\s*=\s*(.*?)\s*$", re.IGNORECASE)
+_SECTION = re.compile(r"\s*\[\s*([A-Za-z0-9.-]+)")
+
+
+def global_excludes_file(repository: Path) -> Path | None:
+    """git's `core.excludesFile` for `repository`, read from the user's and the
+    repository's git configuration as git reads them (the last one set wins),
+    else git's default, `$XDG_CONFIG_HOME/git/ignore`.  Read, not asked of git:
+    git may not be installed, and a run must not wait on it."""
+    home = Path.home()
+    xdg = Path(os.environ.get("XDG_CONFIG_HOME") or home / ".config")
+    value: str | None = None
+    for config in (xdg / "git" / "config", home / ".gitconfig", repository / ".git" / "config"):
+        try:
+            text = read_regular(config).decode("utf-8", errors="replace")
+        except OSError:
+            continue
+        section = ""
+        for line in text.splitlines():
+            header = _SECTION.match(line)
+            if header is not None:
+                section = header.group(1).lower()
+                continue
+            found = _EXCLUDES_FILE.match(line) if section == "core" else None
+            if found is not None:
+                value = _config_value(found.group(1))
+    if value is None:
+        return xdg / "git" / "ignore"
+    if not value:
+        return None  # set to nothing: no global excludes
+    return Path(os.path.expanduser(value))
+
+
+def _config_value(raw: str) -> str:
+    """A git config value: quoted, or up to a comment."""
+    if raw.startswith('"'):
+        return raw[1:].split('"', 1)[0]
+    return re.split(r"\s[#;]|^[#;]", raw, maxsplit=1)[0].strip()
 
 
 def discover(
@@ -364,13 +427,15 @@ def discover(
     root: Path,
     suffixes: tuple[str, ...] = SOURCE_SUFFIXES,
     force_exclude: bool = False,
+    respect_gitignore: bool = True,
 ) -> Iterator[Discovered | StaleTemporary | tuple[Path, str]]:
     """Yield the files to check, or ``(path, error)`` for a path that is not there.
 
     `exclude` holds gitignore-style patterns relative to `root` (a bare name such
     as ``build`` matches that name at any depth).  A file named explicitly is
     checked even when excluded, unless `force_exclude` (pre-commit names every
-    staged file).
+    staged file).  With `respect_gitignore`, what git ignores and `.ignore`
+    files name is skipped too.
     """
     exclude_lines = list(exclude)
     root = root.resolve()
@@ -398,10 +463,12 @@ def discover(
             exclude_rules, directory
         ):
             exclude_rules = _IgnoreRules(directory, exclude_lines)
-        gitignores = _gitignores_above(directory)
+        gitignores = _ignore_files_above(directory) if respect_gitignore else []
         if any(_covered(rules, directory) for rules in gitignores):
-            gitignores = []  # named although ignored: only .gitignore files inside apply
-        yield from _walk(given, directory, exclude_rules, gitignores, suffixes, seen)
+            gitignores = []  # named although ignored: only ignore files inside apply
+        yield from _walk(
+            given, directory, exclude_rules, gitignores, suffixes, seen, respect_gitignore
+        )
 
 
 def _why_missing(path: Path) -> str:
@@ -433,6 +500,7 @@ def _walk(
     gitignores: list[_IgnoreRules],
     suffixes: tuple[str, ...],
     seen: set[Path],
+    respect_gitignore: bool = True,
 ) -> Iterator[Discovered | StaleTemporary | tuple[Path, str]]:
     """`directory` as the user will read it; `resolved_dir`, its real path.
     Directory links are never followed, so a child's real path is the parent's
@@ -442,9 +510,8 @@ def _walk(
     except OSError as error:
         yield (directory, f"cannot list directory: {error.strerror}")
         return
-    local = _gitignore_at(resolved_dir)
-    if local is not None and local.base not in {rules.base for rules in gitignores}:
-        gitignores = [*gitignores, local]
+    if respect_gitignore and not any(rules.base == resolved_dir for rules in gitignores):
+        gitignores = [*gitignores, *_ignore_files_at(resolved_dir)]
     resolved_prefix = os.path.join(str(resolved_dir), "")
     for entry in entries:
         name = entry.name
@@ -461,7 +528,13 @@ def _walk(
             if entry.is_symlink():
                 continue  # never follow directory links: no loops, no escaping the tree
             yield from _walk(
-                directory / name, resolved_dir / name, exclude_rules, gitignores, suffixes, seen
+                directory / name,
+                resolved_dir / name,
+                exclude_rules,
+                gitignores,
+                suffixes,
+                seen,
+                respect_gitignore,
             )
         elif name.endswith(TEMPORARY_SUFFIX) and is_stale_temporary(name):
             yield StaleTemporary(directory / name)

@@ -92,7 +92,13 @@ def run(
     found_files: list[tuple[int, Discovered]] = []
     project_root = ProjectRoots(paths)
     mode = Mode(fixing, unsafe, previews)
-    for found in discover(paths, settings.all_excludes, settings.root, force_exclude=force_exclude):
+    for found in discover(
+        paths,
+        settings.all_excludes,
+        settings.root,
+        force_exclude=force_exclude,
+        respect_gitignore=settings.respect_gitignore,
+    ):
         if isinstance(found, StaleTemporary):
             if stale is not None:
                 stale.append(found.path)

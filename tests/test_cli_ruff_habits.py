@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -586,3 +587,72 @@ def test_the_output_format_can_come_from_the_environment(
     lines = run_cli("check", "--no-cache", "--output-format", "concise", tree).stdout
     assert lines.startswith(f"{tree / 'a.py'}:2:")
     assert "AMPLINT_OUTPUT_FORMAT" in run_cli("check", "--help").stdout
+
+
+# -- what git ignores, as ruff skips it -----------------------------------------
+@pytest.fixture
+def repository(tree: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """`tree` as a git repository (a.py, ignored.py, global.py, tool.py), with a
+    home of its own: the user's git configuration is read from there."""
+    for name in ("ignored.py", "global.py", "tool.py"):
+        (tree / name).write_text(CPU_AND_CUDA)
+    (tree / ".git" / "info").mkdir(parents=True)
+    home = tree.parent / f"{tree.name}-home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    return tree
+
+
+def _checked(*args: str | Path) -> list[str]:
+    result = run_cli("check", "--no-cache", "--output-format", "json", *args)
+    assert result.exit_code in (0, 1), result.stderr
+    return sorted({Path(record["path"]).name for record in json.loads(result.stdout)})
+
+
+def test_git_info_exclude_and_the_global_excludes_file_are_honoured(repository: Path) -> None:
+    every = ["a.py", "global.py", "ignored.py", "tool.py"]
+    assert _checked(repository) == every
+    (repository / ".git" / "info" / "exclude").write_text("# local\nignored.py\n")
+    assert _checked(repository) == ["a.py", "global.py", "tool.py"]
+    home = Path(os.environ["HOME"])
+    # git's default place for the global excludes file...
+    (home / ".config" / "git").mkdir(parents=True)
+    (home / ".config" / "git" / "ignore").write_text("global.py\n")
+    assert _checked(repository) == ["a.py", "tool.py"]
+    # ... and the one core.excludesFile names, `~` and all.
+    (home / "my-ignores").write_text("tool.py\n")
+    (home / ".gitconfig").write_text(
+        '[user]\n\tname = t\n[core]\n\texcludesFile = "~/my-ignores"\n'
+    )
+    assert _checked(repository) == ["a.py", "global.py"]
+
+
+def test_dot_ignore_files_are_honoured_in_a_repository_and_outside(
+    repository: Path, tmp_path: Path
+) -> None:
+    (repository / ".ignore").write_text("tool.py\n")
+    assert _checked(repository) == ["a.py", "global.py", "ignored.py"]
+    outside = tmp_path / "outside"
+    (outside / "sub").mkdir(parents=True)
+    (outside / "sub" / "x.py").write_text(CPU_AND_CUDA)
+    (outside / "y.py").write_text(CPU_AND_CUDA)
+    (outside / ".ignore").write_text("sub/\n")
+    assert _checked(outside) == ["y.py"]
+
+
+def test_respect_gitignore_false_reads_what_git_ignores(repository: Path) -> None:
+    (repository / ".gitignore").write_text("ignored.py\n")
+    (repository / ".ignore").write_text("tool.py\n")
+    (repository / ".git" / "info" / "exclude").write_text("global.py\n")
+    assert _checked(repository) == ["a.py"]
+    every = ["a.py", "global.py", "ignored.py", "tool.py"]
+    assert _checked("--no-respect-gitignore", repository) == every
+    (repository / "amplint.toml").write_text("respect-gitignore = false\n")
+    assert _checked(repository) == every
+    assert _checked("--respect-gitignore", repository) == ["a.py"]  # the option wins
+    shown = run_cli("check", "--show-settings", repository).stdout
+    assert "respect-gitignore false" in " ".join(shown.split())
+    (repository / "amplint.toml").write_text('respect-gitignore = "no"\n')
+    bad = run_cli("check", "--no-cache", repository)
+    assert bad.exit_code == 2 and "`respect-gitignore` must be true or false" in bad.stderr

@@ -237,7 +237,11 @@ def _files_lines(paths: tuple[Path, ...], settings: Settings, force_exclude: boo
     """What --show-files prints: each file a run would check, or why not."""
     lines = []
     for found in discover(
-        paths or (Path("."),), settings.all_excludes, settings.root, force_exclude=force_exclude
+        paths or (Path("."),),
+        settings.all_excludes,
+        settings.root,
+        force_exclude=force_exclude,
+        respect_gitignore=settings.respect_gitignore,
     ):
         if isinstance(found, Discovered):
             lines.append(printable(str(found.path)))

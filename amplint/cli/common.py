@@ -100,6 +100,7 @@ def _load_settings(
     per_file_ignores: tuple[str, ...] = (),
     dtype: str | None = None,
     device_type: str | None = None,
+    respect_gitignore: bool | None = None,
 ) -> Settings:
     config_file, overrides = _config_and_overrides(config)
     start = Path(os.path.commonpath([real_path(p) for p in paths])) if paths else Path.cwd()
@@ -132,6 +133,8 @@ def _load_settings(
         settings = replace(settings, dtype=dtype)
     if device_type is not None:
         settings = replace(settings, device_type=parse_device_type(device_type, "--device-type"))
+    if respect_gitignore is not None:
+        settings = replace(settings, respect_gitignore=respect_gitignore)
     return settings
 
 
@@ -182,6 +185,7 @@ def settings_lines(settings: Settings) -> list[str]:
         ("target-torch", settings.target_torch_shown),
         ("dtype", settings.dtype),
         ("device-type", settings.device_type),
+        ("respect-gitignore", "true" if settings.respect_gitignore else "false"),
         ("enabled rules", listed(sorted(settings.enabled_codes(ALL_CODES)))),
     ]
     return [printable(f"{name:<17} {value}") for name, value in rows]
@@ -356,6 +360,12 @@ _selection_options = [
     ),
     click.option(
         "--extend-exclude", help="Patterns to skip on top of the excludes, comma-separated."
+    ),
+    click.option(
+        "--respect-gitignore/--no-respect-gitignore",
+        default=None,
+        help="Skip (or not) what .gitignore, .git/info/exclude, git's core.excludesFile and "
+        ".ignore files name. Default: the configuration's respect-gitignore, else skip.",
     ),
     click.option(
         "--per-file-ignores",
