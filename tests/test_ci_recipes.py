@@ -1,0 +1,69 @@
+"""The CI recipes the README gives work as written: read as YAML, their
+amplint commands run on a repository with a finding."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from tests.helpers import REPO
+
+WORKFLOW_NAME = "# .github/workflows/amplint.yml"
+FINDING = "import torch\n\nscaler = torch.cuda.amp.GradScaler()\n"
+
+
+def _workflow() -> dict:
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```yaml\n(.*?)```", readme, re.S)
+    [block] = [block for block in blocks if block.startswith(WORKFLOW_NAME)]
+    return yaml.safe_load(block)
+
+
+def _steps(workflow: dict) -> list[dict]:
+    [job] = workflow["jobs"].values()
+    return job["steps"]
+
+
+def test_the_github_workflow_is_a_workflow() -> None:
+    workflow = _workflow()
+    # PyYAML reads the bare key `on` as True, as YAML 1.1 says.
+    assert workflow[True] == ["push", "pull_request"]
+    assert workflow["permissions"]["security-events"] == "write"
+    steps = _steps(workflow)
+    used = [step["uses"].split("@")[0] for step in steps if "uses" in step]
+    assert used == ["actions/checkout", "actions/setup-python", "github/codeql-action/upload-sarif"]
+    upload = steps[-1]
+    assert upload["if"] == "always()" and upload["with"]["sarif_file"] == "amplint.sarif"
+    installs = [step["run"] for step in steps if "pip install" in step.get("run", "")]
+    assert installs and "amplint @ git+" in installs[0]
+
+
+def test_the_github_workflows_commands_run_as_written(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(FINDING)
+    commands = [
+        step["run"] for step in _steps(_workflow()) if step.get("run", "").startswith("amplint ")
+    ]
+    assert len(commands) == 2
+    annotate, sarif = commands
+    amplint = [sys.executable, "-m", "amplint"]
+    run = subprocess.run(
+        [*amplint, *shlex.split(annotate)[1:]], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert run.returncode == 1  # a finding fails the job
+    assert run.stdout.startswith("::error title=amplint (AMP201),file=train.py,line=3,")
+    command, _, target = sarif.partition(" > ")
+    run = subprocess.run(
+        [*amplint, *shlex.split(command)[1:]], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert run.returncode == 0  # --exit-zero: the upload step still gets the file
+    (tmp_path / target).write_text(run.stdout)
+    document = json.loads((tmp_path / target).read_text())
+    assert document["version"] == "2.1.0"
+    [result] = document["runs"][0]["results"]
+    assert result["ruleId"] == "AMP201"
