@@ -118,6 +118,7 @@ class ResultCache:
         # modules for its callers when the user names more of the tree.  So
         # is the kind of file: a module whose text is a notebook's cells
         # joined has the same code and other positions.
+        codes = sorted(codes)
         digest = hashlib.sha256()
         for part in (
             _FORMAT,
@@ -125,7 +126,8 @@ class ResultCache:
             str(project.path),
             str(project.whole_tree),
             _package_fingerprint(),
-            ",".join(sorted(codes)),
+            ",".join(codes),
+            ",".join(code for code in codes if settings.fix_allowed(code)),
             settings.target_torch_shown,  # with its source, which messages name
             settings.dtype,
             settings.device_type,

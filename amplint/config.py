@@ -68,6 +68,11 @@ class Settings:
     # takes seconds); a million blank lines took libcst 10 s.
     file_line_limit: int = DEFAULT_FILE_LINE_LIMIT
     file_time_limit: float = DEFAULT_FILE_TIME_LIMIT
+    # Which fixes may be applied (and are shown fixable): ruff's keys.  None:
+    # every rule's; `unfixable` wins over `fixable`.
+    unsafe_fixes: bool = False
+    fixable: tuple[str, ...] | None = None
+    unfixable: tuple[str, ...] = ()
     # Whether discovery skips what git ignores (.gitignore, .git/info/exclude,
     # the user's core.excludesFile) and what `.ignore` files name, as ruff does.
     respect_gitignore: bool = True
@@ -83,6 +88,11 @@ class Settings:
     @property
     def all_excludes(self) -> tuple[str, ...]:
         return self.exclude + self.extend_exclude
+
+    def fix_allowed(self, code: str) -> bool:
+        """Whether a finding of `code` may carry its fix (`fixable`, `unfixable`)."""
+        fixable = self.fixable is None or _matches(code, self.fixable)
+        return fixable and not _matches(code, self.unfixable)
 
     def enabled_codes(self, known_codes: Iterable[str], path: Path | None = None) -> frozenset[str]:
         ignore = self.ignore + self.extend_ignore
@@ -328,6 +338,9 @@ _KEYS = {
     "file-line-limit",
     "file-time-limit",
     "respect-gitignore",
+    "unsafe-fixes",
+    "fixable",
+    "unfixable",
 }
 
 
@@ -393,11 +406,16 @@ def _settings_from_table(
     if "file-time-limit" in table:
         limit = _positive(table["file-time-limit"], "file-time-limit", where, (int, float))
         settings = replace(settings, file_time_limit=float(limit))
-    if "respect-gitignore" in table:
-        value = table["respect-gitignore"]
-        if not isinstance(value, bool):
-            raise ConfigError(f"{where}: `respect-gitignore` must be true or false, got {value!r}")
-        settings = replace(settings, respect_gitignore=value)
+    for key in ("respect-gitignore", "unsafe-fixes"):
+        if key in table:
+            value = table[key]
+            if not isinstance(value, bool):
+                raise ConfigError(f"{where}: `{key}` must be true or false, got {value!r}"[:300])
+            settings = replace(settings, **{key.replace("-", "_"): value})
+    for key in ("fixable", "unfixable"):
+        if key in table:
+            codes = parse_selectors(table[key], key, where, known)
+            settings = replace(settings, **{key: codes})
     return settings
 
 

@@ -106,8 +106,17 @@ def _syntax_error(text: str, error: cst.ParserSyntaxError) -> Diagnostic:
 def _lint_module(
     facts: ModuleFacts, text: str, rules: Sequence[Rule], settings: Settings
 ) -> list[Diagnostic]:
-    diagnostics = [diagnostic for rule in rules for diagnostic in rule.check(facts, settings)]
+    diagnostics = [d for rule in rules for d in _checked(rule, facts, settings)]
     return _as_reported(text, diagnostics)
+
+
+def _checked(rule: Rule, facts: ModuleFacts, settings: Settings) -> list[Diagnostic]:
+    """What `rule` finds, its fix left off where `fixable`/`unfixable` say so:
+    such a finding is reported as having none, and no round applies it."""
+    diagnostics = list(rule.check(facts, settings))
+    if settings.fix_allowed(rule.code):
+        return diagnostics
+    return [replace(d, fix=None) if d.fix is not None else d for d in diagnostics]
 
 
 def _as_reported(text: str, diagnostics: list[Diagnostic]) -> list[Diagnostic]:
@@ -341,7 +350,7 @@ class _Analyses:
         rules = _may_fire(rules, clues)
         for rule in rules:
             if rule not in by_rule:
-                by_rule[rule] = list(rule.check(facts, self.settings))
+                by_rule[rule] = _checked(rule, facts, self.settings)
         return _as_reported(text, [d for rule in rules for d in by_rule[rule]])
 
 

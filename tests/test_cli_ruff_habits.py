@@ -656,3 +656,54 @@ def test_respect_gitignore_false_reads_what_git_ignores(repository: Path) -> Non
     (repository / "amplint.toml").write_text('respect-gitignore = "no"\n')
     bad = run_cli("check", "--no-cache", repository)
     assert bad.exit_code == 2 and "`respect-gitignore` must be true or false" in bad.stderr
+
+
+# -- which fixes apply, as ruff's keys say --------------------------------------
+# AMP201's fix is safe; AMP122's (a CUDA scaler in an MPS script) is unsafe.
+MPS_SCRIPT = dedent("""
+    import torch
+
+    device = torch.device("mps" if torch.backends.mps.is_available() else "cpu")
+    model = torch.nn.Linear(4, 4).to(device)
+    scaler = torch.amp.GradScaler()
+    """)
+
+
+def test_unfixable_codes_are_reported_without_a_fix_and_never_fixed(tree: Path) -> None:
+    (tree / "amplint.toml").write_text('unfixable = ["AMP202"]\n')
+    records = json.loads(run_cli("check", "--no-cache", "--output-format", "json", tree).stdout)
+    fixes = {record["code"]: record["fix"] for record in records}
+    assert fixes["AMP202"] is None and fixes["AMP201"] is not None
+    assert run_cli("check", "--no-cache", "--fix", tree).exit_code == 1
+    text = (tree / "a.py").read_text()
+    assert "torch.cpu.amp.autocast()" in text and "torch.cuda.amp" not in text
+    (tree / "b.py").write_text(CPU_AND_CUDA)
+    (tree / "amplint.toml").write_text('fixable = ["AMP202"]\n')  # only these
+    run_cli("check", "--no-cache", "--fix", tree / "b.py")
+    text = (tree / "b.py").read_text()
+    assert "torch.cpu.amp" not in text and "torch.cuda.amp.autocast()" in text
+    shown = " ".join(run_cli("check", "--show-settings", tree).stdout.split())
+    assert "fixable AMP202" in shown and "unfixable (none)" in shown
+
+
+def test_unsafe_fixes_from_the_configuration_and_the_option_over_it(tree: Path) -> None:
+    script = tree / "mps.py"
+    script.write_text(MPS_SCRIPT)
+    assert run_cli("fix", "--no-cache", "--apply", script).exit_code == 1
+    assert script.read_text() == MPS_SCRIPT  # unsafe: left
+    (tree / "amplint.toml").write_text("unsafe-fixes = true\n")
+    run_cli("fix", "--no-cache", "--apply", "--no-unsafe-fixes", script)
+    assert script.read_text() == MPS_SCRIPT  # the option wins
+    run_cli("fix", "--no-cache", "--apply", script)
+    assert "GradScaler(device.type" in script.read_text()
+
+
+def test_fix_only_fixes_and_reports_nothing_left(tree: Path) -> None:
+    (tree / "mps.py").write_text(MPS_SCRIPT)
+    result = run_cli("check", "--no-cache", "--fix-only", tree)
+    assert result.exit_code == 0, result.output
+    assert "AMP122" not in result.stdout  # left, not reported
+    assert result.stdout.strip().endswith("Fixed 2 findings.")
+    assert "torch.amp.autocast" in (tree / "a.py").read_text()
+    again = run_cli("check", "--no-cache", "--fix-only", "--exit-non-zero-on-fix", tree)
+    assert again.exit_code == 0 and again.stdout.strip().endswith("Fixed 0 findings.")

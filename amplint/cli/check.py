@@ -31,7 +31,9 @@ from amplint.cli.common import (
     settings_for,
     settings_lines,
     stdin_source,
+    unsafe_chosen,
     unsafe_note,
+    unsafe_option,
     with_output,
     with_selection,
 )
@@ -59,7 +61,12 @@ from amplint.writes import write_source_atomic
 @click.option("--statistics", is_flag=True, help="Count the findings per rule instead.")
 @click.option("--exit-zero", is_flag=True, help="Exit 0 even when there are findings.")
 @click.option("--fix", "fix_", is_flag=True, help="Write the fixes, then report what is left.")
-@click.option("--unsafe-fixes", is_flag=True, help="With --fix or --diff: unsafe fixes too.")
+@click.option(
+    "--fix-only",
+    is_flag=True,
+    help="Write the fixes and report only what was fixed, not the findings left (exit 0).",
+)
+@unsafe_option("With --fix or --diff: unsafe fixes too (default: the configuration's).")
 @click.option(
     "--diff", is_flag=True, help="Print the fixes as a diff, write nothing (exit 1 if any)."
 )
@@ -85,6 +92,7 @@ def check(
     statistics,
     exit_zero,
     fix_,
+    fix_only,
     unsafe_fixes,
     diff,
     show_fixes,
@@ -96,6 +104,7 @@ def check(
 ) -> None:
     """Report AMP findings in PATHS (files or directories, `-` for standard
     input; default: .).  With --fix, write the fixes first, as `fix --apply`."""
+    fix_ = fix_ or fix_only
     modes = {
         "--fix": fix_,
         "--diff": diff,
@@ -114,6 +123,7 @@ def check(
     if from_stdin and fix_:
         fix_stdin(paths, stdin_filename, options, unsafe_fixes)  # exits
     settings = settings_for(config_paths(paths, stdin_filename), options)
+    unsafe_fixes = unsafe_chosen(unsafe_fixes, settings)
     if show_settings:
         output.report_lines(settings_lines(settings))
         sys.exit(EXIT_CLEAN)
@@ -127,6 +137,8 @@ def check(
     fixed: Done | None = None
     if fix_:
         fixed = carry_out(paths, settings, run_options, write=True, unsafe=unsafe_fixes)
+        if fix_only:
+            _report_fixed_only(fixed, show_fixes, exit_non_zero_on_fix, output)  # exits
         errors, findings = fixed.errors, fixed.remaining
     else:
         previews = output_format == "full" and not statistics
@@ -166,6 +178,21 @@ def check(
     if exit_non_zero_on_fix and fixed is not None and fixed.changed:
         sys.exit(EXIT_FINDINGS)
     sys.exit(EXIT_FINDINGS if findings and not exit_zero else EXIT_CLEAN)
+
+
+def _report_fixed_only(
+    done: Done, show_fixes: bool, exit_non_zero_on_fix: bool, output: Output
+) -> None:
+    """`check --fix-only`, as ruff's: what was fixed, never the findings left;
+    exit 0 unless a file could not be checked (or --exit-non-zero-on-fix and
+    something was fixed)."""
+    if show_fixes:
+        for report in done.changed:
+            output.report_lines(applied_lines(report.path, report.applied))
+    output.summary(f"Fixed {done.fixed} {noun(done.fixed)}.")
+    if done.errors:
+        sys.exit(EXIT_ERROR)
+    sys.exit(EXIT_FINDINGS if exit_non_zero_on_fix and done.changed else EXIT_CLEAN)
 
 
 def _diff(

@@ -66,6 +66,16 @@ def os_reason(error: Exception) -> str:
     return str(error)
 
 
+def unsafe_option(help: str):
+    """`--unsafe-fixes/--no-unsafe-fixes`: given, it overrides the configuration's
+    `unsafe-fixes` (see `unsafe_chosen`)."""
+    return click.option("--unsafe-fixes/--no-unsafe-fixes", default=None, help=help)
+
+
+def unsafe_chosen(option: bool | None, settings: Settings) -> bool:
+    return settings.unsafe_fixes if option is None else option
+
+
 def unsafe_note(remaining: list[Finding], unsafe_applied: bool) -> str:
     """ " N more fixable with --unsafe-fixes." after a fix's summary, or "": a
     user who ran the safe fixes learns the rest is one flag away."""
@@ -186,6 +196,9 @@ def settings_lines(settings: Settings) -> list[str]:
         ("dtype", settings.dtype),
         ("device-type", settings.device_type),
         ("respect-gitignore", "true" if settings.respect_gitignore else "false"),
+        ("unsafe-fixes", "true" if settings.unsafe_fixes else "false"),
+        ("fixable", "(all)" if settings.fixable is None else listed(settings.fixable)),
+        ("unfixable", listed(settings.unfixable)),
         ("enabled rules", listed(sorted(settings.enabled_codes(ALL_CODES)))),
     ]
     return [printable(f"{name:<17} {value}") for name, value in rows]

@@ -27,7 +27,9 @@ from amplint.cli.common import (
     say_error,
     settings_for,
     stdin_source,
+    unsafe_chosen,
     unsafe_note,
+    unsafe_option,
     with_output,
     with_selection,
 )
@@ -50,7 +52,9 @@ from amplint.writes import Change, PreparedWrite, journal_directories, writable_
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
 @with_selection
 @click.option("--apply", "apply_", is_flag=True, help="Write the fixes instead of showing a diff.")
-@click.option("--unsafe-fixes", is_flag=True, help="Also apply fixes that may change numerics.")
+@unsafe_option(
+    "Also apply fixes that may change numerics (default: the configuration's unsafe-fixes)."
+)
 @click.option(
     "--write-through-links",
     is_flag=True,
@@ -74,6 +78,7 @@ def fix(
     if reads_stdin(paths, stdin_filename):
         fix_stdin(paths, stdin_filename, options, unsafe_fixes)  # exits
     settings = settings_for(config_paths(paths, stdin_filename), options)
+    unsafe_fixes = unsafe_chosen(unsafe_fixes, settings)
     done = carry_out(
         paths,
         settings,
@@ -223,7 +228,7 @@ def _write_stdout(data: bytes) -> None:
 
 
 def fix_stdin(
-    paths: tuple[Path, ...], stdin_filename: Path | None, options: dict, unsafe: bool
+    paths: tuple[Path, ...], stdin_filename: Path | None, options: dict, unsafe: bool | None
 ) -> None:
     """Write the fixed source to stdout, or else the input exactly as it came:
     an editor replaces its buffer with what it reads back, so whatever fails
@@ -234,7 +239,7 @@ def fix_stdin(
     try:
         settings = settings_for(config_paths(paths, stdin_filename), options)
         source = stdin_source(stdin_filename, raw)
-        report = run_source(source, settings, Mode(True, unsafe, False))
+        report = run_source(source, settings, Mode(True, unsafe_chosen(unsafe, settings), False))
     except BaseException:  # SystemExit and KeyboardInterrupt too
         _write_stdout(raw)
         raise
