@@ -107,7 +107,9 @@ class Settings:
             relative = path.as_posix()
         codes: list[str] = []
         for pattern, ignored in self.per_file_ignores:
-            if _per_file_pattern(pattern).matches(relative):
+            # `!pattern`, as in ruff: the files the pattern does not match.
+            negated = pattern.startswith("!")
+            if _per_file_pattern(pattern.removeprefix("!")).matches(relative) != negated:
                 codes += ignored
         return codes
 
@@ -212,7 +214,7 @@ def parse_per_file_ignore(value: str, known_codes: Iterable[str]) -> tuple[str, 
     where = "--per-file-ignores"
     if not colon or not pattern.strip() or not codes.strip():
         raise ConfigError(f"{where}: `{value}` is not PATTERN:CODES, as in `tests/*:AMP001,AMP2`")
-    _check_pattern(pattern.strip(), "per-file-ignores", where)
+    _check_pattern(pattern.strip().removeprefix("!"), "per-file-ignores", where)
     return pattern.strip(), parse_selectors(
         codes, f"per-file-ignores {pattern}", where, known_codes
     )
@@ -334,6 +336,7 @@ _KEYS = {
     "exclude",
     "extend-exclude",
     "per-file-ignores",
+    "extend-per-file-ignores",
     "target-torch",
     "file-line-limit",
     "file-time-limit",
@@ -377,16 +380,20 @@ def _settings_from_table(
             settings,
             extend_exclude=_patterns(table["extend-exclude"], "extend-exclude", where),
         )
-    if "per-file-ignores" in table:
-        value = table["per-file-ignores"]
+    # extend-per-file-ignores adds to per-file-ignores, as in ruff.
+    for key in ("per-file-ignores", "extend-per-file-ignores"):
+        if key not in table:
+            continue
+        value = table[key]
         if not isinstance(value, dict):
-            raise ConfigError(f"{where}: `per-file-ignores` must be a table of pattern = [codes]")
+            raise ConfigError(f"{where}: `{key}` must be a table of pattern = [codes]")
         for pattern in value:
-            _check_pattern(pattern, "per-file-ignores", where)
+            _check_pattern(pattern.removeprefix("!"), key, where)
         settings = replace(
             settings,
-            per_file_ignores=tuple(
-                (pattern, parse_selectors(codes, f"per-file-ignores.{pattern}", where, known))
+            per_file_ignores=settings.per_file_ignores
+            + tuple(
+                (pattern, parse_selectors(codes, f"{key}.{pattern}", where, known))
                 for pattern, codes in value.items()
             ),
         )

@@ -1,5 +1,6 @@
-"""The CI recipes the README gives work as written: read as YAML, their
-amplint commands run on a repository with a finding."""
+"""What the README gives to copy works as written: the CI workflow, read as
+YAML, its amplint commands run on a repository with a finding; the
+configuration example, loaded as amplint loads a configuration."""
 
 from __future__ import annotations
 
@@ -67,3 +68,16 @@ def test_the_github_workflows_commands_run_as_written(tmp_path: Path) -> None:
     assert document["version"] == "2.1.0"
     [result] = document["runs"][0]["results"]
     assert result["ruleId"] == "AMP201"
+
+
+def test_the_readme_configuration_example_loads_as_written(tmp_path: Path) -> None:
+    from amplint.config import load_settings
+    from amplint.rules import ALL_CODES
+
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    [example] = [b for b in re.findall(r"```toml\n(.*?)```", readme, re.S) if "[tool.amplint]" in b]
+    (tmp_path / "pyproject.toml").write_text(example)
+    settings = load_settings(tmp_path / "pyproject.toml", ALL_CODES)
+    assert settings.unfixable == () and settings.fixable == ("AMP",)
+    assert ("!src/**", ("AMP001",)) in settings.per_file_ignores
+    assert ("notebooks/*", ("AMP111",)) in settings.per_file_ignores

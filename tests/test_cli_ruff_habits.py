@@ -154,6 +154,33 @@ def test_per_file_ignores_on_the_command_line(tree: Path) -> None:
     ]
 
 
+def test_a_negated_per_file_pattern_covers_the_files_it_does_not_match(tree: Path) -> None:
+    # ruff's `!`: AMP201 ignored everywhere but under src/, from the table, the
+    # `extend-` table added to it, and the command line.
+    (tree / "src").mkdir()
+    (tree / "src" / "s.py").write_text(CPU_AND_CUDA)
+    (tree / "amplint.toml").write_text('[per-file-ignores]\n"!src/*" = ["AMP201"]\n')
+    kept = [("a.py", "AMP202"), ("s.py", "AMP201"), ("s.py", "AMP202")]
+    assert _named_codes(tree) == kept
+    (tree / "amplint.toml").write_text(
+        '[per-file-ignores]\n"!src/*" = ["AMP201"]\n'
+        '[extend-per-file-ignores]\n"a.py" = ["AMP202"]\n'
+    )
+    assert _named_codes(tree) == kept[1:]
+    (tree / "amplint.toml").unlink()
+    assert _named_codes("--per-file-ignores", "!src/*:AMP202", tree) == [
+        ("a.py", "AMP201"),
+        ("s.py", "AMP201"),
+        ("s.py", "AMP202"),
+    ]
+
+
+def _named_codes(*args: str | Path) -> list[tuple[str, str]]:
+    result = run_cli("check", "--no-cache", "--output-format", "json", *args)
+    assert result.exit_code in (0, 1), result.stderr
+    return sorted((Path(r["path"]).name, r["code"]) for r in json.loads(result.stdout))
+
+
 @pytest.mark.parametrize(
     ("value", "named"),
     [("tests", "is not PATTERN:CODES"), ("tests/*:NOPE1", "matches no rule"), (":AMP2", "is not")],
