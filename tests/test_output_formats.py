@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -55,6 +56,9 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         (("--output-format", "github"), "github.txt"),
         (("--output-format", "json"), "json.json"),
         (("--output-format", "sarif"), "sarif.json"),
+        (("--output-format", "json-lines"), "json-lines.jsonl"),
+        (("--output-format", "pylint"), "pylint.txt"),
+        (("--output-format", "azure"), "azure.txt"),
         (("--statistics",), "statistics.txt"),
         (("--statistics", "--output-format", "json"), "statistics.json"),
     ],
@@ -225,3 +229,54 @@ def test_stdin_usage_errors(project: Path, args: list[str], message: str) -> Non
     result = _invoke(args, b"")
     assert result.exit_code == 2
     assert message in result.stderr
+
+
+# -- the formats for other programs, read back as those programs read them -----
+def test_json_lines_are_the_json_records_one_a_line(project: Path) -> None:
+    lines = run_cli("check", "--no-cache", "--output-format", "json-lines", ".").stdout
+    records = json.loads(run_cli("check", "--no-cache", "--output-format", "json", ".").stdout)
+    assert [json.loads(line) for line in lines.splitlines()] == records
+
+
+# pylint's parseable format as the tools that read it parse it (reviewdog's
+# and Jenkins' pattern for `pylint --output-format=parseable`).
+PYLINT_LINE = re.compile(
+    r"^(?P<path>[^:\n]+):(?P<line>\d+): \[(?P<code>[A-Z]+\d+)\] (?P<message>.+)$"
+)
+
+
+def test_pylint_lines_parse_as_pylint_s(project: Path) -> None:
+    out = run_cli("check", "--no-cache", "--output-format", "pylint", ".").stdout
+    records = json.loads(run_cli("check", "--no-cache", "--output-format", "json", ".").stdout)
+    parsed = [PYLINT_LINE.fullmatch(line) for line in out.splitlines()]
+    assert all(parsed) and len(parsed) == len(records)
+    for match, record in zip(parsed, records):
+        assert (match["path"], match["code"]) == (record["path"], record["code"])
+        assert int(match["line"]) == (record["line"] if record["cell"] is None else 1)
+
+
+# Azure Pipelines' logging command: `##vso[area.action key=value;...]message`,
+# with `;`, `]`, `%` and line breaks escaped in both.
+AZURE_COMMAND = re.compile(
+    r"^##vso\[task\.logissue (?P<fields>(?:[a-z]+=[^;\]]*;)+)\](?P<message>[^\]]*)$"
+)
+
+
+def _azure_unescaped(text: str) -> str:
+    for escaped, raw in (("%3B", ";"), ("%0D", "\r"), ("%0A", "\n"), ("%5D", "]"), ("%AZP25", "%")):
+        text = text.replace(escaped, raw)
+    return text
+
+
+def test_azure_commands_parse_as_the_agent_reads_them(project: Path) -> None:
+    out = run_cli("check", "--no-cache", "--output-format", "azure", ".").stdout
+    records = json.loads(run_cli("check", "--no-cache", "--output-format", "json", ".").stdout)
+    commands = [AZURE_COMMAND.fullmatch(line) for line in out.splitlines()]
+    assert all(commands) and len(commands) == len(records)
+    for command, record in zip(commands, records):
+        fields = dict(f.split("=", 1) for f in command["fields"].rstrip(";").split(";"))
+        assert fields["type"] == "error" and fields["code"] == record["code"]
+        assert _azure_unescaped(fields["sourcepath"]) == record["path"]
+        if record["cell"] is None:
+            assert int(fields["linenumber"]) == record["line"]
+        assert _azure_unescaped(command["message"]).endswith(record["message"])

@@ -56,7 +56,8 @@ from amplint.writes import write_source_atomic
 @with_selection
 @output_format_option(
     "concise: a line per finding; full: with the code and the fix's diff; json; "
-    "github: workflow annotations; sarif: SARIF 2.1.0. `text` is concise."
+    "json-lines: a JSON object a line; github, azure: workflow annotations; pylint: "
+    "pylint's parseable lines; sarif: SARIF 2.1.0. `text` is concise."
 )
 @click.option("--statistics", is_flag=True, help="Count the findings per rule instead.")
 @click.option("--exit-zero", is_flag=True, help="Exit 0 even when there are findings.")

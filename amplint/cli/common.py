@@ -32,7 +32,14 @@ from amplint.files import (
     source_from_bytes,
 )
 from amplint.report import Finding, printable
-from amplint.report.machine import github_lines, json_document, sarif_document
+from amplint.report.machine import (
+    azure_lines,
+    github_lines,
+    json_document,
+    json_lines,
+    pylint_lines,
+    sarif_document,
+)
 from amplint.report.text import concise, full
 from amplint.runner import default_jobs, run
 from amplint.terminal import COLOR_CHOICES, ProgressBar, choose_color, color
@@ -480,8 +487,19 @@ class Output:
         click.echo(text, file=stream, err=err, color=color() if stream is None else False)
 
 
-OUTPUT_FORMATS = ("concise", "full", "json", "github", "sarif", "text")
-MACHINE_FORMATS = ("json", "github", "sarif")  # a document, not rows for a reader
+OUTPUT_FORMATS = (
+    "concise",
+    "full",
+    "json",
+    "json-lines",
+    "github",
+    "azure",
+    "pylint",
+    "sarif",
+    "text",
+)
+# A document, or lines, for a program, not rows for a reader.
+MACHINE_FORMATS = ("json", "json-lines", "github", "azure", "pylint", "sarif")
 
 
 def output_format_option(help: str):
@@ -503,7 +521,13 @@ def machine_report(
         return json_document(findings)
     if output_format == "sarif":
         return sarif_document(findings, errors)
-    return "\n".join(github_lines(findings))
+    lines = {
+        "json-lines": json_lines,
+        "github": github_lines,
+        "azure": azure_lines,
+        "pylint": pylint_lines,
+    }[output_format]
+    return "\n".join(lines(findings))
 
 
 def row_lines(findings: list[Finding], output_format: str) -> list[str]:

@@ -1,5 +1,6 @@
-"""Output for programs: a JSON list, GitHub Actions workflow commands, and
-SARIF 2.1.0 for code-scanning tools."""
+"""Output for programs: a JSON list or one object a line, GitHub Actions and
+Azure Pipelines workflow commands, pylint's parseable lines, and SARIF 2.1.0
+for code-scanning tools."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Iterable
 
 from amplint import __version__
 from amplint.catalog import RuleDoc, load_catalog
-from amplint.report import Finding, location
+from amplint.report import Finding, location, printable
 from amplint.report.text import rule_name
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
@@ -39,6 +40,54 @@ def json_record(finding: Finding) -> dict:
 
 def json_document(findings: Iterable[Finding]) -> str:
     return json.dumps([json_record(finding) for finding in findings], indent=2)
+
+
+def json_lines(findings: Iterable[Finding]) -> list[str]:
+    """JSON Lines: each finding's JSON record (as `json` gives it) on a line."""
+    return [json.dumps(json_record(finding)) for finding in findings]
+
+
+def pylint_lines(findings: Iterable[Finding]) -> list[str]:
+    """pylint's parseable format, `path:line: [CODE] message`, as ruff writes
+    it.  A notebook's cells have no line in the file: its findings name line 1
+    and say the cell and line in the message."""
+    lines = []
+    for finding in findings:
+        diagnostic = finding.diagnostic
+        span = diagnostic.span
+        message = diagnostic.message
+        line = span.line
+        if span.cell is not None:
+            message, line = f"cell {span.cell}, line {span.line}: {message}", 1
+        path = printable(finding.path.as_posix())
+        lines.append(f"{path}:{line}: [{diagnostic.code}] {' '.join(message.split())}")
+    return lines
+
+
+def _azure_escaped(text: str) -> str:
+    """Azure Pipelines' escaping of a logging command's data and properties."""
+    for raw, escaped in (("%", "%AZP25"), (";", "%3B"), ("\r", "%0D"), ("\n", "%0A"), ("]", "%5D")):
+        text = text.replace(raw, escaped)
+    return text
+
+
+def azure_lines(findings: Iterable[Finding]) -> list[str]:
+    """Azure Pipelines `##vso[task.logissue]` logging commands, one a finding
+    (as ruff writes them); a notebook's finding names the cell in its message."""
+    lines = []
+    for finding in findings:
+        diagnostic = finding.diagnostic
+        span = diagnostic.span
+        properties = {"type": "error", "sourcepath": finding.path.as_posix()}
+        if span.cell is None:
+            properties.update(linenumber=span.line, columnnumber=span.column)
+        properties["code"] = diagnostic.code
+        fields = "".join(
+            f"{key}={_azure_escaped(str(value))};" for key, value in properties.items()
+        )
+        message = f"{location(finding.path, diagnostic)}: {diagnostic.message}"
+        lines.append(f"##vso[task.logissue {fields}]{_azure_escaped(message)}")
+    return lines
 
 
 def _escape_data(text: str) -> str:
