@@ -253,6 +253,23 @@ def find_config(start: Path) -> Path | None:
     return None
 
 
+def user_config() -> Path | None:
+    """The user's own configuration, used where no project has one (ruff's
+    user-level ruff.toml): the first of CONFIG_NAMES in
+    `$XDG_CONFIG_HOME/amplint` (by default `~/.config/amplint`)."""
+    home = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "amplint"
+    for name in CONFIG_NAMES:
+        config = home / name
+        try:
+            data = read_regular(config)
+        except OSError as error:
+            note_skipped(error)
+            continue
+        if name != "pyproject.toml" or _has_amplint_table(data):
+            return config
+    return None
+
+
 def _has_amplint_table(pyproject: bytes) -> bool:
     try:
         text = pyproject.decode("utf-8")
@@ -267,19 +284,21 @@ def load_settings(
     config_file: Path | None,
     known_codes: Iterable[str],
     overrides: Iterable[str] = (),
+    root: Path | None = None,
 ) -> Settings:
     """Settings from `config_file`, or defaults, with each `KEY = VALUE`
     override (TOML, as `--config` takes it) laid over its key.
 
     `config_file` is an amplint.toml (keys at the top level) or a
     pyproject-style file (whatever its name) whose keys are under
-    ``[tool.amplint]``."""
+    ``[tool.amplint]``.  Patterns are relative to `root`: by default the
+    configuration's directory (the working directory without one)."""
     table: dict[str, Any] = {}
     where = "defaults"
-    root = Path.cwd()
+    if root is None:
+        root = config_file.parent if config_file is not None else Path.cwd()
     if config_file is not None:
         table, where = _read_table(config_file)
-        root = config_file.parent
     for override in overrides:
         table.update(parse_override(override))
         where = f"{where}, --config {override}"

@@ -387,13 +387,17 @@ _SECTION = re.compile(r"\s*\[\s*([A-Za-z0-9.-]+)")
 
 def global_excludes_file(repository: Path) -> Path | None:
     """git's `core.excludesFile` for `repository`, read from the user's and the
-    repository's git configuration as git reads them (the last one set wins),
-    else git's default, `$XDG_CONFIG_HOME/git/ignore`.  Read, not asked of git:
-    git may not be installed, and a run must not wait on it."""
+    repository's git configuration as git reads them (the last one set wins;
+    not the system's, /etc/gitconfig), else git's default,
+    `$XDG_CONFIG_HOME/git/ignore`.  Read, not asked of git: git may not be
+    installed, and a run must not wait on it."""
     home = Path.home()
     xdg = Path(os.environ.get("XDG_CONFIG_HOME") or home / ".config")
+    # GIT_CONFIG_GLOBAL (git 2.32) names the global configuration instead.
+    named = os.environ.get("GIT_CONFIG_GLOBAL")
+    user = [Path(named)] if named else [xdg / "git" / "config", home / ".gitconfig"]
     value: str | None = None
-    for config in (xdg / "git" / "config", home / ".gitconfig", repository / ".git" / "config"):
+    for config in (*user, repository / ".git" / "config"):
         try:
             text = read_regular(config).decode("utf-8", errors="replace")
         except OSError:

@@ -628,6 +628,7 @@ def repository(tree: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home.mkdir()
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    monkeypatch.delenv("GIT_CONFIG_GLOBAL", raising=False)
     return tree
 
 
@@ -637,7 +638,9 @@ def _checked(*args: str | Path) -> list[str]:
     return sorted({Path(record["path"]).name for record in json.loads(result.stdout)})
 
 
-def test_git_info_exclude_and_the_global_excludes_file_are_honoured(repository: Path) -> None:
+def test_git_info_exclude_and_the_global_excludes_file_are_honoured(
+    repository: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     every = ["a.py", "global.py", "ignored.py", "tool.py"]
     assert _checked(repository) == every
     (repository / ".git" / "info" / "exclude").write_text("# local\nignored.py\n")
@@ -653,6 +656,10 @@ def test_git_info_exclude_and_the_global_excludes_file_are_honoured(repository: 
         '[user]\n\tname = t\n[core]\n\texcludesFile = "~/my-ignores"\n'
     )
     assert _checked(repository) == ["a.py", "global.py"]
+    # GIT_CONFIG_GLOBAL names the global configuration instead, as for git.
+    (home / "other-config").write_text("[core]\n\texcludesfile = ~/none\n")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(home / "other-config"))
+    assert _checked(repository) == ["a.py", "global.py", "tool.py"]
 
 
 def test_dot_ignore_files_are_honoured_in_a_repository_and_outside(
@@ -734,3 +741,37 @@ def test_fix_only_fixes_and_reports_nothing_left(tree: Path) -> None:
     assert "torch.amp.autocast" in (tree / "a.py").read_text()
     again = run_cli("check", "--no-cache", "--fix-only", "--exit-non-zero-on-fix", tree)
     assert again.exit_code == 0 and again.stdout.strip().endswith("Fixed 0 findings.")
+
+
+# -- the user's configuration, and none at all ---------------------------------
+@pytest.fixture
+def user_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An XDG config directory of the test's own, holding amplint's."""
+    config_home = tmp_path / "xdg-config"
+    (config_home / "amplint").mkdir(parents=True)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(config_home))
+    return config_home / "amplint"
+
+
+def test_the_user_configuration_applies_where_no_project_has_one(
+    tree: Path, user_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (user_home / "amplint.toml").write_text('select = ["AMP202"]\nextend-exclude = ["skip/"]\n')
+    (tree / "skip").mkdir()
+    (tree / "skip" / "b.py").write_text(CPU_AND_CUDA)
+    monkeypatch.chdir(tree)  # the user's patterns are relative to where amplint runs
+    assert _named_codes(tree) == [("a.py", "AMP202")]
+    shown = " ".join(run_cli("check", "--show-settings", tree).stdout.split())
+    assert f"configuration {user_home / 'amplint.toml'}" in shown
+    (tree / "amplint.toml").write_text('select = ["AMP201"]\n')  # a project's wins
+    assert _named_codes(tree) == [("a.py", "AMP201"), ("b.py", "AMP201")]
+
+
+def test_isolated_reads_no_configuration_file(tree: Path, user_home: Path) -> None:
+    (user_home / "amplint.toml").write_text('select = ["AMP202"]\n')
+    (tree / "amplint.toml").write_text('select = ["AMP201"]\n')
+    assert _named_codes("--isolated", tree) == [("a.py", "AMP201"), ("a.py", "AMP202")]
+    overridden = _named_codes("--isolated", "--config", 'select = ["AMP202"]', tree)
+    assert overridden == [("a.py", "AMP202")]
+    refused = run_cli("check", "--isolated", "--config", tree / "amplint.toml", tree)
+    assert refused.exit_code == 2 and "--isolated reads no configuration file" in refused.stderr

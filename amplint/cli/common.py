@@ -21,6 +21,7 @@ from amplint.config import (
     parse_patterns,
     parse_per_file_ignore,
     parse_selectors,
+    user_config,
 )
 from amplint.declared_torch import with_declared_torch
 from amplint.diagnostics import FileReport
@@ -118,13 +119,20 @@ def _load_settings(
     dtype: str | None = None,
     device_type: str | None = None,
     respect_gitignore: bool | None = None,
+    isolated: bool = False,
 ) -> Settings:
     config_file, overrides = _config_and_overrides(config)
+    if isolated and config_file is not None:
+        raise ConfigError(f"--isolated reads no configuration file; --config names {config_file}")
     start = Path(os.path.commonpath([real_path(p) for p in paths])) if paths else Path.cwd()
-    if config_file is None:
+    root = None
+    if config_file is None and not isolated:
         config_file = find_config(start)
+        if config_file is None:  # no project's: the user's own, its patterns from here
+            config_file, root = user_config(), Path.cwd()
+    loaded = load_settings(config_file, ALL_CODES, overrides, root=root)
     # Where no configuration chose target-torch: the oldest torch the project declares.
-    settings = with_declared_torch(load_settings(config_file, ALL_CODES, overrides), start)
+    settings = with_declared_torch(loaded, start)
     if select is not None:  # replaces the configuration's selection, extend-select too
         codes = parse_selectors(select, "select", "--select", ALL_CODES)
         settings = replace(settings, select=codes, extend_select=())
@@ -393,6 +401,12 @@ _selection_options = [
         metavar="PATTERN:CODES",
         help="Ignore CODES (comma-separated) in files matching PATTERN (repeatable); added "
         "to the configuration's.",
+    ),
+    click.option(
+        "--isolated",
+        is_flag=True,
+        help="Read no configuration file: the project's, nor the user's; `--config KEY=VALUE` "
+        "overrides still apply.",
     ),
     click.option(
         "--config",
