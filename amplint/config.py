@@ -297,12 +297,47 @@ def load_settings(
     where = "defaults"
     if root is None:
         root = config_file.parent if config_file is not None else Path.cwd()
+    known_codes = list(known_codes)
+    base = None
     if config_file is not None:
         table, where = _read_table(config_file)
+        base = _extended(table, config_file, where, known_codes, root, seen=[])
     for override in overrides:
         table.update(parse_override(override))
         where = f"{where}, --config {override}"
-    return _settings_from_table(table, where, root, known_codes, config_file)
+    return _settings_from_table(table, where, root, known_codes, config_file, base)
+
+
+# How many configurations an `extend` chain may hold.
+MAX_EXTENDS = 16
+
+
+def _extended(
+    table: dict[str, Any],
+    config_file: Path,
+    where: str,
+    known_codes: list[str],
+    root: Path,
+    seen: list[Path],
+) -> Settings | None:
+    """The settings `table`'s `extend` names (ruff's key: a configuration this
+    one is laid over), resolved first; None without one.  Its patterns are
+    read from `root`, the configuration being resolved, not its own folder."""
+    if "extend" not in table:
+        return None
+    value = table.pop("extend")
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"{where}: `extend` must be the path of a configuration file")
+    path = Path(os.path.expandvars(os.path.expanduser(value)))
+    path = (config_file.parent / path).resolve()
+    chain = [*seen, config_file.resolve()]
+    if path in chain:
+        raise ConfigError(f"{where}: `extend` goes round: {' -> '.join(map(str, chain + [path]))}")
+    if len(chain) >= MAX_EXTENDS:
+        raise ConfigError(f"{where}: `extend` chains more than {MAX_EXTENDS} configurations")
+    base_table, base_where = _read_table(path)
+    base = _extended(base_table, path, base_where, known_codes, root, chain)
+    return _settings_from_table(base_table, base_where, root, known_codes, path, base)
 
 
 def _read_table(config_file: Path) -> tuple[dict[str, Any], str]:
@@ -356,6 +391,7 @@ _KEYS = {
     "extend-exclude",
     "per-file-ignores",
     "extend-per-file-ignores",
+    "extend",
     "target-torch",
     "file-line-limit",
     "file-time-limit",
@@ -372,14 +408,21 @@ def _settings_from_table(
     root: Path,
     known_codes: Iterable[str],
     config_file: Path | None,
+    base: Settings | None = None,
 ) -> Settings:
+    """`table`'s keys laid over `base` (the configuration it extends), else
+    over the defaults: a key replaces the base's value, an `extend-` key adds
+    to it."""
     known = list(known_codes)
     unknown = sorted(set(table) - _KEYS)
     if unknown:
         raise ConfigError(
             f"{where}: unknown key `{unknown[0]}` (known keys: {', '.join(sorted(_KEYS))})"
         )
-    settings = Settings(root=root, config_file=config_file)
+    if base is None:
+        settings = Settings(root=root, config_file=config_file)
+    else:
+        settings = replace(base, root=root, config_file=config_file)
     if "select" in table:
         settings = replace(
             settings, select=parse_selectors(table["select"], "select", where, known)
@@ -391,13 +434,15 @@ def _settings_from_table(
     for key in ("extend-select", "extend-ignore"):
         if key in table:
             codes = parse_selectors(table[key], key, where, known)
-            settings = replace(settings, **{key.replace("-", "_"): codes})
+            field = key.replace("-", "_")
+            settings = replace(settings, **{field: getattr(settings, field) + codes})
     if "exclude" in table:
         settings = replace(settings, exclude=_patterns(table["exclude"], "exclude", where))
     if "extend-exclude" in table:
         settings = replace(
             settings,
-            extend_exclude=_patterns(table["extend-exclude"], "extend-exclude", where),
+            extend_exclude=settings.extend_exclude
+            + _patterns(table["extend-exclude"], "extend-exclude", where),
         )
     # extend-per-file-ignores adds to per-file-ignores, as in ruff.
     for key in ("per-file-ignores", "extend-per-file-ignores"):
@@ -408,14 +453,13 @@ def _settings_from_table(
             raise ConfigError(f"{where}: `{key}` must be a table of pattern = [codes]")
         for pattern in value:
             _check_pattern(pattern.removeprefix("!"), key, where)
-        settings = replace(
-            settings,
-            per_file_ignores=settings.per_file_ignores
-            + tuple(
-                (pattern, parse_selectors(codes, f"{key}.{pattern}", where, known))
-                for pattern, codes in value.items()
-            ),
+        entries = tuple(
+            (pattern, parse_selectors(codes, f"{key}.{pattern}", where, known))
+            for pattern, codes in value.items()
         )
+        # per-file-ignores replaces what a base set; extend-per-file-ignores adds.
+        kept = settings.per_file_ignores if key.startswith("extend-") else ()
+        settings = replace(settings, per_file_ignores=kept + entries)
     if "dtype" in table:
         settings = replace(settings, dtype=parse_dtype(table["dtype"], where))
     if "device-type" in table:

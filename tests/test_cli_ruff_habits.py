@@ -775,3 +775,29 @@ def test_isolated_reads_no_configuration_file(tree: Path, user_home: Path) -> No
     assert overridden == [("a.py", "AMP202")]
     refused = run_cli("check", "--isolated", "--config", tree / "amplint.toml", tree)
     assert refused.exit_code == 2 and "--isolated reads no configuration file" in refused.stderr
+
+
+def test_extend_lays_a_configuration_over_another(tree: Path) -> None:
+    # ruff's `extend`: the base first; a key replaces the base's value, an
+    # `extend-` key adds to it; paths relative to the extending file, `~` too.
+    (tree / "shared").mkdir()
+    (tree / "shared" / "base.toml").write_text(
+        'select = ["AMP2"]\nextend-ignore = ["AMP202"]\n'
+        '[per-file-ignores]\n"legacy/*" = ["AMP201"]\n'
+    )
+    (tree / "legacy").mkdir()
+    (tree / "legacy" / "old.py").write_text(CPU_AND_CUDA)
+    (tree / "amplint.toml").write_text('extend = "shared/base.toml"\n')
+    assert _named_codes(tree) == [("a.py", "AMP201")]
+    (tree / "amplint.toml").write_text(
+        'extend = "shared/base.toml"\nextend-ignore = ["AMP201"]\n'
+        '[extend-per-file-ignores]\n"a.py" = ["AMP2"]\n'
+    )
+    assert _named_codes(tree) == []  # both ignores, both per-file tables
+    (tree / "amplint.toml").write_text(  # replaces the base's table
+        'extend = "shared/base.toml"\n[per-file-ignores]\n"nothing/*" = ["AMP1"]\n'
+    )
+    assert _named_codes(tree) == [("a.py", "AMP201"), ("old.py", "AMP201")]
+    (tree / "shared" / "base.toml").write_text('extend = "../amplint.toml"\n')
+    looped = run_cli("check", "--no-cache", tree)
+    assert looped.exit_code == 2 and "`extend` goes round" in looped.stderr
