@@ -51,7 +51,6 @@ class _Builder:
         self.edited = edited
         self.config = edited.config_for_parsing
         self.budget = budget  # characters left to parse statement by statement
-        self.reparsed = 0  # statements parsed again
 
     def block(
         self, before: Sequence[cst.CSTNode], after: Sequence[cst.CSTNode], nested: bool
@@ -114,7 +113,6 @@ class _Builder:
         self.budget -= len(code)
         if self.budget < 0:
             raise _Whole
-        self.reparsed += 1
         parsed = cst.parse_statement(code, config=self.config)
         return _with_line_indents(parsed, statement) if nested else parsed
 
@@ -160,7 +158,14 @@ def _with_line_indents(parsed: cst.CSTNode, edited: cst.CSTNode) -> cst.CSTNode:
 
 
 # The parts of a module that are not its statements.
-_MODULE_OWN = ("header", "footer", "encoding", "default_indent", "default_newline")
+_MODULE_OWN = (
+    "header",
+    "footer",
+    "encoding",
+    "default_indent",
+    "default_newline",
+    "has_trailing_newline",
+)
 # The parts of a block that are not its statements.
 _BLOCK_OWN = ("header", "indent", "footer")
 # The clauses that hold a block of their own.
