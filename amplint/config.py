@@ -239,17 +239,9 @@ def find_config(start: Path) -> Path | None:
     start = start.resolve()
     directory = start if start.is_dir() else start.parent
     for candidate in [directory, *directory.parents]:
-        for name in CONFIG_NAMES:
-            config = candidate / name
-            if not os.path.lexists(config):
-                continue
-            try:
-                data = read_regular(config, within=repository_top(candidate))
-            except OSError as error:
-                note_skipped(error)
-                continue
-            if name != "pyproject.toml" or _has_amplint_table(data):
-                return config
+        config = _config_in(candidate, within=repository_top(candidate))
+        if config is not None:
+            return config
     return None
 
 
@@ -258,10 +250,18 @@ def user_config() -> Path | None:
     user-level ruff.toml): the first of CONFIG_NAMES in
     `$XDG_CONFIG_HOME/amplint` (by default `~/.config/amplint`)."""
     home = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "amplint"
+    return _config_in(home)
+
+
+def _config_in(directory: Path, within: Path | None = None) -> Path | None:
+    """The first of CONFIG_NAMES in `directory` that is a configuration;
+    `within`, the project a link in it may not lead out of."""
     for name in CONFIG_NAMES:
-        config = home / name
+        config = directory / name
+        if not os.path.lexists(config):
+            continue
         try:
-            data = read_regular(config)
+            data = read_regular(config, within=within)
         except OSError as error:
             note_skipped(error)
             continue

@@ -232,10 +232,16 @@ def test_stdin_usage_errors(project: Path, args: list[str], message: str) -> Non
 
 
 # -- the formats for other programs, read back as those programs read them -----
-def test_json_lines_are_the_json_records_one_a_line(project: Path) -> None:
-    lines = run_cli("check", "--no-cache", "--output-format", "json-lines", ".").stdout
+def _lines_and_records(output_format: str) -> tuple[list[str], list[dict]]:
+    """The project's findings in `output_format`, a line each, and as `json` gives them."""
+    out = run_cli("check", "--no-cache", "--output-format", output_format, ".").stdout
     records = json.loads(run_cli("check", "--no-cache", "--output-format", "json", ".").stdout)
-    assert [json.loads(line) for line in lines.splitlines()] == records
+    return out.splitlines(), records
+
+
+def test_json_lines_are_the_json_records_one_a_line(project: Path) -> None:
+    lines, records = _lines_and_records("json-lines")
+    assert [json.loads(line) for line in lines] == records
 
 
 # pylint's parseable format as the tools that read it parse it (reviewdog's
@@ -246,9 +252,8 @@ PYLINT_LINE = re.compile(
 
 
 def test_pylint_lines_parse_as_pylint_s(project: Path) -> None:
-    out = run_cli("check", "--no-cache", "--output-format", "pylint", ".").stdout
-    records = json.loads(run_cli("check", "--no-cache", "--output-format", "json", ".").stdout)
-    parsed = [PYLINT_LINE.fullmatch(line) for line in out.splitlines()]
+    lines, records = _lines_and_records("pylint")
+    parsed = [PYLINT_LINE.fullmatch(line) for line in lines]
     assert all(parsed) and len(parsed) == len(records)
     for match, record in zip(parsed, records):
         assert (match["path"], match["code"]) == (record["path"], record["code"])
@@ -269,9 +274,8 @@ def _azure_unescaped(text: str) -> str:
 
 
 def test_azure_commands_parse_as_the_agent_reads_them(project: Path) -> None:
-    out = run_cli("check", "--no-cache", "--output-format", "azure", ".").stdout
-    records = json.loads(run_cli("check", "--no-cache", "--output-format", "json", ".").stdout)
-    commands = [AZURE_COMMAND.fullmatch(line) for line in out.splitlines()]
+    lines, records = _lines_and_records("azure")
+    commands = [AZURE_COMMAND.fullmatch(line) for line in lines]
     assert all(commands) and len(commands) == len(records)
     for command, record in zip(commands, records):
         fields = dict(f.split("=", 1) for f in command["fields"].rstrip(";").split(";"))
