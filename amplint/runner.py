@@ -109,8 +109,11 @@ def run(
             continue
         reports.append(FileReport(found.path))
         found_files.append((len(reports) - 1, found))
-    # Largest first: the longest analysis starts at once instead of last.
-    sizes = {index: _size(found.path) for index, found in found_files}
+    # Largest first: the longest analysis starts at once instead of last.  The
+    # stat also keys the cache's index of files ruled out (taken before the
+    # file is read: an edit in between is seen next time).
+    stats = {index: _stat(found.path) for index, found in found_files}
+    sizes = {index: stat.st_size if stat else 0 for index, stat in stats.items()}
     found_files.sort(key=lambda pair: sizes[pair[0]], reverse=True)
     done = 0
 
@@ -126,7 +129,7 @@ def run(
         for index, found in found_files:
             report = reports[index]
             try:
-                item = _prepare(report, index, settings, mode, cache, project_root)
+                item = _prepare(report, index, stats[index], settings, mode, cache, project_root)
             except SourceError as error:
                 report.error = str(error)
                 item = None
@@ -153,18 +156,20 @@ def run(
 def _prepare(
     report: FileReport,
     index: int,
+    stat: os.stat_result | None,
     settings: Settings,
     mode: Mode,
     cache: ResultCache | None,
     project_root: ProjectRoots,
 ) -> _Work | None:
     """Read the report's file and answer it from its text or the cache where
-    they can; else the work of analysing it."""
+    they can; else the work of analysing it.  `stat` was taken before the read."""
     codes = settings.enabled_codes(ALL_CODES, report.path)
-    stat = _stat(report.path) if cache is not None else None
+    if cache is None:
+        stat = None
     if stat is not None and cache.ruled_out(report.path, stat, codes):
         return None  # unchanged since its text ruled out every rule: not even read
-    source = read_source(report.path)  # taken after the stat: an edit between is seen next time
+    source = read_source(report.path)  # after the stat: an edit between is seen next time
     if not text_may_fire(source.code, codes):
         if stat is not None:
             cache.note_ruled_out(report.path, stat, codes)
@@ -183,11 +188,6 @@ def _prepare(
         report.diagnostics = cached
         return None
     return _Work(index, source, codes, key, root)
-
-
-def _size(path: Path) -> int:
-    stat = _stat(path)
-    return stat.st_size if stat is not None else 0
 
 
 def _stat(path: Path) -> os.stat_result | None:
