@@ -17,10 +17,25 @@ from tests.helpers import dedent, run_cli
 CPU_AND_CUDA = "import torch\na = torch.cpu.amp.autocast()\nb = torch.cuda.amp.autocast()\n"
 
 
-def _codes(*args: str | Path) -> list[str]:
+def _records(*args: str | Path) -> list[dict]:
+    """The JSON records of `check` with `args`, which must run (exit 0 or 1)."""
     result = run_cli("check", "--no-cache", "--output-format", "json", *args)
     assert result.exit_code in (0, 1), result.stderr
-    return sorted(record["code"] for record in json.loads(result.stdout))
+    return json.loads(result.stdout)
+
+
+def _codes(*args: str | Path) -> list[str]:
+    return sorted(record["code"] for record in _records(*args))
+
+
+def _named_codes(*args: str | Path) -> list[tuple[str, str]]:
+    """(file name, code) of each finding, sorted."""
+    return sorted((Path(record["path"]).name, record["code"]) for record in _records(*args))
+
+
+def _checked(*args: str | Path) -> list[str]:
+    """The names of the files with findings, sorted."""
+    return sorted({Path(record["path"]).name for record in _records(*args)})
 
 
 @pytest.fixture
@@ -173,12 +188,6 @@ def test_a_negated_per_file_pattern_covers_the_files_it_does_not_match(tree: Pat
         ("s.py", "AMP201"),
         ("s.py", "AMP202"),
     ]
-
-
-def _named_codes(*args: str | Path) -> list[tuple[str, str]]:
-    result = run_cli("check", "--no-cache", "--output-format", "json", *args)
-    assert result.exit_code in (0, 1), result.stderr
-    return sorted((Path(r["path"]).name, r["code"]) for r in json.loads(result.stdout))
 
 
 @pytest.mark.parametrize(
@@ -630,12 +639,6 @@ def repository(tree: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
     monkeypatch.delenv("GIT_CONFIG_GLOBAL", raising=False)
     return tree
-
-
-def _checked(*args: str | Path) -> list[str]:
-    result = run_cli("check", "--no-cache", "--output-format", "json", *args)
-    assert result.exit_code in (0, 1), result.stderr
-    return sorted({Path(record["path"]).name for record in json.loads(result.stdout)})
 
 
 def test_git_info_exclude_and_the_global_excludes_file_are_honoured(

@@ -192,6 +192,9 @@ def settings_lines(settings: Settings) -> list[str]:
     def listed(values) -> str:
         return ", ".join(values) if values else "(none)"
 
+    def told(value: bool) -> str:
+        return "true" if value else "false"
+
     rows = [
         ("configuration", str(settings.config_file or "(none: defaults)")),
         ("root", str(settings.root)),
@@ -210,8 +213,8 @@ def settings_lines(settings: Settings) -> list[str]:
         ("target-torch", settings.target_torch_shown),
         ("dtype", settings.dtype),
         ("device-type", settings.device_type),
-        ("respect-gitignore", "true" if settings.respect_gitignore else "false"),
-        ("unsafe-fixes", "true" if settings.unsafe_fixes else "false"),
+        ("respect-gitignore", told(settings.respect_gitignore)),
+        ("unsafe-fixes", told(settings.unsafe_fixes)),
         ("fixable", "(all)" if settings.fixable is None else listed(settings.fixable)),
         ("unfixable", listed(settings.unfixable)),
         ("enabled rules", listed(sorted(settings.enabled_codes(ALL_CODES)))),
