@@ -105,6 +105,51 @@ def test_callers_in_other_modules_are_found_through_their_imports(tmp_path: Path
     }
 
 
+IMPORT_SPELLINGS = {
+    "plain": "import engine\n\nengine.train_one_epoch(m, l, o, 1)\n",
+    "dotted_as": "import pkg.engine as e\n\ne.train_one_epoch(m, l, o, 1)\n",
+    "from_name": "from pkg.engine import train_one_epoch\n\ntrain_one_epoch(m, l, o, 1)\n",
+    "after_semicolon": "x = 1; from pkg import engine\n\nengine.train_one_epoch(m, l, o, 1)\n",
+    "continued": "from pkg import os, \\\n    engine\n\nengine.train_one_epoch(m, l, o, 1)\n",
+    "parenthesized": "from pkg import (  # a comment) with a bracket\n    os,\n    engine,\n)\n"
+    "\nengine.train_one_epoch(m, l, o, 1)\n",
+    "relative": "from .engine import train_one_epoch\n\ntrain_one_epoch(m, l, o, 1)\n",
+    "indented": "try:\n    from pkg.engine import train_one_epoch\nexcept ImportError:\n    pass\n"
+    "train_one_epoch(m, l, o, 1)\n",
+}
+
+
+def test_a_caller_is_found_however_its_import_spells_the_module(tmp_path: Path) -> None:
+    root = _project(
+        tmp_path,
+        **{"pkg.__init__": "", "pkg.engine": STEP_FUNCTION},
+        **{f"pkg.{name}": text for name, text in IMPORT_SPELLINGS.items()},
+    )
+    view = project_view(root / "pkg" / "engine.py")
+    callers = {Path(site.path).stem for site in view.callers("train_one_epoch")}
+    assert callers == set(IMPORT_SPELLINGS)
+
+
+def test_a_module_naming_the_module_outside_an_import_is_not_parsed(tmp_path: Path) -> None:
+    # `train.py` defines `train`: every module that says "train" twice would
+    # be parsed to look for an import of it.
+    root = _project(
+        tmp_path,
+        train=STEP_FUNCTION,
+        paths='ENTRY = "train.py"\n\ndef train_one_epoch():\n    return "train"\n',
+        comment="import os  # the same as train.py\nimport sys\ntrain_one_epoch = None\n",
+        docstring='"""from the train module"""\ntrain_one_epoch = None\n',
+    )
+    view = project_view(root / "train.py")
+    assert view.callers("train_one_epoch") == []
+    index = view.index
+    parsed = {path.name for path, (_, module) in index._modules.items() if module._parsed}
+    # The comment follows an import on its line and the docstring says "from
+    # ... train": a text test may parse those; the string alone is not enough.
+    assert "paths.py" not in parsed
+    assert parsed <= {"comment.py", "docstring.py"}
+
+
 def test_a_step_whose_optimizer_comes_from_another_module_names_that_file(tmp_path: Path) -> None:
     root = _project(tmp_path, engine=STEP_FUNCTION, main=MAIN)
     result = run_cli("check", "--no-cache", root / "engine.py")
@@ -126,6 +171,24 @@ def test_fsdp_in_a_module_of_the_same_program_counts(tmp_path: Path) -> None:
     root = _project(tmp_path, engine=script, launch=wrapper, unrelated_example=MAIN)
     result = run_cli("check", "--no-cache", root / "engine.py")
     assert "FSDP with a mixed-precision policy (launch.py:5)" in result.stdout
+
+
+def test_fsdp_is_read_from_each_spelling_of_its_wrapper_and_policy() -> None:
+    from amplint.project import fsdp_use_in
+
+    assert fsdp_use_in("x = 1\nm = FSDP(m)\n").line == 2
+    assert not fsdp_use_in("m = FSDP(m)\n").mixed_precision
+    assert fsdp_use_in("m = FSDP(m, mixed_precision=p)\n").mixed_precision
+    assert fsdp_use_in("m = FSDP(m, mp_policy = p)\n").mixed_precision
+    assert fsdp_use_in("p = MixedPrecisionPolicy (param_dtype=t)\nFSDP(m)\n").mixed_precision
+    assert fsdp_use_in("m = FullyShardedDataParallel (m)\n") is not None
+    # The first wrapper in the text says which kind it is.
+    assert fsdp_use_in("fully_shard(layer)\nFSDP(m)\n").composable
+    assert not fsdp_use_in("FSDP(m)\nfully_shard(layer)\n").composable
+    # Named, not called; or another name ending in the same letters.
+    assert fsdp_use_in("from x import FSDP\nuse_FSDP = True\n") is None
+    assert fsdp_use_in("m = MyFSDP(m)\nm = not_fully_shard(m)\n") is None
+    assert not fsdp_use_in("m = FSDP(m)\nmy_mixed_precision = 1\n").mixed_precision
 
 
 def test_fsdp_in_an_unrelated_example_of_the_same_repository_does_not(tmp_path: Path) -> None:

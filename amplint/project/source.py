@@ -6,6 +6,7 @@ import ast
 import re
 import warnings
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 Definition = ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
@@ -48,6 +49,32 @@ class ModuleSource:
                 if isinstance(node, (ast.Import, ast.ImportFrom))
             ]
         return self._imports
+
+
+def may_import(text: str, name: str) -> bool:
+    """Whether an import statement in `text` may spell `name`, a module's last
+    name (`import pkg.name`, `from .name import f`, `from pkg import (a,
+    name)`): a text test before parsing, never False where one does.  A module
+    that mentions the name only elsewhere (a path in a string, a function of
+    the same name) is not parsed: `train.py` defines `train`."""
+    return name in text and any(
+        pattern.search(text) is not None for pattern in _import_patterns(name)
+    )
+
+
+@lru_cache(maxsize=256)
+def _import_patterns(name: str) -> tuple[re.Pattern[str], ...]:
+    word = rf"\b{re.escape(name)}\b"
+    # Each starts with its keyword, so that the search looks for that literal
+    # first: a pattern starting with an alternation or a `\b` tries every
+    # position of the text, ten times slower.
+    logical_line = r"(?:[^\n;]|\\\r?\n)*?"  # up to the line's end, through `\` continuations
+    return (
+        re.compile(rf"import\s{logical_line}{word}"),  # import a.name; from pkg import name
+        re.compile(rf"from\s{logical_line}{word}"),  # from .name import f
+        # A comment runs to its line's end, where its `)` does not close the list.
+        re.compile(rf"import\s*\((?:[^)#]|#[^\n]*\n)*?{word}"),  # from pkg import (a,\n name)
+    )
 
 
 _DEFINITION = re.compile(r"(?:async\s+)?def\s+(\w+)|class\s+(\w+)")
