@@ -11,7 +11,7 @@ import ast
 import warnings
 from collections import Counter
 from dataclasses import dataclass, replace
-from typing import Sequence
+from typing import Iterable, Sequence
 
 import libcst as cst
 
@@ -23,11 +23,12 @@ from amplint.noqa import noqa_filter
 from amplint.notebook import Notebook, NotebookError
 from amplint.prefilter import SourceClues
 from amplint.project import ProjectRoot, ProjectView, project_view
-from amplint.rules import RULES
+from amplint.rules import RULE_CODES, load_rules
 from amplint.rules.base import Rule
 from amplint.selfcheck import UnboundMemo, name_problems, new_findings, new_name_problems
 from amplint.transforms.edits import apply_edits
 from amplint.transforms.reparse import reparsed
+from amplint.triggers import TRIGGERS
 
 # Each round applies every fix that does not overlap another; a fix that rewrites
 # a whole scope makes the fixes inside it wait a round.
@@ -47,14 +48,11 @@ class NotAnalysed(Exception):
     """A file amplint declines to parse; the message says why, for the user."""
 
 
-def selected_rules(codes: frozenset[str]) -> list[Rule]:
-    return [rule for rule in RULES if rule.code in codes]
-
-
-def _may_fire(rules: Sequence[Rule], clues: SourceClues) -> list[Rule]:
-    """The rules that may find something in the file `clues` describe: a rule
-    whose trigger says no finds nothing there, so it is not run."""
-    return [rule for rule in rules if rule.may_fire(clues)]
+def _may_fire(codes: Iterable[str], clues: SourceClues) -> list[Rule]:
+    """The rules of `codes` that may find something in the file `clues`
+    describe: a rule whose trigger says no finds nothing there, so it is
+    neither run nor loaded."""
+    return load_rules(code for code in codes if TRIGGERS[code](clues))
 
 
 def _parse(
@@ -169,7 +167,7 @@ def _lint(
     text: str, codes: frozenset[str], settings: Settings, project: ProjectView | None = None
 ) -> tuple[list[Diagnostic], ModuleFacts | None]:
     clues = SourceClues(text)
-    rules = _may_fire(selected_rules(codes), clues)
+    rules = _may_fire(codes, clues)
     module = _parse(text, clues, rules, codes, settings)
     if isinstance(module, list):
         return module, None
@@ -225,13 +223,12 @@ def fix_text(
     does not parse, changes nothing although fixes were due, or the rounds do
     not converge.
     """
-    rules = selected_rules(codes)
     clues = SourceClues(text)
-    module = _parse(text, clues, _may_fire(rules, clues), codes, settings)
+    module = _parse(text, clues, _may_fire(codes, clues), codes, settings)
     if isinstance(module, list):
         return FixResult(text, [], module, module)
     analyses = _Analyses(text, ModuleFacts(module, text, project), settings, clues)
-    found = analyses.findings(text, rules)
+    found = analyses.findings(text, codes)
     due = [diagnostic for diagnostic in found if is_applicable(diagnostic, unsafe)]
     if not due:
         return FixResult(text, [], found, found)
@@ -239,7 +236,7 @@ def fix_text(
     # file about to change pays for proving the round trip.
     if not analyses.facts(text).round_trips:
         raise FixError("libcst cannot reproduce this file byte for byte; not fixing it")
-    rounds = _FixRounds(analyses, found, rules, unsafe)
+    rounds = _FixRounds(analyses, found, codes, unsafe)
     result = rounds.run(blocked=frozenset())
     judge = _SelfCheck(analyses)
     problems = judge.problems(result.text)
@@ -343,11 +340,11 @@ class _Analyses:
         facts = ModuleFacts(module, text, self.project)
         return facts if facts.round_trips else None
 
-    def findings(self, text: str, rules: Sequence[Rule]) -> list[Diagnostic]:
-        """What `rules` report on `text`, as `_lint_module` gives it."""
+    def findings(self, text: str, codes: Iterable[str]) -> list[Diagnostic]:
+        """What the rules of `codes` report on `text`, as `_lint_module` gives it."""
         facts = self.facts(text)
         _, by_rule, clues = self._kept[text]
-        rules = _may_fire(rules, clues)
+        rules = _may_fire(codes, clues)
         for rule in rules:
             if rule not in by_rule:
                 by_rule[rule] = _checked(rule, facts, self.settings)
@@ -358,9 +355,9 @@ class _FixRounds:
     """The fix loop over one file, which may be told to leave findings alone."""
 
     def __init__(
-        self, analyses: _Analyses, found: list[Diagnostic], rules: Sequence[Rule], unsafe: bool
+        self, analyses: _Analyses, found: list[Diagnostic], codes: frozenset[str], unsafe: bool
     ) -> None:
-        self.analyses, self.found, self.rules, self.unsafe = analyses, found, rules, unsafe
+        self.analyses, self.found, self.codes, self.unsafe = analyses, found, codes, unsafe
 
     def run(self, blocked: frozenset[_Key]) -> FixResult:
         text, diagnostics = self.analyses.original, self.found
@@ -368,7 +365,7 @@ class _FixRounds:
         for round_number in range(MAX_FIX_ROUNDS):
             if round_number > 0:
                 try:
-                    diagnostics = self.analyses.findings(text, self.rules)
+                    diagnostics = self.analyses.findings(text, self.codes)
                 except cst.ParserSyntaxError as error:
                     message = f"a fix produced code that does not parse: {error.message}"
                     raise FixError(message) from None
@@ -412,8 +409,7 @@ class _SelfCheck:
     def __init__(self, analyses: _Analyses) -> None:
         self.analyses = analyses
         self.original = analyses.original
-        self.rules = [rule for rule in RULES if rule.code != SYNTAX_ERROR]
-        self.before = analyses.findings(self.original, self.rules)
+        self.before = analyses.findings(self.original, RULE_CODES)
         self._unbound: UnboundMemo = {}  # shared by the original and its rewrites
         self.names_before = name_problems(self.original, self._unbound)
 
@@ -421,7 +417,7 @@ class _SelfCheck:
         if rewritten == self.original:
             return []
         try:
-            after = self.analyses.findings(rewritten, self.rules)
+            after = self.analyses.findings(rewritten, RULE_CODES)
         except cst.ParserSyntaxError as error:
             return [f"the rewrite would not parse: {error.message}"]
         problems = [

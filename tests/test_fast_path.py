@@ -16,12 +16,15 @@ from amplint.rules.base import Rule
 from tests.helpers import dedent
 
 HEAVY = ("libcst", "black", "amplint.engine", "amplint.rules", "amplint.analysis")
-# Check `paths` in this child process, as `amplint check` would; print the heavy
-# modules it loaded and the exit code.
+# Check `paths` in this child process, as `amplint check` would, with its
+# analyses run here rather than in a worker (so that this process loads what
+# they need); print the heavy modules it loaded and the exit code.
 PROBE = """
 import json, sys
 from click.testing import CliRunner
+from amplint import runner
 from amplint.cli import main
+runner.ISOLATED = False
 result = CliRunner().invoke(main, ["check", *sys.argv[2:]])
 heavy = sorted({m for m in sys.modules if m.split(".")[0] in {"libcst", "black"}
                 or any(m == h or m.startswith(h + ".") for h in json.loads(sys.argv[1]))})
@@ -67,9 +70,17 @@ def test_a_file_with_a_training_step_still_loads_them(tmp_path: Path) -> None:
     assert (
         loaded["exit"] == 1 and "libcst" in loaded["heavy"] and "amplint.engine" in loaded["heavy"]
     )
+    # Only AMP001's trigger lets this file through: the other rules' modules
+    # (the apex migration among them) are not imported.
+    assert "amplint.rules.fp32_step" in loaded["heavy"]
+    others = {"amplint.rules.apex", "amplint.rules.framework_fp32", "amplint.rules.scaler_step"}
+    assert others.isdisjoint(loaded["heavy"])
 
 
 def test_every_rule_has_a_trigger_and_every_trigger_a_code() -> None:
     assert triggers.ALL_CODES == rules.ALL_CODES
-    # A rule's trigger lives in amplint.triggers, not in an override.
+    # A rule's trigger lives in amplint.triggers, not in an override: the
+    # engine asks it by code before the rule's module is loaded.
     assert all(type(rule).may_fire is Rule.may_fire for rule in rules.RULES)
+    # And each rule reports the code it is registered under.
+    assert tuple(rule.code for rule in rules.RULES) == rules.RULE_CODES

@@ -14,7 +14,7 @@ from amplint.catalog import load_catalog
 from amplint.config import Settings
 from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix
 from amplint.engine import fix_text, self_check
-from amplint.rules import RULES
+from amplint.rules import RULES, load_rules
 from amplint.rules.base import Rule
 from amplint.selfcheck import name_problems, possibly_unbound_reads
 from tests.helpers import ALL, FIXTURES, dedent, run_cli
@@ -75,7 +75,11 @@ class _InsertLine(Rule):
 @pytest.fixture
 def rules(monkeypatch: pytest.MonkeyPatch):
     def install(*extra: Rule) -> None:
-        monkeypatch.setattr(engine, "RULES", tuple(RULES) + extra)
+        def with_extra(codes) -> list[Rule]:
+            wanted = set(codes)
+            return [*load_rules(wanted), *(rule for rule in extra if rule.code in wanted)]
+
+        monkeypatch.setattr(engine, "load_rules", with_extra)
         for test_rule in extra:  # the CLI's text test asks the triggers first
             real = triggers.TRIGGERS[test_rule.code]
             monkeypatch.setitem(
