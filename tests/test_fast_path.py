@@ -71,9 +71,11 @@ def test_a_file_with_a_training_step_still_loads_them(tmp_path: Path) -> None:
         loaded["exit"] == 1 and "libcst" in loaded["heavy"] and "amplint.engine" in loaded["heavy"]
     )
     # Only AMP001's trigger lets this file through: the other rules' modules
-    # (the apex migration among them) are not imported.
+    # (the apex migration among them) and the analyses only they read are not
+    # imported.
     assert "amplint.rules.fp32_step" in loaded["heavy"]
     others = {"amplint.rules.apex", "amplint.rules.framework_fp32", "amplint.rules.scaler_step"}
+    others |= {"amplint.analysis.frameworks", "amplint.analysis.fsdp_policy"}
     assert others.isdisjoint(loaded["heavy"])
 
 

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from functools import cached_property
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import libcst as cst
 
-from amplint.analysis.accumulation import PerMicroStep, find_scalers_per_microstep
 from amplint.analysis.apex import ApexScan, apex_analysis
 from amplint.analysis.autocast import AutocastScan, autocast_analysis
 from amplint.analysis.code_text import code_only
@@ -17,8 +16,6 @@ from amplint.analysis.checkpoints import CheckpointScan, checkpoints_analysis
 from amplint.analysis.bf16_scaler import Bf16Scaler, find_bf16_scalers
 from amplint.analysis.deprecated_amp import DeprecatedAmpUse, deprecated_amp_analysis
 from amplint.analysis.imports import ImportMap
-from amplint.analysis.manual_half import ManualHalf, find_manual_halves
-from amplint.analysis.half_model import HalfModel, find_half_models
 from amplint.analysis.positions import NodePositions
 from amplint.analysis.regions import (
     LossOutsideAutocast,
@@ -46,14 +43,7 @@ from amplint.analysis.scaler import (
     find_scaler_uses,
     find_unscaled_backwards,
 )
-from amplint.analysis.deprecated_state import (
-    DeprecatedStateCall,
-    find_deprecated_state_calls,
-)
-from amplint.analysis.fsdp_policy import PolicyConflict, find_policy_conflicts
 from amplint.analysis.fsdp_scaler import PlainScaler, find_plain_grad_scalers
-from amplint.analysis.frameworks import FrameworkSetup, Precision, find_framework_setups
-from amplint.analysis.framework_amp import ManualAmp, find_manual_amp
 from amplint.analysis.device import ProvenDevice, proven_device_analysis
 from amplint.analysis.steps import StepScan, find_training_steps
 from amplint.analysis.module_roles import ModuleRoles, module_roles_analysis
@@ -65,8 +55,24 @@ from amplint.project.gradient_norms import gradient_norms_in
 from amplint.project.source import ModuleSource
 from amplint.triggers import DEPRECATED_STATE_SPELLED, FRAMEWORK_SPELLED
 
+if TYPE_CHECKING:
+    from amplint.analysis.accumulation import PerMicroStep
+    from amplint.analysis.deprecated_state import DeprecatedStateCall
+    from amplint.analysis.framework_amp import ManualAmp
+    from amplint.analysis.frameworks import FrameworkSetup
+    from amplint.analysis.fsdp_policy import PolicyConflict
+    from amplint.analysis.half_model import HalfModel
+    from amplint.analysis.manual_half import ManualHalf
+
 
 class ModuleFacts:
+    """What the rules read of one parsed module, each fact made on first use.
+
+    A fact only one rule reads imports its analysis when first asked: the
+    engine loads only the rules a file's text lets fire, and their facts with
+    them (a script only AMP001 can fire on never loads the framework or the
+    FSDP-policy analyses)."""
+
     def __init__(
         self,
         module: cst.Module,
@@ -140,6 +146,8 @@ class ModuleFacts:
     def deprecated_state_calls(self) -> list[DeprecatedStateCall]:
         if not DEPRECATED_STATE_SPELLED.search(self.text):
             return []
+        from amplint.analysis.deprecated_state import find_deprecated_state_calls
+
         return find_deprecated_state_calls(self.module, self.imports)
 
     @cached_property
@@ -155,6 +163,8 @@ class ModuleFacts:
         read through the project)."""
         if not FRAMEWORK_SPELLED.search(self.text):
             return []
+        from amplint.analysis.frameworks import find_framework_setups
+
         read = self.project.json_config if self.project is not None else None
         return find_framework_setups(self.module, self.imports, read)
 
@@ -165,6 +175,9 @@ class ModuleFacts:
         setups = self.framework_setups
         if not setups:
             return []
+        from amplint.analysis.framework_amp import find_manual_amp
+        from amplint.analysis.frameworks import Precision
+
         launch = (
             self.project.launch_precision()
             if self.project is not None
@@ -286,6 +299,8 @@ class ModuleFacts:
 
     @cached_property
     def scalers_per_microstep(self) -> list[PerMicroStep]:
+        from amplint.analysis.accumulation import find_scalers_per_microstep
+
         return find_scalers_per_microstep(self.scaler_uses)
 
     @cached_property
@@ -310,12 +325,16 @@ class ModuleFacts:
 
     @cached_property
     def manual_halves(self) -> list[ManualHalf]:
+        from amplint.analysis.manual_half import find_manual_halves
+
         return find_manual_halves(self.training_steps, self.module, self.imports)
 
     @cached_property
     def half_models_with_scaler(self) -> list[HalfModel]:
         if "Scaler" not in self.text:
             return []
+        from amplint.analysis.half_model import find_half_models
+
         reported = {id(half.call) for half in self.manual_halves}  # AMP111's
         return find_half_models(self.module, self.imports, reported)
 
@@ -323,6 +342,8 @@ class ModuleFacts:
     def fsdp_policy_conflicts(self) -> list[PolicyConflict]:
         if "MixedPrecision" not in self.text:
             return []
+        from amplint.analysis.fsdp_policy import find_policy_conflicts
+
         return find_policy_conflicts(self.module, self.imports)
 
     @property
