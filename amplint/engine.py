@@ -11,7 +11,7 @@ import ast
 import warnings
 from collections import Counter
 from dataclasses import dataclass, replace
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 import libcst as cst
 
@@ -20,7 +20,6 @@ from amplint.config import Settings
 from amplint.diagnostics import SYNTAX_ERROR, Diagnostic, FileReport, Fix, Span, is_applicable
 from amplint.files import SourceFile
 from amplint.noqa import noqa_filter
-from amplint.notebook import Notebook, NotebookError
 from amplint.prefilter import SourceClues
 from amplint.project import ProjectRoot, ProjectView, project_view
 from amplint.rules import RULE_CODES, load_rules
@@ -29,6 +28,9 @@ from amplint.selfcheck import UnboundMemo, name_problems, new_findings, new_name
 from amplint.transforms.edits import apply_edits
 from amplint.transforms.reparse import reparsed
 from amplint.triggers import TRIGGERS
+
+if TYPE_CHECKING:
+    from amplint.notebook import Notebook
 
 # Each round applies every fix that does not overlap another; a fix that rewrites
 # a whole scope makes the fixes inside it wait a round.
@@ -524,6 +526,8 @@ def _place_in_cells(report: FileReport, notebook: Notebook) -> None:
     report.previews = {placed(d): code for d, code in report.previews.items()}
     if report.fixed_text is None:
         return
+    from amplint.notebook import NotebookError  # loaded for notebooks only (files.py)
+
     try:
         report.fixed_text = notebook.with_code(report.fixed_text)
     except NotebookError as error:

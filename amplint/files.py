@@ -17,10 +17,12 @@ import tokenize
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 
 from amplint.globs import PatternList
-from amplint.notebook import Notebook, NotebookError, read_notebook
+
+if TYPE_CHECKING:
+    from amplint.notebook import Notebook
 
 SOURCE_SUFFIXES = (".py", ".pyi", ".ipynb")
 NOTEBOOK_SUFFIX = ".ipynb"
@@ -193,6 +195,8 @@ def read_source(path: Path) -> SourceFile:
 def source_from_bytes(path: Path, raw: bytes) -> SourceFile:
     """The source in `raw`, read as `path` says: a notebook or a Python file."""
     if path.suffix == NOTEBOOK_SUFFIX:
+        from amplint.notebook import NotebookError, read_notebook  # loaded for notebooks only
+
         try:
             text = raw.decode("utf-8")  # nbformat: JSON in UTF-8
         except UnicodeDecodeError as error:

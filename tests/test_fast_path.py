@@ -16,6 +16,8 @@ from amplint.rules.base import Rule
 from tests.helpers import dedent
 
 HEAVY = ("libcst", "black", "amplint.engine", "amplint.rules", "amplint.analysis")
+# Loaded only for the files that need them: notebooks, apex programs.
+OCCASIONAL = ("amplint.notebook", "amplint.project.apex")
 # Check `paths` in this child process, as `amplint check` would, with its
 # analyses run here rather than in a worker (so that this process loads what
 # they need); print the heavy modules it loaded and the exit code.
@@ -34,7 +36,7 @@ print(json.dumps({"exit": result.exit_code, "heavy": heavy}))
 
 def _loaded(*args: str) -> dict:
     probe = subprocess.run(
-        [sys.executable, "-c", PROBE, json.dumps(HEAVY), *args],
+        [sys.executable, "-c", PROBE, json.dumps(HEAVY + OCCASIONAL), *args],
         capture_output=True,
         text=True,
         timeout=120,
@@ -75,7 +77,7 @@ def test_a_file_with_a_training_step_still_loads_them(tmp_path: Path) -> None:
     # imported.
     assert "amplint.rules.fp32_step" in loaded["heavy"]
     others = {"amplint.rules.apex", "amplint.rules.framework_fp32", "amplint.rules.scaler_step"}
-    others |= {"amplint.analysis.frameworks", "amplint.analysis.fsdp_policy"}
+    others |= {"amplint.analysis.frameworks", "amplint.analysis.fsdp_policy", *OCCASIONAL}
     assert others.isdisjoint(loaded["heavy"])
 
 

@@ -49,14 +49,14 @@ from amplint.analysis.steps import StepScan, find_training_steps
 from amplint.analysis.module_roles import ModuleRoles, module_roles_analysis
 from amplint.analysis.visitor import Analysis, walk_together
 from amplint.diagnostics import Span
-from amplint.project.apex import TEXT_PATH, ApexProgram, apex_program, text_program
 from amplint.project import CustomKernel, FsdpUse, LossHelper, ProjectView, fsdp_use_in
 from amplint.project.gradient_norms import gradient_norms_in
-from amplint.project.source import ModuleSource
+from amplint.project.source import TEXT_PATH, ModuleSource
 from amplint.triggers import DEPRECATED_STATE_SPELLED, FRAMEWORK_SPELLED
 
 if TYPE_CHECKING:
     from amplint.analysis.accumulation import PerMicroStep
+    from amplint.project.apex import ApexProgram
     from amplint.analysis.deprecated_state import DeprecatedStateCall
     from amplint.analysis.framework_amp import ManualAmp
     from amplint.analysis.frameworks import FrameworkSetup
@@ -227,6 +227,8 @@ class ModuleFacts:
         """The modules one apex.amp migration of this module's program rewrites
         (project/apex.py): this module alone without a project; None without
         apex.amp."""
+        from amplint.project.apex import apex_program, text_program
+
         return text_program(self.text) if self.project is None else apex_program(self.project)
 
     @property

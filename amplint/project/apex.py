@@ -30,14 +30,12 @@ from typing import Callable
 
 from amplint.names import SCALER_NAMES, free_name
 from amplint.project import ProjectIndex, ProjectView, _bindings, reexported
-from amplint.project.source import ModuleSource, dotted_expression
+from amplint.project.source import TEXT_PATH, ModuleSource, dotted_expression
 
 # apex.amp members that read or change the loss scaler's state; their users
 # need the GradScaler after the migration.
 STATE_MEMBERS = frozenset({"scale_loss", "state_dict", "load_state_dict", "_amp_state"})
 _MODULE_LEVEL = "<module>"
-# Where a module read from text, not from a file of a project, stands in a program.
-TEXT_PATH = Path("<text>")
 
 
 @dataclass(frozen=True)

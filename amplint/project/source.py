@@ -10,6 +10,8 @@ from functools import lru_cache
 from pathlib import Path
 
 Definition = ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
+# Where a module read from text, not from a file of a project, stands in a program.
+TEXT_PATH = Path("<text>")
 
 
 @dataclass
