@@ -3,7 +3,11 @@ other modules of the project, and cached results that follow those modules."""
 
 from __future__ import annotations
 
+import os
+from collections import Counter
 from pathlib import Path
+
+import pytest
 
 from amplint.project import find_project_root, project_view
 from tests.helpers import dedent, run_cli
@@ -148,6 +152,31 @@ def test_a_module_naming_the_module_outside_an_import_is_not_parsed(tmp_path: Pa
     # ... train": a text test may parse those; the string alone is not enough.
     assert "paths.py" not in parsed
     assert parsed <= {"comment.py", "docstring.py"}
+
+
+def test_each_module_is_compared_with_its_file_once_per_file_analysed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = _project(tmp_path, engine=STEP_FUNCTION, main=MAIN)
+    main = str((root / "main.py").resolve())
+    stats: Counter[str] = Counter()
+    real_stat = os.stat
+
+    def counted(path, *args, **kwargs):
+        stats[os.fspath(path)] += 1
+        return real_stat(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "stat", counted)
+    view = project_view(root / "engine.py")
+    assert [site.caller for site in view.callers("train_one_epoch")] == ["main"]
+    view.index.fsdp_uses()
+    view.custom_kernels()
+    assert stats[main] == 1  # three questions read every module
+    # The next file's analysis compares them again, and sees an edit.
+    (root / "main.py").write_text(MAIN.replace("def main(", "def run_training("))
+    view = project_view(root / "engine.py")
+    assert [site.caller for site in view.callers("train_one_epoch")] == ["run_training"]
+    assert stats[main] == 2
 
 
 def test_a_step_whose_optimizer_comes_from_another_module_names_that_file(tmp_path: Path) -> None:
