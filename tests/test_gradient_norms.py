@@ -62,7 +62,7 @@ WITH_TORCH = dedent("""
 
 
 def norms(text: str) -> list[str]:
-    return sorted(gradient_norms_in(ModuleSource(Path("m.py"), "m", text, "")))
+    return sorted(gradient_norms_in(ModuleSource(Path("m.py"), "m", text)))
 
 
 def test_norms_by_hand_and_with_torch_are_of_degree_one() -> None:

@@ -3,13 +3,15 @@ other modules of the project, and cached results that follow those modules."""
 
 from __future__ import annotations
 
+import codecs
+import hashlib
 import os
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from amplint.project import find_project_root, project_view
+from amplint.project import find_project_root, project_view, still_current
 from tests.helpers import dedent, run_cli
 
 STEP_FUNCTION = dedent("""
@@ -177,6 +179,24 @@ def test_each_module_is_compared_with_its_file_once_per_file_analysed(
     view = project_view(root / "engine.py")
     assert [site.caller for site in view.callers("train_one_epoch")] == ["run_training"]
     assert stats[main] == 2
+
+
+def test_a_module_digest_is_the_hash_of_its_file_bytes(tmp_path: Path) -> None:
+    # Made from the text when first asked: the cache compares it with the file.
+    root = _project(tmp_path)
+    spellings = {
+        "plain.py": b"x = 1\n",
+        "bom.py": codecs.BOM_UTF8 + b"x = 1\n",
+        "crlf.py": b"x = 1\r\ny = 2\r\n",
+        "accents.py": "nom = 'caf\u00e9'  # \u00e9t\u00e9\n".encode("utf-8"),
+    }
+    for name, data in spellings.items():
+        (root / name).write_bytes(data)
+    view = project_view(root / "plain.py")
+    for name, data in spellings.items():
+        module = view.index.module((root / name).resolve())
+        assert module.digest == hashlib.sha256(data).hexdigest(), name
+        assert still_current({str(module.path): module.digest})
 
 
 def test_a_step_whose_optimizer_comes_from_another_module_names_that_file(tmp_path: Path) -> None:

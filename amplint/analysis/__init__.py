@@ -268,7 +268,7 @@ class ModuleFacts:
         spells them, with where they are (project/gradient_norms.py)."""
         if self.project is not None:
             return self.project.gradient_norms(self._project_imports)
-        own = gradient_norms_in(ModuleSource(TEXT_PATH, "", self.text, ""))
+        own = gradient_norms_in(ModuleSource(TEXT_PATH, "", self.text))
         return {name: f"line {line}" for name, line in own.items()}
 
     @cached_property

@@ -13,6 +13,7 @@ is served only while those modules are unchanged.
 from __future__ import annotations
 
 import ast
+import codecs
 import hashlib
 import os
 import re
@@ -329,7 +330,7 @@ class ProjectIndex:
             text = data.decode("utf-8-sig")
         except (OSError, UnicodeDecodeError):
             return None
-        return ModuleSource(path, _dotted(path, self.root), text, hashlib.sha256(data).hexdigest())
+        return ModuleSource(path, _dotted(path, self.root), text, data.startswith(codecs.BOM_UTF8))
 
     def relative(self, path: Path) -> str:
         """`path` as the user reads it: relative to the project root."""

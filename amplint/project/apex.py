@@ -206,7 +206,7 @@ def apex_program(view: ProjectView) -> ApexProgram | None:
 def text_program(text: str) -> ApexProgram | None:
     """The migration of a module known only as text (standard input, a test):
     a program of that one module, at TEXT_PATH."""
-    facts = _apex_facts(ModuleSource(TEXT_PATH, "", text, ""))
+    facts = _apex_facts(ModuleSource(TEXT_PATH, "", text))
     if facts is None:
         return None
     return _assembled(None, {TEXT_PATH: facts}, {TEXT_PATH}, lambda _: text)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import codecs
+import hashlib
 import re
 import warnings
 from dataclasses import dataclass, field
@@ -22,10 +24,20 @@ class ModuleSource:
     path: Path
     name: str  # dotted, relative to the project root
     text: str
-    digest: str
+    bom: bool = False  # the file starts with a UTF-8 byte order mark, which `text` lacks
+    _digest: str | None = field(default=None, repr=False)
     _tree: ast.Module | None = field(default=None, repr=False)
     _parsed: bool = False
     _imports: list[ast.Import | ast.ImportFrom] | None = field(default=None, repr=False)
+
+    @property
+    def digest(self) -> str:
+        """The sha256 of the file's bytes, for the cache (ProjectView.consulted),
+        made when first asked: most modules a question reads are never asked."""
+        if self._digest is None:
+            data = self.text.encode("utf-8")  # UTF-8 spells each text one way
+            self._digest = hashlib.sha256(codecs.BOM_UTF8 + data if self.bom else data).hexdigest()
+        return self._digest
 
     @property
     def tree(self) -> ast.Module | None:
