@@ -13,7 +13,7 @@ import sys
 if sys.path and os.path.abspath(sys.path[0] or os.curdir) == os.getcwd():
     del sys.path[0]
 
-from amplint.cli import run  # noqa: E402
+from amplint.launch import run  # noqa: E402
 
 if __name__ == "__main__":
     run()

@@ -63,13 +63,17 @@ Progress = Callable[[int, int], None]
 
 @dataclass(frozen=True)
 class _Work:
-    """One file that needs analysis, and where its report goes."""
+    """One file that needs analysis, and where its report goes: all a worker
+    needs to analyse it, since the first may be forked before the run knows
+    its settings (amplint/launch.py)."""
 
     index: int
     source: SourceFile
     codes: frozenset[str]
     cache_key: str | None
     project_root: ProjectRoot
+    settings: Settings
+    mode: Mode
 
 
 def run(
@@ -142,7 +146,7 @@ def run(
                 yield item
 
     workers = jobs if sum(sizes.values()) >= PARALLEL_MIN_CHARS else 1
-    for item, report in _analyse(work(), settings, mode, workers):
+    for item, report in _analyse(work(), workers):
         finished()
         report.source = item.source
         reports[item.index] = report
@@ -187,7 +191,7 @@ def _prepare(
     if cached is not None and not needs_fixes:
         report.diagnostics = cached
         return None
-    return _Work(index, source, codes, key, root)
+    return _Work(index, source, codes, key, root, settings, mode)
 
 
 def _stat(path: Path) -> os.stat_result | None:
@@ -203,8 +207,8 @@ def run_source(source: SourceFile, settings: Settings, mode: Mode) -> FileReport
     if not text_may_fire(source.code, codes):
         report = FileReport(source.path)
     else:
-        item = _Work(0, source, codes, None, find_project_root(source.path))
-        [(_, report)] = _analyse([item], settings, mode, jobs=1)
+        item = _Work(0, source, codes, None, find_project_root(source.path), settings, mode)
+        [(_, report)] = _analyse([item], jobs=1)
     report.source = source
     return hold_partial_changes([report], mode.fixing)[0]
 
@@ -280,9 +284,7 @@ def _withdraw(report: FileReport, reason: str) -> None:
     ]
 
 
-def _analyse(
-    work: Iterable[_Work], settings: Settings, mode: Mode, jobs: int
-) -> Iterator[tuple[_Work, FileReport]]:
+def _analyse(work: Iterable[_Work], jobs: int) -> Iterator[tuple[_Work, FileReport]]:
     """Each item of `work` with its report, in the order they finish, in up to
     `jobs` workers; `work` is drawn as they need it."""
     work = iter(work)
@@ -290,20 +292,15 @@ def _analyse(
     if first is None:
         return
     work = itertools.chain([first], work)
-    # Loaded once here, before any fork, rather than in each worker: a run
-    # with nothing to analyse never loads libcst and the rules at all.
-    importlib.import_module("amplint.engine")
     if not ISOLATED:
+        load_engine()
         items = list(work)
-        yield from _in_pool(items, min(jobs, len(items)), settings, mode)
+        yield from _in_pool(items, min(jobs, len(items)))
         return
-
-    def analyse(item: _Work) -> FileReport:
-        return _analyse_one(item.source, item.codes, settings, mode, item.project_root)
 
     # Each file's own alarm stops Python code at file-time-limit; the watchdog,
     # a little later, stops native code (libcst's parser) that the alarm cannot.
-    deadline = settings.file_time_limit * 1.1 + WATCHDOG_GRACE_S
+    deadline = first.settings.file_time_limit * 1.1 + WATCHDOG_GRACE_S
     drawn: list[_Work] = []  # a result names its item by the order it was drawn in
 
     def recorded(items: Iterator[_Work]) -> Iterator[_Work]:
@@ -311,10 +308,15 @@ def _analyse(
             drawn.append(item)
             yield item
 
-    for index, result in Workers(recorded(work), analyse, jobs, deadline).results():
+    # The engine is loaded once, before the run forks its own workers, rather
+    # than in each: a run with nothing to analyse never loads libcst and the
+    # rules at all, and one whose worker was forked as the command started
+    # (amplint/launch.py) leaves the loading to that worker.
+    workers = Workers(recorded(work), analyse_work, jobs, deadline, before_fork=load_engine)
+    for index, result in workers.results():
         item = drawn[index]
         if isinstance(result, Lost):
-            yield item, FileReport(item.source.path, error=_lost_message(result, settings))
+            yield item, FileReport(item.source.path, error=_lost_message(result, item.settings))
         else:
             yield item, result
 
@@ -333,28 +335,24 @@ def _over_budget_message(settings: Settings) -> str:
     return f"not analysed: took longer than file-time-limit {settings.file_time_limit:g} s"
 
 
-def _in_pool(
-    work: list[_Work], workers: int, settings: Settings, mode: Mode
-) -> Iterator[tuple[_Work, FileReport]]:
+def _in_pool(work: list[_Work], workers: int) -> Iterator[tuple[_Work, FileReport]]:
     """Without fork (Windows): in this process, or in a pool of `workers`;
     a worker's death (a crash in native code) takes the pool with it, and
     each file left then runs alone, so that only the culprit fails."""
     if workers < 2:
         for item in work:
-            yield item, _analyse_one(item.source, item.codes, settings, mode, item.project_root)
+            yield item, analyse_work(item)
         return
-    unfinished = yield from _pool(work, workers, settings, mode)
+    unfinished = yield from _pool(work, workers)
     for item in unfinished:
-        alone = yield from _pool([item], 1, settings, mode)
+        alone = yield from _pool([item], 1)
         for lost in alone:
             yield lost, FileReport(
                 lost.source.path, error="internal error: the process analysing this file died"
             )
 
 
-def _pool(
-    work: list[_Work], workers: int, settings: Settings, mode: Mode
-) -> Iterator[tuple[_Work, FileReport]]:
+def _pool(work: list[_Work], workers: int) -> Iterator[tuple[_Work, FileReport]]:
     """Analyse `work` in a pool; returns the items whose results were lost."""
     # Imported here: only a run without fork uses the pool, and the import
     # (multiprocessing, sockets, logging) is a twentieth of a one-file check.
@@ -364,12 +362,7 @@ def _pool(
     finished: set[int] = set()
     try:
         with ProcessPoolExecutor(max_workers=workers) as pool:
-            futures = {
-                pool.submit(
-                    _analyse_one, item.source, item.codes, settings, mode, item.project_root
-                ): item
-                for item in work
-            }
+            futures = {pool.submit(analyse_work, item): item for item in work}
             for future in as_completed(futures):
                 item = futures[future]
                 yield item, future.result()
@@ -379,19 +372,22 @@ def _pool(
     return [item for item in work if item.index not in finished]
 
 
-def _analyse_one(
-    source: SourceFile,
-    codes: frozenset[str],
-    settings: Settings,
-    mode: Mode,
-    project_root: ProjectRoot,
-) -> FileReport:
+def load_engine() -> None:
+    """Import libcst and the engine (what analysing a file needs), once."""
+    importlib.import_module("amplint.engine")
+
+
+def analyse_work(item: _Work) -> FileReport:
+    """The report on one item, as a worker sends it back."""
+    source, settings = item.source, item.settings
     try:
         # libcst and the rules load before the clock starts: a file's budget
         # is its own analysis, not the first file's import of them.
-        importlib.import_module("amplint.engine")
+        load_engine()
         with _time_limit(settings.file_time_limit):
-            report = analyse_source(source, codes, settings, *mode, project_root=project_root)
+            report = analyse_source(
+                source, item.codes, settings, *item.mode, project_root=item.project_root
+            )
     except _OverBudget:
         return FileReport(source.path, error=_over_budget_message(settings))
     except Exception as error:  # a bug must not end the run for the other files

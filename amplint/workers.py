@@ -9,6 +9,10 @@ back up another.  A worker is forked when a job waits and none is free, up to
 overflowing its stack, the OOM killer) costs only the job it was on, and one
 still on a job past `deadline` seconds is killed, which the analysis's own
 alarm cannot do while native code runs.  A new worker takes over from either.
+
+The first worker may be forked before the run exists (start_early_worker, as
+the command starts: amplint/launch.py), to load what analysing needs while
+the command line loads and finds the files; the first run takes it over.
 """
 
 from __future__ import annotations
@@ -57,8 +61,13 @@ class Workers(Generic[Job, Result]):
         analyse: Callable[[Job], Result],
         count: int,
         deadline: float | None,
+        *,
+        before_fork: Callable[[], None] | None = None,
     ) -> None:
+        """`before_fork`, called before this run forks its first worker, loads
+        what they all need (an early worker loaded it itself)."""
         self._source = iter(jobs)
+        self._before_fork = before_fork
         self._more = True  # whether `_source` may hold more
         self._drawn = 0  # jobs taken from it; a result names its job by this count
         self._analyse = analyse
@@ -73,6 +82,11 @@ class Workers(Generic[Job, Result]):
         counts the jobs as drawn from `jobs`, from 0."""
         try:
             self._draw()
+            early = _take_early_worker()
+            if early is not None:
+                self._workers[early.results] = early
+                self._selector.register(early.results, selectors.EVENT_READ)
+                self._give_next(early)
             while self._pending or self._workers:
                 if self._pending and len(self._workers) < self._count:
                     self._give_next(self._start())
@@ -102,28 +116,21 @@ class Workers(Generic[Job, Result]):
 
     # -- the run's side ---------------------------------------------------------
     def _start(self) -> _Worker:
-        to_worker, jobs = os.pipe()
-        results, from_worker = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            os.close(jobs)
-            os.close(results)
-            for other in self._workers.values():  # their pipes must end when they do
-                os.close(other.jobs)
-                os.close(other.results)
-            self._serve(to_worker, from_worker)
-        os.close(to_worker)
-        os.close(from_worker)
-        worker = _Worker(pid, jobs, results)
-        self._workers[results] = worker
-        self._selector.register(results, selectors.EVENT_READ)
+        if self._before_fork is not None:
+            self._before_fork()
+            self._before_fork = None
+        worker = _fork(lambda: self._analyse, close=list(self._workers.values()))
+        self._workers[worker.results] = worker
+        self._selector.register(worker.results, selectors.EVENT_READ)
         return worker
 
     def _give_next(self, worker: _Worker) -> None:
         if not self._pending:
             self._draw()
         if not self._pending:
-            self._end(worker, kill=False)
+            # Killed, not left to read the end of its pipe: an early worker
+            # may still be loading, and the run would wait for it.
+            self._end(worker, kill=True)
             return
         worker.job, job = self._pending.popleft()
         worker.started = time.monotonic()
@@ -177,23 +184,73 @@ class Workers(Generic[Job, Result]):
         _, status = os.waitpid(worker.pid, 0)
         return status
 
-    # -- the worker's side ------------------------------------------------------
-    def _serve(self, jobs: int, results: int) -> None:
-        """The worker: results go down the pipe, nothing else leaves it."""
-        status = 0
-        # A death here is reported by the run in one line naming the file; a
-        # stack dump of it (pytest, or python -X faulthandler, turns the
-        # handler on) reads like a failure of amplint's own.
-        faulthandler.disable()
-        try:
-            while (job := _read_message(jobs)) is not None:
-                result = self._analyse(pickle.loads(job))
-                data = pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)
-                _write_all(results, len(data).to_bytes(_LENGTH_BYTES, "little") + data)
-        except BaseException:
-            status = 1
-        finally:
-            os._exit(status)  # no atexit handlers, no flushing the run's buffers
+
+# The worker forked as the command started, until a run takes it.
+_early: _Worker | None = None
+
+
+def start_early_worker(load: Callable[[], Callable[[Job], Result]]) -> None:
+    """Fork the first worker now: it calls `load` (importing what analysing
+    needs) and then analyses with the function `load` returns the jobs of
+    the first run that starts, whose jobs therefore carry all they need."""
+    global _early
+    if _early is None:
+        _early = _fork(load, close=[])
+
+
+def release_early_worker() -> None:
+    """Stop the early worker if no run took it (nothing needed analysing)."""
+    global _early
+    if _early is not None:
+        worker, _early = _early, None
+        os.kill(worker.pid, signal.SIGKILL)
+        os.close(worker.jobs)
+        os.close(worker.results)
+        os.waitpid(worker.pid, 0)
+
+
+def _take_early_worker() -> _Worker | None:
+    global _early
+    worker, _early = _early, None
+    return worker
+
+
+def _fork(load: Callable[[], Callable], close: list[_Worker]) -> _Worker:
+    """A worker process serving `load()`; `close` are the other workers,
+    whose pipes must end when they do."""
+    to_worker, jobs = os.pipe()
+    results, from_worker = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(jobs)
+        os.close(results)
+        for other in close:
+            os.close(other.jobs)
+            os.close(other.results)
+        _serve(to_worker, from_worker, load)
+    os.close(to_worker)
+    os.close(from_worker)
+    return _Worker(pid, jobs, results)
+
+
+# -- the worker's side ----------------------------------------------------------
+def _serve(jobs: int, results: int, load: Callable[[], Callable]) -> None:
+    """The worker: results go down the pipe, nothing else leaves it."""
+    status = 0
+    # A death here is reported by the run in one line naming the file; a
+    # stack dump of it (pytest, or python -X faulthandler, turns the
+    # handler on) reads like a failure of amplint's own.
+    faulthandler.disable()
+    try:
+        analyse = load()
+        while (job := _read_message(jobs)) is not None:
+            result = analyse(pickle.loads(job))
+            data = pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)
+            _write_all(results, len(data).to_bytes(_LENGTH_BYTES, "little") + data)
+    except BaseException:  # Ctrl-C while loading among them: the run reports it
+        status = 1
+    finally:
+        os._exit(status)  # no atexit handlers, no flushing the run's buffers
 
 
 def _death(status: int) -> str:

@@ -42,9 +42,9 @@ def worker_starts(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     started: list[int] = []
 
     class CountingWorkers(runner.Workers):
-        def __init__(self, jobs, analyse, count: int, deadline) -> None:
+        def __init__(self, jobs, analyse, count: int, deadline, **options) -> None:
             started.append(count)
-            super().__init__(jobs, analyse, count, deadline)
+            super().__init__(jobs, analyse, count, deadline, **options)
 
     monkeypatch.setattr(runner, "Workers", CountingWorkers)
     return started
@@ -77,22 +77,22 @@ def test_small_runs_start_one_worker(worker_starts: list[int], tmp_path: Path) -
     assert worker_starts == [1]
 
 
-_ANALYSE_ONE = runner._analyse_one
+_ANALYSE_WORK = runner.analyse_work
 
 
-def _dies_on_crash_py(source, *args):
+def _dies_on_crash_py(item):
     """Reaches the forked workers through the module."""
-    if source.path.name == "crash.py":
+    if item.source.path.name == "crash.py":
         os._exit(3)  # as a segfault in native code or the OOM killer would
-    return _ANALYSE_ONE(source, *args)
+    return _ANALYSE_WORK(item)
 
 
-def _stuck_in_native_code_on_slow_py(source, *args):
-    if source.path.name == "slow.py":
+def _stuck_in_native_code_on_slow_py(item):
+    if item.source.path.name == "slow.py":
         # Native code holds the interpreter: the file's own alarm cannot stop it.
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
         time.sleep(600)
-    return _ANALYSE_ONE(source, *args)
+    return _ANALYSE_WORK(item)
 
 
 @pytest.mark.skipif(not runner.ISOLATED, reason="workers are forked")
@@ -100,7 +100,7 @@ def _stuck_in_native_code_on_slow_py(source, *args):
 def test_a_worker_that_dies_costs_only_its_own_file(
     pool_starts: list[int], monkeypatch: pytest.MonkeyPatch, tmp_path: Path, jobs: int
 ) -> None:
-    monkeypatch.setattr(runner, "_analyse_one", _dies_on_crash_py)
+    monkeypatch.setattr(runner, "analyse_work", _dies_on_crash_py)
     for name in ("a.py", "crash.py", "z.py"):
         (tmp_path / name).write_text(DEPRECATED)
     reports = runner.run([tmp_path], Settings(root=tmp_path), jobs=jobs)
@@ -118,7 +118,7 @@ def test_a_worker_that_dies_costs_only_its_own_file(
 def test_a_file_stuck_in_native_code_is_stopped_at_its_time_limit(
     pool_starts: list[int], monkeypatch: pytest.MonkeyPatch, tmp_path: Path, jobs: int
 ) -> None:
-    monkeypatch.setattr(runner, "_analyse_one", _stuck_in_native_code_on_slow_py)
+    monkeypatch.setattr(runner, "analyse_work", _stuck_in_native_code_on_slow_py)
     monkeypatch.setattr(runner, "WATCHDOG_GRACE_S", 0.5)
     for name in ("a.py", "slow.py", "z.py"):
         (tmp_path / name).write_text(DEPRECATED)

@@ -22,6 +22,7 @@ from amplint.cli.fix import fix
 from amplint.cli.rules import clean, list_rules, rule
 from amplint.cli.verify import verify
 from amplint.terminal import choose_color
+from amplint.workers import release_early_worker
 
 
 class _Group(click.Group):
@@ -84,6 +85,7 @@ def run() -> NoReturn:
     elif not isinstance(code, int):
         print(code, file=sys.stderr)
         code = 1
+    release_early_worker()  # forked as the command started, and not needed
     try:
         sys.stdout.flush()
         sys.stderr.flush()
