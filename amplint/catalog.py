@@ -23,6 +23,8 @@ class CatalogError(Exception):
 
 @dataclass(frozen=True)
 class RuleDoc:
+    """A rule's catalogue document: its header, its text and its examples."""
+
     code: str
     name: str
     summary: str

@@ -42,6 +42,8 @@ class ConfigError(Exception):
 
 @dataclass(frozen=True)
 class Settings:
+    """What a run checks and how: the configuration and the command line, merged."""
+
     root: Path = field(default_factory=Path.cwd)
     config_file: Path | None = None
     select: tuple[str, ...] = ("AMP",)

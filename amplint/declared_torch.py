@@ -44,6 +44,8 @@ _MARKERS = ("pyproject.toml", "setup.py", "setup.cfg")
 
 @dataclass(frozen=True)
 class DeclaredFloor:
+    """The oldest torch the project declares it supports, and where it says so."""
+
     version: tuple[int, int]
     where: str  # `requirements.txt: torch>=1.8`, for --show-settings and messages
 

@@ -55,6 +55,8 @@ ModulePass = Callable[["cst.Module"], "cst.Module"]
 
 @dataclass(frozen=True, eq=False)
 class Fix:
+    """What a finding's fix does: its edits, its passes and the files it rewrites with it."""
+
     applicability: Applicability
     message: str  # what the fix does, in a few words: shown by `fix --apply`
     edits: tuple[Edit, ...]
@@ -68,6 +70,8 @@ class Fix:
 
 @dataclass(frozen=True)
 class Diagnostic:
+    """A finding: a code, a message, where it is and the fix, if any."""
+
     code: str
     message: str
     span: Span
@@ -95,6 +99,8 @@ def is_applicable(diagnostic: Diagnostic, unsafe: bool) -> bool:
 
 @dataclass
 class FileReport:
+    """What a run found and did in one file."""
+
     path: Path
     diagnostics: list[Diagnostic] = field(default_factory=list)  # what remains
     applied: list[Diagnostic] = field(default_factory=list)  # what fix carried out

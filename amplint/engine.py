@@ -204,6 +204,8 @@ def lint_with_previews(
 
 @dataclass
 class FixResult:
+    """The text after the fixes of one file, with what was fixed and what remains."""
+
     text: str
     applied: list[Diagnostic]
     remaining: list[Diagnostic]

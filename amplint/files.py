@@ -158,6 +158,8 @@ def shown_path(path: str | Path) -> str:
 
 @dataclass(frozen=True)
 class SourceFile:
+    """A file's text as read, and how to write it back byte for byte."""
+
     path: Path
     text: str
     # The codec that round-trips the file: "utf-8-sig" keeps a BOM, a coding
@@ -290,6 +292,8 @@ def process_gone(pid: int) -> bool:
 
 @dataclass(frozen=True)
 class Discovered:
+    """A file discovery found to check."""
+
     path: Path
     # Named on the command line: checked even when an exclude matches it.
     explicit: bool

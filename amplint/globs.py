@@ -58,6 +58,8 @@ _DOUBLE_STAR = ("**",)  # a whole segment `**`: any number of segments
 
 @dataclass(frozen=True)
 class Pattern:
+    """One gitignore-style pattern, split into path segments."""
+
     segments: tuple[tuple[_Token, ...], ...]  # _DOUBLE_STAR for `**`
     negated: bool
     directories_only: bool

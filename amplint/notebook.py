@@ -78,6 +78,8 @@ class NotebookError(Exception):
 
 @dataclass(frozen=True)
 class CodeCell:
+    """Where a notebook's code cell stands in the module made of its cells."""
+
     number: int  # 1-based position among all the notebook's cells, as editors count them
     first_line: int  # the module line of the cell's first line
     line_count: int
@@ -87,6 +89,8 @@ class CodeCell:
 
 @dataclass(frozen=True)
 class Notebook:
+    """A Jupyter notebook read as one Python module, and the way back."""
+
     raw: str  # the JSON text as read
     code: str  # the code cells as one module
     cells: tuple[CodeCell, ...]
@@ -161,6 +165,8 @@ def _joined(source: str | list[str]) -> str:
 
 @dataclass(frozen=True)
 class _Layout:
+    """How the notebook's JSON was written, so that it is written back the same way."""
+
     indent: int | None
     separators: tuple[str, str]
     ensure_ascii: bool

@@ -45,6 +45,8 @@ class Lost:
 
 @dataclass
 class _Worker:
+    """A worker process, its pipes and the job it is on."""
+
     pid: int
     jobs: int  # the run writes job indices here
     results: int  # and reads results here

@@ -31,6 +31,8 @@ _HOLDERS = (cst.If, cst.Else, cst.For, cst.While, cst.With, cst.Try, cst.ExceptH
 
 @dataclass(frozen=True, eq=False)
 class ApexUse:
+    """One use of an apex name: what it resolves to and where it stands."""
+
     target: (
         str  # what it resolves to: "apex.amp.scale_loss", "apex.parallel.DistributedDataParallel"
     )
@@ -78,6 +80,8 @@ class AutogradFunction:
 
 @dataclass
 class ApexScan:
+    """Every apex use of a module, and the autograd Functions its decorators move to."""
+
     uses: list[ApexUse]
     # Classes deriving from torch.autograd.Function, by name: where
     # `@amp.float_function` on a wrapper of `Fn.apply` moves to.

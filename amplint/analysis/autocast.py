@@ -368,6 +368,8 @@ def _unsafe_losses(finder: _AutocastFinder) -> list[UnsafeLossCall]:
 
 @dataclass(frozen=True)
 class AutocastScan:
+    """What the autocast walk found: wrong devices, backwards inside a region, unsafe losses."""
+
     wrong_devices: list[AutocastDevice]
     backward_inside: list[BackwardInAutocast]
     unsafe_losses: list[UnsafeLossCall]

@@ -30,6 +30,8 @@ GRAD_SCALERS = {
 
 @dataclass(frozen=True, eq=False)
 class Bf16Scaler:
+    """A GradScaler working beside a bfloat16 autocast region, which needs none."""
+
     scaler: str
     region: cst.Call  # the autocast call that selects bfloat16
     # The one `S = GradScaler(...)` of the module, when it has no `enabled=`:

@@ -75,6 +75,8 @@ class ResumeWithoutScaler:
 
 @dataclass(frozen=True)
 class CheckpointScan:
+    """Checkpoints that save or resume a model without its GradScaler's state."""
+
     saves: list[CheckpointWithoutScaler]
     resumes: list[ResumeWithoutScaler]
 

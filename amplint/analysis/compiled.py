@@ -49,6 +49,8 @@ class CompiledUnderAutocast:
 
 @dataclass
 class CompiledScan:
+    """What the module compiles (torch.compile, `.compile()`, decorators), by scope."""
+
     # Scope -> name -> the node that compiled it (`torch.compile(...)`, a
     # `.compile()` call, a decorator); attribute chains (`self.model`) are
     # module-wide.

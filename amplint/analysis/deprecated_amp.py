@@ -40,6 +40,8 @@ class UseKind(enum.Enum):
 
 @dataclass(frozen=True, eq=False)
 class DeprecatedAmpUse:
+    """One use of a `torch.cuda.amp` / `torch.cpu.amp` member, and how it is used."""
+
     node: cst.BaseExpression  # the spelling: `torch.cuda.amp.autocast`, `autocast`, ...
     spelled: str  # that spelling as text
     device: str  # "cuda" or "cpu"

@@ -48,6 +48,8 @@ _NEW_API = re.compile(
 
 @dataclass(frozen=True, eq=False)
 class DeprecatedStateCall:
+    """A call of a per-device autocast state function, and what replaces it."""
+
     call: cst.Call
     deprecated: str  # "get_autocast_gpu_dtype"
     replacement: str  # "get_autocast_dtype"

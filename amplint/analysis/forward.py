@@ -145,6 +145,8 @@ class UnsafeLossCall:
 
 @dataclass(frozen=True, eq=False)
 class ForwardRegion:
+    """The statements of a step that run the forward pass and compute the loss."""
+
     first: cst.BaseStatement
     last: cst.BaseStatement
     statements: tuple[cst.BaseStatement, ...]

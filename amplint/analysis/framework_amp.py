@@ -51,6 +51,8 @@ class ManualAmp:
 
 @dataclass(eq=False)
 class _Found:
+    """A manual autocast or scaler call, with what the fix needs to know of its place."""
+
     call: cst.Call
     kind: str
     function: cst.FunctionDef | None  # innermost

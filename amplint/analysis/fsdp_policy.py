@@ -41,6 +41,8 @@ POLICIES = {
 
 @dataclass(frozen=True, eq=False)
 class PolicyConflict:
+    """Autocast or a GradScaler working against an FSDP MixedPrecision policy."""
+
     policy: cst.Call  # the MixedPrecision(...) call
     policy_dtype: str  # "float16" or "bfloat16"
     node: cst.Call  # the autocast region or the scaler working against it

@@ -31,6 +31,8 @@ ANY_GRAD_SCALER = frozenset({*GRAD_SCALERS, SHARDED_GRAD_SCALER})
 
 @dataclass(frozen=True)
 class PlainScaler:
+    """A plain GradScaler made where FSDP needs a ShardedGradScaler."""
+
     call: cst.Call
     scaler: str  # the class it makes, as imported: "torch.cuda.amp.GradScaler"
     scope: Scope

@@ -31,6 +31,8 @@ from amplint.analysis.statements import method_name
 
 @dataclass(frozen=True, eq=False)
 class HalfModel:
+    """A model cast to float16 whose optimizer a GradScaler steps."""
+
     call: cst.Call  # the cast: `model.half()`
     model: str  # `model`
     optimizer: str  # the optimizer built from its parameters

@@ -29,6 +29,8 @@ _MAIN_GUARD = re.compile(r"""__name__\s*==\s*["']__main__["']""")
 
 @dataclass(frozen=True, eq=False)
 class ManualHalf:
+    """A hand-written float16 cast in a training step that autocast makes redundant."""
+
     call: cst.Call  # `model.half()`, `x.to(device, torch.float16)`
     receiver: str  # `model`, as written
     statement: cst.SimpleStatementLine

@@ -41,6 +41,8 @@ def framework_backward(receiver: str) -> bool:
 
 @dataclass
 class ModuleRoles:
+    """What the module's names are: optimizers, schedulers, losses, functions."""
+
     names: set[str]
     schedulers: set[str]
     unsafe_losses: dict[str, str]  # name bound to an autocast-unsafe loss -> its class

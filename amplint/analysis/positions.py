@@ -26,6 +26,8 @@ _NEWLINE = re.compile(r"\r\n?|\n")  # libcst's notion of a line break
 
 @dataclass(frozen=False)
 class _OffsetState(CodegenState):
+    """The code generator's running offset, and each node's character range."""
+
     offset: int = 0
     ranges: dict = field(default_factory=dict)  # node -> (start, end) character offsets
     _starts: list = field(default_factory=list)
@@ -76,6 +78,8 @@ class _OffsetState(CodegenState):
 
 @dataclass(frozen=True)
 class Position:
+    """A place in the source as libcst counts it."""
+
     line: int  # 1-based
     column: int  # 0-based, in characters, as libcst counts
 

@@ -30,12 +30,16 @@ _FILLING_METHODS = {"append", "extend", "insert", "appendleft"}
 
 @dataclass(frozen=True)
 class SavedForward:
+    """Outputs a step reads from a container another def fills while running the model."""
+
     container: str  # `policy.saved_log_probs`, as the step reads it
     filler: str  # the def that fills it while calling its owner
 
 
 @dataclass(frozen=True)
 class _Filling:
+    """A def that appends to an owner's container."""
+
     owner: str  # `policy` of `policy.saved_log_probs.append(...)`
     function: cst.FunctionDef
     methods: frozenset[str]  # the defs of the class `function` is a method of

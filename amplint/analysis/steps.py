@@ -122,6 +122,8 @@ _ROOT_BASES = {"object", "Module", "nn.Module", "torch.nn.Module", "ABC"}
 
 @dataclass(frozen=True, eq=False)
 class BackwardCall:
+    """A `loss.backward()` (or `torch.autograd.backward`) in a training step."""
+
     call: cst.Call
     loss: cst.BaseExpression  # what is backpropagated: `loss` in `loss.backward()`
     top: int  # index of the step block's statement holding the call
@@ -131,6 +133,8 @@ class BackwardCall:
 
 @dataclass(frozen=True, eq=False)
 class OptimizerStep:
+    """An `optimizer.step()` in a training step, possibly through a GradScaler."""
+
     call: cst.Call
     optimizer: cst.BaseExpression  # `optimizer`, `self.optimizer`, ...
     statement: cst.BaseStatement  # the line holding the call
@@ -142,6 +146,8 @@ class OptimizerStep:
 
 @dataclass(frozen=True, eq=False)
 class GradEdit:
+    """A statement that edits gradients between backward and step (a clip, a loop)."""
+
     statement: cst.BaseStatement  # a clip call's line, or a loop editing `.grad`
     order: int
     clip: cst.Call | None = None  # the `clip_grad_norm_(...)`-like call, if it is one
@@ -163,6 +169,8 @@ class GradEdit:
 
 @dataclass(eq=False)
 class TrainingStep:
+    """A block that runs backward and then an optimizer step: what AMP001 rewrites."""
+
     block: cst.IndentedBlock
     owner: BlockOwner
     function: cst.FunctionDef | None  # the function the block is in (or is the body of)

@@ -163,6 +163,8 @@ class CallSite:
 
 @dataclass(frozen=True)
 class FsdpUse:
+    """Where a module wraps a model in FSDP."""
+
     path: Path | None  # None for text with no file behind it
     line: int
     mixed_precision: bool  # the same module passes an FSDP mixed-precision policy

@@ -64,6 +64,8 @@ class LaunchPrecision:
 
 @dataclass(frozen=True)
 class ConfigFile:
+    """A configuration file of the project, as read."""
+
     path: Path
     data: bytes
 

@@ -13,6 +13,8 @@ from amplint.files import SourceFile
 
 @dataclass(frozen=True)
 class Finding:
+    """A diagnostic with the file it is in, as the reports show it."""
+
     path: Path
     diagnostic: Diagnostic
     # What `--output-format full` shows under the finding: the lines it points

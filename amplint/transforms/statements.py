@@ -16,6 +16,8 @@ Wrapper = Callable[[Sequence[cst.BaseStatement]], cst.BaseCompoundStatement]
 
 @dataclass
 class StatementPlan:
+    """Statements to insert, wrap or replace, applied to a tree in one pass."""
+
     # Keys are ids of nodes in the tree the plan was made from.
     insert_before: dict[int, list[cst.BaseStatement]] = field(default_factory=dict)
     insert_after: dict[int, list[cst.BaseStatement]] = field(default_factory=dict)

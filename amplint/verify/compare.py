@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class Thresholds:
+    """What verify's comparison of two runs passes."""
+
     steps: int
     warmup: int  # steps left out of the timing
     last: int  # steps whose mean loss is compared
@@ -132,6 +134,8 @@ def _ratio_of(value: float | None, base: float | None) -> float | None:
 
 @dataclass(frozen=True)
 class UpdateRatio:
+    """How one figure of an optimizer's update compares between two runs."""
+
     step: int  # from 0, as the runs counted optimizer steps
     optimizer: str
     group: int

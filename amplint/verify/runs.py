@@ -36,6 +36,8 @@ CALIBRATION_SEED = 1
 
 @dataclass(frozen=True)
 class Request:
+    """What one `amplint verify` run compares."""
+
     script: Path
     script_args: Sequence[str]
     settings: Settings
@@ -230,6 +232,8 @@ def _tail(path: Path) -> str:
 
 @dataclass
 class Outcome:
+    """What `amplint verify` found: the comparison and what it should say with it."""
+
     comparison: Comparison
     applied: list[str]
     device: str

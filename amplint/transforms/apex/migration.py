@@ -122,6 +122,8 @@ _DROPPED_KEYWORDS = {
 
 @dataclass
 class _Initialization:
+    """An `amp.initialize` call and what its migration to a GradScaler keeps."""
+
     use: ApexUse
     removable: bool  # the statement only binds what amp.initialize returns
     conditions: list[str]  # when the scaler is enabled, all of them; empty: always
