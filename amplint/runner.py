@@ -14,9 +14,8 @@ import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, NamedTuple, Sequence
 
-from amplint.cache import ResultCache
 from amplint.config import Settings
 from amplint.files import (
     Discovered,
@@ -32,6 +31,9 @@ from amplint.diagnostics import Applicability, FileReport, is_applicable
 from amplint.project import ProjectRoot, ProjectRoots, find_project_root
 from amplint.triggers import ALL_CODES, text_may_fire
 from amplint.workers import Lost, Workers
+
+if TYPE_CHECKING:  # the run is handed its cache; a worker never loads it
+    from amplint.cache import ResultCache
 
 # Below this much source found, starting processes costs more than it saves:
 # libcst reads about half a megabyte a second, a forked worker starts in ~20 ms.
