@@ -2,36 +2,17 @@
 
 from __future__ import annotations
 
-import os
 import sys
-from dataclasses import replace
 from pathlib import Path
 from typing import Iterable
 
 import click
 
+from amplint.api import load_settings
 from amplint.cache import CACHE_DIR_NAME, ResultCache
-from amplint.config import (
-    DTYPES,
-    ConfigError,
-    Settings,
-    find_config,
-    load_settings,
-    parse_device_type,
-    parse_patterns,
-    parse_per_file_ignore,
-    parse_selectors,
-    user_config,
-)
-from amplint.declared_torch import with_declared_torch
+from amplint.config import DTYPES, ConfigError, Settings
 from amplint.diagnostics import FileReport
-from amplint.files import (
-    SourceError,
-    SourceFile,
-    real_path,
-    skipped_unread,
-    source_from_bytes,
-)
+from amplint.files import SourceError, SourceFile, skipped_unread, source_from_bytes
 from amplint.report import Finding, printable
 from amplint.report.machine import (
     azure_lines,
@@ -100,87 +81,10 @@ def pop_run_options(options: dict) -> dict:
 def settings_for(paths: tuple[Path, ...], options: dict) -> Settings:
     """The run's settings; a configuration error ends the run with exit code 2."""
     try:
-        return _load_settings(paths, **options)
+        return load_settings(paths, **options)
     except ConfigError as error:
         say_error(str(error))
         sys.exit(EXIT_ERROR)
-
-
-def _load_settings(
-    paths: tuple[Path, ...],
-    config: tuple[str, ...] = (),
-    select: str | None = None,
-    ignore: str | None = None,
-    extend_select: str | None = None,
-    extend_ignore: str | None = None,
-    exclude: str | None = None,
-    extend_exclude: str | None = None,
-    per_file_ignores: tuple[str, ...] = (),
-    dtype: str | None = None,
-    device_type: str | None = None,
-    respect_gitignore: bool | None = None,
-    isolated: bool = False,
-) -> Settings:
-    config_file, overrides = _config_and_overrides(config)
-    if isolated and config_file is not None:
-        raise ConfigError(f"--isolated reads no configuration file; --config names {config_file}")
-    start = Path(os.path.commonpath([real_path(p) for p in paths])) if paths else Path.cwd()
-    root = None
-    if config_file is None and not isolated:
-        config_file = find_config(start)
-        if config_file is None:  # no project's: the user's own, its patterns from here
-            config_file, root = user_config(), Path.cwd()
-    loaded = load_settings(config_file, ALL_CODES, overrides, root=root)
-    # Where no configuration chose target-torch: the oldest torch the project declares.
-    settings = with_declared_torch(loaded, start)
-    if select is not None:  # replaces the configuration's selection, extend-select too
-        codes = parse_selectors(select, "select", "--select", ALL_CODES)
-        settings = replace(settings, select=codes, extend_select=())
-    if ignore is not None:
-        settings = replace(
-            settings, ignore=parse_selectors(ignore, "ignore", "--ignore", ALL_CODES)
-        )
-    if extend_select is not None:
-        codes = parse_selectors(extend_select, "extend-select", "--extend-select", ALL_CODES)
-        settings = replace(settings, extend_select=settings.extend_select + codes)
-    if extend_ignore is not None:
-        codes = parse_selectors(extend_ignore, "extend-ignore", "--extend-ignore", ALL_CODES)
-        settings = replace(settings, extend_ignore=settings.extend_ignore + codes)
-    if exclude is not None:
-        settings = replace(settings, exclude=parse_patterns(exclude, "exclude", "--exclude"))
-    if extend_exclude is not None:
-        patterns = parse_patterns(extend_exclude, "extend-exclude", "--extend-exclude")
-        settings = replace(settings, extend_exclude=settings.extend_exclude + patterns)
-    if per_file_ignores:
-        pairs = tuple(parse_per_file_ignore(value, ALL_CODES) for value in per_file_ignores)
-        settings = replace(settings, per_file_ignores=settings.per_file_ignores + pairs)
-    if dtype is not None:
-        settings = replace(settings, dtype=dtype)
-    if device_type is not None:
-        settings = replace(settings, device_type=parse_device_type(device_type, "--device-type"))
-    if respect_gitignore is not None:
-        settings = replace(settings, respect_gitignore=respect_gitignore)
-    return settings
-
-
-def _config_and_overrides(values: tuple[str, ...]) -> tuple[Path | None, list[str]]:
-    """`--config` values as ruff takes them: a configuration file (at most
-    one), or TOML `KEY = VALUE` overrides."""
-    files, overrides = [], []
-    for value in values:
-        (overrides if "=" in value and not _names_a_file(value) else files).append(value)
-    if len(files) > 1:
-        raise ConfigError(f"--config names two files ({files[0]}, {files[1]}); give one")
-    return (Path(files[0]) if files else None), overrides
-
-
-def _names_a_file(value: str) -> bool:
-    """Whether `value` is the path of a file; a value no path can be (longer
-    than the system allows, a NUL in it) is not, and is no error here."""
-    try:
-        return Path(value).is_file()
-    except (OSError, ValueError):
-        return False
 
 
 STDIN = Path("-")

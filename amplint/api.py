@@ -1,0 +1,300 @@
+"""amplint as a library: the settings the command line reads, the findings in
+a source text, and their fixes.
+
+    from pathlib import Path
+    from amplint import api
+
+    path = Path("src/train.py")
+    settings = api.load_settings([path])  # its project's configuration, as `check` reads it
+    for finding in api.check_source(path.read_text(), path, settings):
+        print(finding.code, finding.range.start, finding.message)
+        if finding.fix is not None:
+            print(finding.fix.safe, finding.fix.edits)
+    fixed = api.fix_source(path.read_text(), path, settings)
+
+A source is analysed as `check -` and `fix -` analyse standard input: in a
+worker process where the platform forks (a crash in libcst's native parser
+costs that source, not the caller), under the file-time-limit, with the
+project around `path` read from disk for the questions that cross modules.
+Positions are 1-based lines and 1-based columns counted in characters (code
+points), as the command line prints them.  The command line reads its
+configuration here (`load_settings`); `amplint server` is built on all of it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from amplint.config import (
+    ConfigError,
+    Settings,
+    find_config,
+    load_settings as _load_configuration,
+    parse_device_type,
+    parse_patterns,
+    parse_per_file_ignore,
+    parse_selectors,
+    user_config,
+)
+from amplint.declared_torch import with_declared_torch
+from amplint.diagnostics import Applicability, Diagnostic, FileReport, Span
+from amplint.files import SourceFile, real_path
+from amplint.triggers import ALL_CODES
+
+__all__ = [
+    "AnalysisError",
+    "ConfigError",
+    "Finding",
+    "FixedSource",
+    "Location",
+    "Range",
+    "Settings",
+    "SuggestedFix",
+    "TextEdit",
+    "apply_edits",
+    "check_source",
+    "edits_between",
+    "fix_source",
+    "load_settings",
+]
+
+
+class AnalysisError(Exception):
+    """A source amplint did not analyse or fix, and why (too large, a parse
+    it declines, a worker that died), in the words the command line uses."""
+
+
+@dataclass(frozen=True, order=True)
+class Location:
+    """A place in a source: 1-based line, 1-based column in characters."""
+
+    line: int
+    column: int
+
+
+@dataclass(frozen=True)
+class Range:
+    """From `start` up to, not including, `end`."""
+
+    start: Location
+    end: Location
+
+
+@dataclass(frozen=True)
+class TextEdit:
+    """Replace the text in `range` by `new_text`."""
+
+    range: Range
+    new_text: str
+
+
+@dataclass(frozen=True)
+class SuggestedFix:
+    """A finding's fix as text edits on the source it was found in. `safe`
+    fixes keep behaviour (`fix` applies them); the others may change numerics
+    (`fix --unsafe-fixes`)."""
+
+    safe: bool
+    message: str
+    edits: tuple[TextEdit, ...]
+
+
+@dataclass(frozen=True)
+class Finding:
+    """What a rule found: its code, where, why, and its fix if it has one."""
+
+    code: str
+    message: str
+    range: Range
+    fix: SuggestedFix | None = None
+
+
+@dataclass(frozen=True)
+class FixedSource:
+    """The source after the fixes `fix` would apply, what they fixed and what
+    remains (with the reason a fix was withheld in its message)."""
+
+    text: str
+    fixed: tuple[Finding, ...]
+    remaining: tuple[Finding, ...]
+
+
+def load_settings(
+    paths: Sequence[Path] = (),
+    *,
+    config: tuple[str, ...] = (),
+    select: str | None = None,
+    ignore: str | None = None,
+    extend_select: str | None = None,
+    extend_ignore: str | None = None,
+    exclude: str | None = None,
+    extend_exclude: str | None = None,
+    per_file_ignores: tuple[str, ...] = (),
+    dtype: str | None = None,
+    device_type: str | None = None,
+    respect_gitignore: bool | None = None,
+    isolated: bool = False,
+) -> Settings:
+    """The settings a run over `paths` gets, as the command line resolves
+    them: the configuration found from the paths' common directory (else the
+    user's own), the oldest torch the project declares, then the options, each
+    spelled as its command-line option.  Raises ConfigError naming the key."""
+    config_file, overrides = _config_and_overrides(config)
+    if isolated and config_file is not None:
+        raise ConfigError(f"--isolated reads no configuration file; --config names {config_file}")
+    start = Path(os.path.commonpath([real_path(p) for p in paths])) if paths else Path.cwd()
+    root = None
+    if config_file is None and not isolated:
+        config_file = find_config(start)
+        if config_file is None:  # no project's: the user's own, its patterns from here
+            config_file, root = user_config(), Path.cwd()
+    loaded = _load_configuration(config_file, ALL_CODES, overrides, root=root)
+    # Where no configuration chose target-torch: the oldest torch the project declares.
+    settings = with_declared_torch(loaded, start)
+    if select is not None:  # replaces the configuration's selection, extend-select too
+        codes = parse_selectors(select, "select", "--select", ALL_CODES)
+        settings = replace(settings, select=codes, extend_select=())
+    if ignore is not None:
+        settings = replace(
+            settings, ignore=parse_selectors(ignore, "ignore", "--ignore", ALL_CODES)
+        )
+    if extend_select is not None:
+        codes = parse_selectors(extend_select, "extend-select", "--extend-select", ALL_CODES)
+        settings = replace(settings, extend_select=settings.extend_select + codes)
+    if extend_ignore is not None:
+        codes = parse_selectors(extend_ignore, "extend-ignore", "--extend-ignore", ALL_CODES)
+        settings = replace(settings, extend_ignore=settings.extend_ignore + codes)
+    if exclude is not None:
+        settings = replace(settings, exclude=parse_patterns(exclude, "exclude", "--exclude"))
+    if extend_exclude is not None:
+        patterns = parse_patterns(extend_exclude, "extend-exclude", "--extend-exclude")
+        settings = replace(settings, extend_exclude=settings.extend_exclude + patterns)
+    if per_file_ignores:
+        pairs = tuple(parse_per_file_ignore(value, ALL_CODES) for value in per_file_ignores)
+        settings = replace(settings, per_file_ignores=settings.per_file_ignores + pairs)
+    if dtype is not None:
+        settings = replace(settings, dtype=dtype)
+    if device_type is not None:
+        settings = replace(settings, device_type=parse_device_type(device_type, "--device-type"))
+    if respect_gitignore is not None:
+        settings = replace(settings, respect_gitignore=respect_gitignore)
+    return settings
+
+
+def _config_and_overrides(values: tuple[str, ...]) -> tuple[Path | None, list[str]]:
+    """`--config` values as ruff takes them: a configuration file (at most
+    one), or TOML `KEY = VALUE` overrides."""
+    files, overrides = [], []
+    for value in values:
+        (overrides if "=" in value and not _names_a_file(value) else files).append(value)
+    if len(files) > 1:
+        raise ConfigError(f"--config names two files ({files[0]}, {files[1]}); give one")
+    return (Path(files[0]) if files else None), overrides
+
+
+def _names_a_file(value: str) -> bool:
+    """Whether `value` is the path of a file; a value no path can be (longer
+    than the system allows, a NUL in it) is not, and is no error here."""
+    try:
+        return Path(value).is_file()
+    except (OSError, ValueError):
+        return False
+
+
+def check_source(text: str, path: Path, settings: Settings | None = None) -> list[Finding]:
+    """The findings in `text`, the Python source of the file at `path` (which
+    need not exist: its name decides per-file-ignores, its directory the
+    project), each fixable one with the edits of its fix alone."""
+    settings = settings if settings is not None else load_settings([path])
+    report = _analysed(text, path, settings, fixing=False)
+    return [_finding(d, text, report.previews.get(d)) for d in report.diagnostics]
+
+
+def fix_source(
+    text: str, path: Path, settings: Settings | None = None, *, unsafe: bool = False
+) -> FixedSource:
+    """`text` with the fixes `fix` (with `--unsafe-fixes` where `unsafe`)
+    would apply: rewritten, self-checked and stable, or unchanged."""
+    settings = settings if settings is not None else load_settings([path])
+    report = _analysed(text, path, settings, fixing=True, unsafe=unsafe)
+    fixed_text = report.fixed_text if report.fixed_text is not None else text
+    return FixedSource(
+        fixed_text,
+        tuple(_finding(d, text) for d in report.applied),
+        tuple(_finding(d, fixed_text) for d in report.diagnostics),
+    )
+
+
+def _analysed(
+    text: str, path: Path, settings: Settings, *, fixing: bool, unsafe: bool = False
+) -> FileReport:
+    from amplint.runner import Mode, run_source  # the runner forks; loaded when asked
+
+    source = SourceFile(Path(path), text, "utf-8")
+    report = run_source(source, settings, Mode(fixing, unsafe, previews=not fixing))
+    if report.error is not None and not (fixing and report.error.startswith("not fixed")):
+        raise AnalysisError(report.error)
+    return report
+
+
+def _finding(diagnostic: Diagnostic, text: str, preview: str | None = None) -> Finding:
+    fix = diagnostic.fix
+    suggested = None
+    if fix is not None and preview is not None:
+        suggested = SuggestedFix(
+            fix.applicability is Applicability.SAFE, fix.message, edits_between(text, preview)
+        )
+    return Finding(diagnostic.code, diagnostic.message, _range(diagnostic.span), suggested)
+
+
+def _range(span: Span) -> Range:
+    return Range(Location(span.line, span.column), Location(span.end_line, span.end_column))
+
+
+def edits_between(before: str, after: str) -> tuple[TextEdit, ...]:
+    """One edit turning `before` into `after`: the span between their common
+    beginning and their common end."""
+    start = 0
+    limit = min(len(before), len(after))
+    while start < limit and before[start] == after[start]:
+        start += 1
+    end = 0
+    while end < limit - start and before[-1 - end] == after[-1 - end]:
+        end += 1
+    if start == len(before) == len(after):
+        return ()
+    replaced = Range(_location(before, start), _location(before, len(before) - end))
+    return (TextEdit(replaced, after[start : len(after) - end]),)
+
+
+# Where Python's tokenizer, and so libcst's positions, end a line.
+_LINE_END = re.compile(r"\r\n|\r|\n")
+
+
+def _line_starts(text: str) -> list[int]:
+    return [0, *(match.end() for match in _LINE_END.finditer(text))]
+
+
+def _location(text: str, offset: int) -> Location:
+    starts = _line_starts(text[:offset])
+    return Location(len(starts), offset - starts[-1] + 1)
+
+
+def apply_edits(text: str, edits: Iterable[TextEdit]) -> str:
+    """`text` with `edits` (which must not overlap) carried out."""
+    starts = _line_starts(text)
+    offsets = [
+        (
+            starts[edit.range.start.line - 1] + edit.range.start.column - 1,
+            starts[edit.range.end.line - 1] + edit.range.end.column - 1,
+            edit.new_text,
+        )
+        for edit in edits
+    ]
+    for first, last, new_text in sorted(offsets, reverse=True):
+        text = text[:first] + new_text + text[last:]
+    return text
