@@ -20,6 +20,7 @@ from amplint.cli import common
 from amplint.cli.common import EXIT_INTERRUPTED
 from amplint.cli.fix import fix
 from amplint.cli.rules import clean, list_rules, rule
+from amplint.cli.server import server
 from amplint.cli.verify import verify
 from amplint.terminal import choose_color
 from amplint.workers import release_early_worker
@@ -59,7 +60,7 @@ def main() -> None:
     """Find and fix PyTorch mixed-precision (AMP) mistakes."""
 
 
-for command in (check, fix, verify, list_rules, rule, clean):
+for command in (check, fix, verify, list_rules, rule, clean, server):
     main.add_command(command)
 
 
