@@ -221,3 +221,15 @@ def test_without_pygls_the_server_says_what_to_install() -> None:
     run = subprocess.run([sys.executable, "-c", hidden], capture_output=True, text=True)
     assert run.returncode == 2
     assert "amplint server needs pygls: pip install 'amplint[server]'" in run.stderr
+
+
+def test_a_source_that_crashes_the_parser_costs_its_analysis_not_the_caller(
+    tmp_path: Path,
+) -> None:
+    # An `or` of 8,000 terms overflows libcst's native parser: the worker
+    # analysing it dies, the caller (the server) gets an error and goes on.
+    deep = SCRIPT + "y = " + " or ".join(f"a{i}" for i in range(8000)) + "\n"
+    path = _project(tmp_path) / "deep.py"
+    with pytest.raises(api.AnalysisError, match="the process analysing this file died"):
+        api.check_source(deep, path)
+    assert [finding.code for finding in api.check_source(SCRIPT, path)] == ["AMP201"]
