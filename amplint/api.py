@@ -23,31 +23,20 @@ configuration here (`load_settings`); `amplint server` is built on all of it.
 
 from __future__ import annotations
 
-import os
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable
 
-from amplint.config import (
-    ConfigError,
-    Settings,
-    find_config,
-    load_settings as _load_configuration,
-    parse_device_type,
-    parse_patterns,
-    parse_per_file_ignore,
-    parse_selectors,
-    user_config,
-)
-from amplint.declared_torch import with_declared_torch
+from amplint.config import ConfigError, Settings
 from amplint.diagnostics import Applicability, Diagnostic, FileReport, Span
-from amplint.files import SourceFile, real_path
-from amplint.triggers import ALL_CODES
+from amplint.files import SourceFile
+from amplint.settings import FileSettings, load_settings
 
 __all__ = [
     "AnalysisError",
     "ConfigError",
+    "FileSettings",
     "Finding",
     "FixedSource",
     "Location",
@@ -121,88 +110,6 @@ class FixedSource:
     text: str
     fixed: tuple[Finding, ...]
     remaining: tuple[Finding, ...]
-
-
-def load_settings(
-    paths: Sequence[Path] = (),
-    *,
-    config: tuple[str, ...] = (),
-    select: str | None = None,
-    ignore: str | None = None,
-    extend_select: str | None = None,
-    extend_ignore: str | None = None,
-    exclude: str | None = None,
-    extend_exclude: str | None = None,
-    per_file_ignores: tuple[str, ...] = (),
-    dtype: str | None = None,
-    device_type: str | None = None,
-    respect_gitignore: bool | None = None,
-    isolated: bool = False,
-) -> Settings:
-    """The settings a run over `paths` gets, as the command line resolves
-    them: the configuration found from the paths' common directory (else the
-    user's own), the oldest torch the project declares, then the options, each
-    spelled as its command-line option.  Raises ConfigError naming the key."""
-    config_file, overrides = _config_and_overrides(config)
-    if isolated and config_file is not None:
-        raise ConfigError(f"--isolated reads no configuration file; --config names {config_file}")
-    start = Path(os.path.commonpath([real_path(p) for p in paths])) if paths else Path.cwd()
-    root = None
-    if config_file is None and not isolated:
-        config_file = find_config(start)
-        if config_file is None:  # no project's: the user's own, its patterns from here
-            config_file, root = user_config(), Path.cwd()
-    loaded = _load_configuration(config_file, ALL_CODES, overrides, root=root)
-    # Where no configuration chose target-torch: the oldest torch the project declares.
-    settings = with_declared_torch(loaded, start)
-    if select is not None:  # replaces the configuration's selection, extend-select too
-        codes = parse_selectors(select, "select", "--select", ALL_CODES)
-        settings = replace(settings, select=codes, extend_select=())
-    if ignore is not None:
-        settings = replace(
-            settings, ignore=parse_selectors(ignore, "ignore", "--ignore", ALL_CODES)
-        )
-    if extend_select is not None:
-        codes = parse_selectors(extend_select, "extend-select", "--extend-select", ALL_CODES)
-        settings = replace(settings, extend_select=settings.extend_select + codes)
-    if extend_ignore is not None:
-        codes = parse_selectors(extend_ignore, "extend-ignore", "--extend-ignore", ALL_CODES)
-        settings = replace(settings, extend_ignore=settings.extend_ignore + codes)
-    if exclude is not None:
-        settings = replace(settings, exclude=parse_patterns(exclude, "exclude", "--exclude"))
-    if extend_exclude is not None:
-        patterns = parse_patterns(extend_exclude, "extend-exclude", "--extend-exclude")
-        settings = replace(settings, extend_exclude=settings.extend_exclude + patterns)
-    if per_file_ignores:
-        pairs = tuple(parse_per_file_ignore(value, ALL_CODES) for value in per_file_ignores)
-        settings = replace(settings, per_file_ignores=settings.per_file_ignores + pairs)
-    if dtype is not None:
-        settings = replace(settings, dtype=dtype)
-    if device_type is not None:
-        settings = replace(settings, device_type=parse_device_type(device_type, "--device-type"))
-    if respect_gitignore is not None:
-        settings = replace(settings, respect_gitignore=respect_gitignore)
-    return settings
-
-
-def _config_and_overrides(values: tuple[str, ...]) -> tuple[Path | None, list[str]]:
-    """`--config` values as ruff takes them: a configuration file (at most
-    one), or TOML `KEY = VALUE` overrides."""
-    files, overrides = [], []
-    for value in values:
-        (overrides if "=" in value and not _names_a_file(value) else files).append(value)
-    if len(files) > 1:
-        raise ConfigError(f"--config names two files ({files[0]}, {files[1]}); give one")
-    return (Path(files[0]) if files else None), overrides
-
-
-def _names_a_file(value: str) -> bool:
-    """Whether `value` is the path of a file; a value no path can be (longer
-    than the system allows, a NUL in it) is not, and is no error here."""
-    try:
-        return Path(value).is_file()
-    except (OSError, ValueError):
-        return False
 
 
 def check_source(text: str, path: Path, settings: Settings | None = None) -> list[Finding]:

@@ -78,6 +78,12 @@ class Settings:
     # Whether discovery skips what git ignores (.gitignore, .git/info/exclude,
     # the user's core.excludesFile) and what `.ignore` files name, as ruff does.
     respect_gitignore: bool = True
+    # Whether the configuration was found rather than named (--config FILE,
+    # --isolated): each file then gets the one closest to it, with the
+    # command-line options these settings were resolved with over it
+    # (amplint.settings.FileSettings).
+    closest_configuration: bool = False
+    command_options: tuple[tuple[str, Any], ...] = ()
 
     @property
     def target_torch_shown(self) -> str:

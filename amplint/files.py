@@ -494,6 +494,16 @@ def _why_missing(path: Path) -> str:
     return "a link to nothing" if path.is_symlink() else "no such file or directory"
 
 
+def excluded(path: Path, patterns: Sequence[str], root: Path) -> bool:
+    """Whether the exclude `patterns` (relative to `root`) cover `path`."""
+    return _excluded_file(path.resolve(), _rules(root.resolve(), tuple(patterns)))
+
+
+@lru_cache(maxsize=64)
+def _rules(root: Path, patterns: tuple[str, ...]) -> _IgnoreRules:
+    return _IgnoreRules(root, patterns)
+
+
 def _excluded_file(path: Path, rules: _IgnoreRules) -> bool:
     return rules.matches(path, is_dir=False) or _covered(rules, path.parent)
 

@@ -16,19 +16,21 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator, NamedTuple, Sequence
 
-from amplint.config import Settings
+from amplint.config import ConfigError, Settings
 from amplint.files import (
     Discovered,
     StaleTemporary,
     SourceError,
     SourceFile,
     discover,
+    excluded,
     read_source,
     real_path,
     shown_path,
 )
 from amplint.diagnostics import Applicability, FileReport, is_applicable
 from amplint.project import ProjectRoot, ProjectRoots, find_project_root
+from amplint.settings import FileSettings
 from amplint.triggers import ALL_CODES, text_may_fire
 from amplint.workers import Lost, Workers
 
@@ -98,6 +100,8 @@ def run(
     found_files: list[tuple[int, Discovered]] = []
     project_root = ProjectRoots(paths)
     mode = Mode(fixing, unsafe, previews)
+    settings_of = FileSettings(settings)
+    file_settings: dict[int, Settings] = {}  # by report index
     for found in discover(
         paths,
         settings.all_excludes,
@@ -113,8 +117,16 @@ def run(
             path, message = found
             reports.append(FileReport(path, error=message))
             continue
+        try:
+            own = settings_of(found.path)
+        except ConfigError as error:
+            reports.append(FileReport(found.path, error=f"its configuration: {error}"))
+            continue
+        if excluded_by_its_configuration(found, own, settings):
+            continue
         reports.append(FileReport(found.path))
         found_files.append((len(reports) - 1, found))
+        file_settings[len(reports) - 1] = own
     # Largest first: the longest analysis starts at once instead of last.  The
     # stat also keys the cache's index of files ruled out (taken before the
     # file is read: an edit in between is seen next time).
@@ -135,7 +147,9 @@ def run(
         for index, found in found_files:
             report = reports[index]
             try:
-                item = _prepare(report, index, stats[index], settings, mode, cache, project_root)
+                item = _prepare(
+                    report, index, stats[index], file_settings[index], mode, cache, project_root
+                )
             except SourceError as error:
                 report.error = str(error)
                 item = None
@@ -157,6 +171,14 @@ def run(
     if cache is not None:
         cache.save_ruled_out()
     return hold_partial_changes(reports, fixing)
+
+
+def excluded_by_its_configuration(found: Discovered, own: Settings, run: Settings) -> bool:
+    """Whether the closest configuration to a file found (not named) excludes
+    it: discovery knew only the run's excludes; ruff applies the closest one's."""
+    return (
+        own is not run and not found.explicit and excluded(found.path, own.all_excludes, own.root)
+    )
 
 
 def _prepare(

@@ -804,3 +804,90 @@ def test_extend_lays_a_configuration_over_another(tree: Path) -> None:
     (tree / "shared" / "base.toml").write_text('extend = "../amplint.toml"\n')
     looped = run_cli("check", "--no-cache", tree)
     assert looped.exit_code == 2 and "`extend` goes round" in looped.stderr
+
+
+# -- the closest configuration to each file, as ruff resolves it -------------------------
+_DEPRECATED = "import torch\n\nscaler = torch.cuda.amp.GradScaler()\n"
+_STEP = dedent("""
+    def train(model, loader, optimizer):
+        for x, y in loader:
+            loss = model(x).sub(y).pow(2).mean()
+            loss.backward()
+            optimizer.step()
+    """)
+
+
+def _nested(tmp_path: Path, legacy_config: str) -> Path:
+    (tmp_path / "pyproject.toml").write_text("[tool.amplint]\n")
+    (tmp_path / "train.py").write_text(_DEPRECATED)
+    (tmp_path / "legacy").mkdir()
+    (tmp_path / "legacy" / "amplint.toml").write_text(legacy_config)
+    (tmp_path / "legacy" / "old.py").write_text(_DEPRECATED + _STEP)
+    return tmp_path
+
+
+def _by_file(result) -> list[tuple[str, str]]:
+    """(file name, code) of each finding in `check --output-format json`'s output."""
+    return sorted(
+        (Path(record["path"]).name, record["code"]) for record in json.loads(result.stdout)
+    )
+
+
+def test_each_file_gets_the_configuration_closest_to_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = _nested(tmp_path, 'ignore = ["AMP201"]\n')
+    monkeypatch.chdir(root)
+    whole = run_cli("check", "--no-cache", "--output-format", "json", ".")
+    assert _by_file(whole) == [("old.py", "AMP001"), ("train.py", "AMP201")]
+    alone = run_cli("check", "--no-cache", "--output-format", "json", "legacy/old.py")
+    assert _by_file(alone) == [("old.py", "AMP001")]  # `check .` and `check legacy/x.py` agree
+
+
+def test_the_command_line_applies_over_every_closest_configuration(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = _nested(tmp_path, 'ignore = ["AMP201"]\n')
+    monkeypatch.chdir(root)
+    result = run_cli(
+        "check", "--no-cache", "--output-format", "json", "--extend-ignore", "AMP001", "."
+    )
+    assert _by_file(result) == [("train.py", "AMP201")]
+
+
+def test_a_nested_configuration_excludes_its_own_files_unless_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = _nested(tmp_path, 'extend-exclude = ["old.py"]\n')
+    monkeypatch.chdir(root)
+    whole = run_cli("check", "--no-cache", "--output-format", "json", ".")
+    assert _by_file(whole) == [("train.py", "AMP201")]
+    named = run_cli("check", "--no-cache", "--output-format", "json", "legacy/old.py")
+    assert _by_file(named) == [("old.py", "AMP001"), ("old.py", "AMP201")]
+    listed = run_cli("check", "--show-files", ".")
+    assert "train.py" in listed.stdout and "old.py" not in listed.stdout
+
+
+def test_a_configuration_named_on_the_command_line_serves_every_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = _nested(tmp_path, 'ignore = ["AMP201"]\n')
+    monkeypatch.chdir(root)
+    for named in (["--config", "pyproject.toml"], ["--isolated"]):
+        result = run_cli("check", "--no-cache", "--output-format", "json", *named, ".")
+        assert _by_file(result) == [
+            ("old.py", "AMP001"),
+            ("old.py", "AMP201"),
+            ("train.py", "AMP201"),
+        ]
+
+
+def test_a_broken_nested_configuration_is_an_error_for_its_files_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = _nested(tmp_path, "ignore = [1]\n")
+    monkeypatch.chdir(root)
+    result = run_cli("check", "--no-cache", "--output-format", "json", ".")
+    assert result.exit_code == 2 and _by_file(result) == [("train.py", "AMP201")]
+    assert "legacy/old.py: its configuration: " in result.stderr
+    assert "amplint.toml" in result.stderr

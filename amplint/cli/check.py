@@ -38,7 +38,7 @@ from amplint.cli.common import (
     with_selection,
 )
 from amplint.cli.fix import Done, carry_out, fix_stdin, fixed_diff
-from amplint.config import Settings
+from amplint.config import ConfigError, Settings
 from amplint.files import Discovered, SourceError, discover
 from amplint.report import Finding, printable
 from amplint.report.text import (
@@ -47,7 +47,8 @@ from amplint.report.text import (
     statistics_rows,
     summary,
 )
-from amplint.runner import Mode, run_source
+from amplint.runner import Mode, excluded_by_its_configuration, run_source
+from amplint.settings import FileSettings
 from amplint.writes import write_source_atomic
 
 
@@ -264,6 +265,7 @@ def _add_noqa(paths: tuple[Path, ...], settings: Settings, run_options: dict, ou
 def _files_lines(paths: tuple[Path, ...], settings: Settings, force_exclude: bool) -> list[str]:
     """What --show-files prints: each file a run would check, or why not."""
     lines = []
+    settings_of = FileSettings(settings)
     for found in discover(
         paths or (Path("."),),
         settings.all_excludes,
@@ -271,8 +273,14 @@ def _files_lines(paths: tuple[Path, ...], settings: Settings, force_exclude: boo
         force_exclude=force_exclude,
         respect_gitignore=settings.respect_gitignore,
     ):
-        if isinstance(found, Discovered):
-            lines.append(printable(str(found.path)))
+        if not isinstance(found, Discovered):
+            continue
+        try:
+            if excluded_by_its_configuration(found, settings_of(found.path), settings):
+                continue
+        except ConfigError:
+            pass  # listed: the run reports the error on it
+        lines.append(printable(str(found.path)))
     return lines
 
 
