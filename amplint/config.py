@@ -84,6 +84,23 @@ class Settings:
     # (amplint.settings.FileSettings).
     closest_configuration: bool = False
     command_options: tuple[tuple[str, Any], ...] = ()
+    # Where each value set by something other than the defaults came from, by
+    # its key as a configuration spells it (`--show-settings`).
+    origins: tuple[tuple[str, str], ...] = ()
+
+    def origin(self, key: str) -> str:
+        """Where the value of `key` came from: a configuration file (`a + b`
+        where an `extend-` key added to a base's), an option, or "default"."""
+        return dict(self.origins).get(key, "default")
+
+    def set_by(self, key: str, origin: str, adds: bool = False) -> Settings:
+        """These settings, `key`'s value said to come from `origin` (after
+        what set it before, where `adds`)."""
+        origins = dict(self.origins)
+        if adds and key in origins:
+            origin = f"{origins[key]} + {origin}"
+        origins[key] = origin
+        return replace(self, origins=tuple(origins.items()))
 
     @property
     def target_torch_shown(self) -> str:
@@ -310,10 +327,13 @@ def load_settings(
     if config_file is not None:
         table, where = _read_table(config_file)
         base = _extended(table, config_file, where, known_codes, root, seen=[])
+    key_origins = {key: where for key in table}
     for override in overrides:
-        table.update(parse_override(override))
+        pair = parse_override(override)
+        table.update(pair)
+        key_origins.update((key, f"--config {override}") for key in pair)
         where = f"{where}, --config {override}"
-    return _settings_from_table(table, where, root, known_codes, config_file, base)
+    return _settings_from_table(table, where, root, known_codes, config_file, base, key_origins)
 
 
 # How many configurations an `extend` chain may hold.
@@ -417,10 +437,11 @@ def _settings_from_table(
     known_codes: Iterable[str],
     config_file: Path | None,
     base: Settings | None = None,
+    key_origins: Mapping[str, str] | None = None,
 ) -> Settings:
     """`table`'s keys laid over `base` (the configuration it extends), else
     over the defaults: a key replaces the base's value, an `extend-` key adds
-    to it."""
+    to it.  Each key's origin is `key_origins`' (else `where`)."""
     known = list(known_codes)
     unknown = sorted(set(table) - _KEYS)
     if unknown:
@@ -494,6 +515,12 @@ def _settings_from_table(
         if key in table:
             codes = parse_selectors(table[key], key, where, known)
             settings = replace(settings, **{key: codes})
+    for key in table:
+        origin = (key_origins or {}).get(key, where)
+        if key == "extend-per-file-ignores":
+            settings = settings.set_by("per-file-ignores", origin, adds=True)
+        else:
+            settings = settings.set_by(key, origin, adds=key.startswith("extend-"))
     return settings
 
 

@@ -59,33 +59,43 @@ def load_settings(
     loaded = _load_configuration(config_file, ALL_CODES, overrides, root=root)
     # Where no configuration chose target-torch: the oldest torch the project declares.
     settings = with_declared_torch(loaded, start)
+    if settings.target_torch_source != loaded.target_torch_source:
+        settings = settings.set_by("target-torch", settings.target_torch_source)
     if select is not None:  # replaces the configuration's selection, extend-select too
         codes = parse_selectors(select, "select", "--select", ALL_CODES)
-        settings = replace(settings, select=codes, extend_select=())
+        settings = replace(settings, select=codes, extend_select=()).set_by("select", "--select")
+        settings = settings.set_by("extend-select", "--select")
     if ignore is not None:
-        settings = replace(
-            settings, ignore=parse_selectors(ignore, "ignore", "--ignore", ALL_CODES)
-        )
+        codes = parse_selectors(ignore, "ignore", "--ignore", ALL_CODES)
+        settings = replace(settings, ignore=codes).set_by("ignore", "--ignore")
     if extend_select is not None:
         codes = parse_selectors(extend_select, "extend-select", "--extend-select", ALL_CODES)
         settings = replace(settings, extend_select=settings.extend_select + codes)
+        settings = settings.set_by("extend-select", "--extend-select", adds=True)
     if extend_ignore is not None:
         codes = parse_selectors(extend_ignore, "extend-ignore", "--extend-ignore", ALL_CODES)
         settings = replace(settings, extend_ignore=settings.extend_ignore + codes)
+        settings = settings.set_by("extend-ignore", "--extend-ignore", adds=True)
     if exclude is not None:
-        settings = replace(settings, exclude=parse_patterns(exclude, "exclude", "--exclude"))
+        patterns = parse_patterns(exclude, "exclude", "--exclude")
+        settings = replace(settings, exclude=patterns).set_by("exclude", "--exclude")
     if extend_exclude is not None:
         patterns = parse_patterns(extend_exclude, "extend-exclude", "--extend-exclude")
         settings = replace(settings, extend_exclude=settings.extend_exclude + patterns)
+        settings = settings.set_by("extend-exclude", "--extend-exclude", adds=True)
     if per_file_ignores:
         pairs = tuple(parse_per_file_ignore(value, ALL_CODES) for value in per_file_ignores)
         settings = replace(settings, per_file_ignores=settings.per_file_ignores + pairs)
+        settings = settings.set_by("per-file-ignores", "--per-file-ignores", adds=True)
     if dtype is not None:
-        settings = replace(settings, dtype=dtype)
+        settings = replace(settings, dtype=dtype).set_by("dtype", "--dtype")
     if device_type is not None:
-        settings = replace(settings, device_type=parse_device_type(device_type, "--device-type"))
+        chosen = parse_device_type(device_type, "--device-type")
+        settings = replace(settings, device_type=chosen).set_by("device-type", "--device-type")
     if respect_gitignore is not None:
+        option = "--respect-gitignore" if respect_gitignore else "--no-respect-gitignore"
         settings = replace(settings, respect_gitignore=respect_gitignore)
+        settings = settings.set_by("respect-gitignore", option)
     given = {
         "config": config,
         "select": select,

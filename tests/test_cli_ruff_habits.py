@@ -390,16 +390,51 @@ def test_fix_exit_zero(fixable: Path) -> None:
 
 
 # -- show settings, show files --------------------------------------------------
+def _shown(*args: str | Path) -> dict[str, tuple[str, str | None]]:
+    """`check --show-settings`: each setting's value and where it came from."""
+    result = run_cli("check", "--show-settings", *args)
+    assert result.exit_code == 0, result.stderr
+    shown = {}
+    for line in result.stdout.splitlines():
+        name, rest = line[:17].strip(), line[18:]
+        value, _, origin = rest.partition(" # ")
+        shown[name] = (value.strip(), origin or None)
+    return shown
+
+
 def test_show_settings(tree: Path) -> None:
     (tree / "amplint.toml").write_text('ignore = ["AMP1"]\ndtype = "bfloat16"\n')
-    result = run_cli("check", "--show-settings", "--extend-ignore", "AMP203", tree)
-    assert result.exit_code == 0
-    lines = dict(line.split(None, 1) for line in result.stdout.replace("-", "_").splitlines())
-    assert str(tree / "amplint.toml").replace("-", "_") in result.stdout.replace("-", "_")
-    assert lines["ignore"] == "AMP1"
-    assert lines["extend_ignore"] == "AMP203"
-    assert lines["dtype"] == "bfloat16"
-    assert "AMP001" in lines["enabled"] and "AMP203" not in lines["enabled"]
+    shown = _shown("--extend-ignore", "AMP203", "--config", "file-time-limit = 30", tree)
+    config = str(tree / "amplint.toml")
+    assert shown["configuration"] == (config, None)
+    assert shown["ignore"] == ("AMP1", config)
+    assert shown["extend-ignore"] == ("AMP203", "--extend-ignore")
+    assert shown["dtype"] == ("bfloat16", config)
+    assert shown["file-time-limit"] == ("30 s", "--config file-time-limit = 30")
+    assert shown["select"] == ("AMP", "default")
+    enabled = shown["enabled rules"][0]
+    assert "AMP001" in enabled and "AMP203" not in enabled
+
+
+def test_show_settings_for_a_file_says_what_it_gets_and_from_where(tree: Path) -> None:
+    (tree / "pyproject.toml").write_text(
+        '[tool.amplint]\nextend-ignore = ["AMP203"]\nper-file-ignores = {"a.py" = ["AMP202"]}\n'
+    )
+    (tree / "legacy").mkdir()
+    (tree / "legacy" / "amplint.toml").write_text(
+        'extend = "../pyproject.toml"\nextend-ignore = ["AMP201"]\n'
+    )
+    (tree / "legacy" / "a.py").write_text("x = 1\n")
+    shown = _shown(tree / "legacy" / "a.py", "--dtype", "bfloat16")
+    base, nested = str(tree / "pyproject.toml"), str(tree / "legacy" / "amplint.toml")
+    assert shown["file"] == (str(tree / "legacy" / "a.py"), None)
+    assert shown["configuration"] == (nested, None)
+    assert shown["extend-ignore"] == ("AMP203, AMP201", f"{base} [tool.amplint] + {nested}")
+    assert shown["dtype"] == ("bfloat16", "--dtype")
+    # Its per-file-ignores (read from legacy/, where a.py matches) apply to it.
+    assert "AMP202" not in shown["enabled rules"][0] and "AMP205" in shown["enabled rules"][0]
+    whole = _shown(tree)  # a directory: the run's own
+    assert whole["configuration"] == (base, None) and "file" not in whole
 
 
 def test_show_files_lists_what_would_be_checked(tree: Path) -> None:

@@ -127,7 +127,15 @@ def check(
     settings = settings_for(config_paths(paths, stdin_filename), options)
     unsafe_fixes = unsafe_chosen(unsafe_fixes, settings)
     if show_settings:
-        output.report_lines(settings_lines(settings))
+        # As ruff: for the first path named, where it is a file, what that
+        # file gets (the configuration closest to it).
+        named = paths[0] if paths and paths[0] != STDIN and paths[0].is_file() else None
+        try:
+            shown = FileSettings(settings)(named) if named is not None else settings
+        except ConfigError as error:
+            say_error(str(error))
+            sys.exit(EXIT_ERROR)
+        output.report_lines(settings_lines(shown, named))
         sys.exit(EXIT_CLEAN)
     if show_files:
         output.report_lines(_files_lines(paths, settings, run_options["force_exclude"]))

@@ -90,8 +90,10 @@ def settings_for(paths: tuple[Path, ...], options: dict) -> Settings:
 STDIN = Path("-")
 
 
-def settings_lines(settings: Settings) -> list[str]:
-    """What `check --show-settings` prints: every setting as this run resolved it."""
+def settings_lines(settings: Settings, for_file: Path | None = None) -> list[str]:
+    """What `check --show-settings` prints: every setting as resolved (for
+    `for_file`, the first path named, where that is a file), and after `#`
+    where each value came from."""
 
     def listed(values) -> str:
         return ", ".join(values) if values else "(none)"
@@ -100,6 +102,7 @@ def settings_lines(settings: Settings) -> list[str]:
         return "true" if value else "false"
 
     rows = [
+        *([("file", str(for_file))] if for_file is not None else []),
         ("configuration", str(settings.config_file or "(none: defaults)")),
         ("root", str(settings.root)),
         ("select", listed(settings.select)),
@@ -114,16 +117,26 @@ def settings_lines(settings: Settings) -> list[str]:
                 [f"{pattern}: {' '.join(codes)}" for pattern, codes in settings.per_file_ignores]
             ),
         ),
-        ("target-torch", settings.target_torch_shown),
+        ("target-torch", ".".join(map(str, settings.target_torch))),
         ("dtype", settings.dtype),
         ("device-type", settings.device_type),
         ("respect-gitignore", told(settings.respect_gitignore)),
         ("unsafe-fixes", told(settings.unsafe_fixes)),
         ("fixable", "(all)" if settings.fixable is None else listed(settings.fixable)),
         ("unfixable", listed(settings.unfixable)),
-        ("enabled rules", listed(sorted(settings.enabled_codes(ALL_CODES)))),
+        ("file-line-limit", f"{settings.file_line_limit:,}"),
+        ("file-time-limit", f"{settings.file_time_limit:g} s"),
+        ("enabled rules", listed(sorted(settings.enabled_codes(ALL_CODES, for_file)))),
     ]
-    return [printable(f"{name:<17} {value}") for name, value in rows]
+    derived = ("file", "configuration", "root", "enabled rules")
+    return [
+        printable(
+            f"{name:<17} {value}"
+            if name in derived
+            else f"{name:<17} {value:<24} # {settings.origin(name)}"
+        )
+        for name, value in rows
+    ]
 
 
 def run_paths(
