@@ -59,6 +59,7 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         (("--output-format", "json-lines"), "json-lines.jsonl"),
         (("--output-format", "pylint"), "pylint.txt"),
         (("--output-format", "azure"), "azure.txt"),
+        (("--output-format", "junit"), "junit.xml"),
         (("--statistics",), "statistics.txt"),
         (("--statistics", "--output-format", "json"), "statistics.json"),
     ],
@@ -284,3 +285,40 @@ def test_azure_commands_parse_as_the_agent_reads_them(project: Path) -> None:
         if record["cell"] is None:
             assert int(fields["linenumber"]) == record["line"]
         assert _azure_unescaped(command["message"]).endswith(record["message"])
+
+
+def test_junit_reads_back_as_report_tools_read_it(project: Path) -> None:
+    junitparser = pytest.importorskip("junitparser")
+    out = run_cli("check", "--no-cache", "--output-format", "junit", ".", "missing.py")
+    records = json.loads(run_cli("check", "--no-cache", "--output-format", "json", ".").stdout)
+    report = junitparser.JUnitXml.fromstring(out.stdout.encode())
+    cases = [(suite.name, case) for suite in report for case in suite]
+    failed = [
+        (name, case) for name, case in cases if isinstance(case.result[0], junitparser.Failure)
+    ]
+    assert [(name, case.name) for name, case in failed] == [
+        (record["path"], f"amplint.{record['code']}") for record in records
+    ]
+    for (_, case), record in zip(failed, records):
+        assert case.result[0].message == record["message"]
+    [errored] = [case for _, case in cases if isinstance(case.result[0], junitparser.Error)]
+    assert errored.classname == "missing" and "no such file" in errored.result[0].message
+    assert (report.tests, report.failures, report.errors) == (len(records) + 1, len(records), 1)
+
+
+def test_junit_of_a_clean_run_is_one_passing_case(tmp_path: Path) -> None:
+    junitparser = pytest.importorskip("junitparser")
+    (tmp_path / "ok.py").write_text("x = 1\n")
+    out = run_cli("check", "--no-cache", "--output-format", "junit", tmp_path)
+    assert out.exit_code == 0
+    report = junitparser.JUnitXml.fromstring(out.stdout.encode())
+    [[case]] = [list(suite) for suite in report]
+    assert case.is_passed and (report.tests, report.failures) == (1, 0)
+
+
+def test_junit_writes_a_control_character_in_a_file_name_as_an_escape(tmp_path: Path) -> None:
+    junitparser = pytest.importorskip("junitparser")
+    (tmp_path / "bad\x1bname.py").write_text(UNFIXABLE)
+    out = run_cli("check", "--no-cache", "--output-format", "junit", tmp_path)
+    report = junitparser.JUnitXml.fromstring(out.stdout.encode())
+    assert [suite.name for suite in report] == [str(tmp_path / "bad\\x1bname.py")]

@@ -19,6 +19,7 @@ from amplint.report.machine import (
     github_lines,
     json_document,
     json_lines,
+    junit_document,
     pylint_lines,
     sarif_document,
 )
@@ -429,11 +430,12 @@ OUTPUT_FORMATS = (
     "github",
     "azure",
     "pylint",
+    "junit",
     "sarif",
     "text",
 )
 # A document, or lines, for a program, not rows for a reader.
-MACHINE_FORMATS = ("json", "json-lines", "github", "azure", "pylint", "sarif")
+MACHINE_FORMATS = ("json", "json-lines", "github", "azure", "pylint", "junit", "sarif")
 
 
 def output_format_option(help: str):
@@ -455,6 +457,8 @@ def machine_report(
         return json_document(findings)
     if output_format == "sarif":
         return sarif_document(findings, errors)
+    if output_format == "junit":
+        return junit_document(findings, errors)
     lines = {
         "json-lines": json_lines,
         "github": github_lines,

@@ -1,12 +1,14 @@
 """Output for programs: a JSON list or one object a line, GitHub Actions and
-Azure Pipelines workflow commands, pylint's parseable lines, and SARIF 2.1.0
-for code-scanning tools."""
+Azure Pipelines workflow commands, pylint's parseable lines, JUnit XML for
+test-report viewers, and SARIF 2.1.0 for code-scanning tools."""
 
 from __future__ import annotations
 
 import json
 import re
+from itertools import groupby
 from pathlib import Path
+from xml.etree import ElementTree
 from typing import Iterable
 
 from amplint import __version__
@@ -119,6 +121,75 @@ def github_lines(findings: Iterable[Finding]) -> list[str]:
         message = f"{location(finding.path, diagnostic)}: {diagnostic.code} {diagnostic.message}"
         lines.append(f"::error {fields}::{_escape_data(message)}")
     return lines
+
+
+def junit_document(findings: Iterable[Finding], errors: Iterable[tuple[Path, str]] = ()) -> str:
+    """JUnit XML as ruff writes it: a test suite a file, a failed test case a
+    finding (named `amplint.CODE`, its class the file's path without suffix);
+    a file that could not be analysed is a test case in error.  A run with
+    neither is one passing case, so that a report viewer shows a run."""
+    findings = sorted(findings, key=lambda finding: str(finding.path))  # stable: positions kept
+    errors = [(path, _xml_text(message)) for path, message in errors]
+    suites = ElementTree.Element(
+        "testsuites",
+        name="amplint",
+        tests=str(len(findings) + len(errors) or 1),
+        failures=str(len(findings)),
+        errors=str(len(errors)),
+    )
+    for path, in_file in groupby(findings, key=lambda finding: _xml_text(str(finding.path))):
+        in_file = list(in_file)
+        suite = _junit_suite(suites, path, tests=len(in_file), failures=len(in_file))
+        for finding in in_file:
+            diagnostic = finding.diagnostic
+            span = diagnostic.span
+            case = ElementTree.SubElement(
+                suite,
+                "testcase",
+                name=f"amplint.{diagnostic.code}",
+                classname=str(Path(path).with_suffix("")),
+                line=str(span.line),
+                column=str(span.column),
+            )
+            message = _xml_text(diagnostic.message)
+            failure = ElementTree.SubElement(case, "failure", message=message)
+            where = f"cell {span.cell}, " if span.cell is not None else ""
+            failure.text = f"{where}line {span.line}, col {span.column}, {message}"
+    for path, message in errors:
+        suite = _junit_suite(suites, _xml_text(str(path)), tests=1, errors=1)
+        classname = _xml_text(str(Path(path).with_suffix("")))
+        case = ElementTree.SubElement(suite, "testcase", name="amplint", classname=classname)
+        ElementTree.SubElement(case, "error", message=message).text = message
+    if not findings and not errors:
+        suite = _junit_suite(suites, "amplint", tests=1)
+        ElementTree.SubElement(suite, "testcase", name="amplint", classname="amplint")
+    ElementTree.indent(suites)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ElementTree.tostring(
+        suites, encoding="unicode"
+    )
+
+
+# Characters XML 1.0 cannot hold at all (a file name may): written as escapes.
+_NOT_XML = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+
+
+def _xml_text(text: str) -> str:
+    return _NOT_XML.sub(lambda match: f"\\x{ord(match.group()):02x}", text)
+
+
+def _junit_suite(
+    suites: ElementTree.Element, name: str, tests: int, failures: int = 0, errors: int = 0
+) -> ElementTree.Element:
+    return ElementTree.SubElement(
+        suites,
+        "testsuite",
+        name=name,
+        tests=str(tests),
+        disabled="0",
+        errors=str(errors),
+        failures=str(failures),
+        package="amplint",
+    )
 
 
 def _section(body: str, title: str) -> str | None:
