@@ -23,6 +23,7 @@ from amplint.files import (
     repository_top,
 )
 from amplint.globs import GlobError, PatternList
+from amplint.triggers import UNUSED_NOQA
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -155,8 +156,16 @@ def _enabled(
     known_codes: tuple[str, ...], select: tuple[str, ...], ignore: tuple[str, ...]
 ) -> frozenset[str]:
     return frozenset(
-        code for code in known_codes if _matches(code, select) and not _matches(code, ignore)
+        code
+        for code in known_codes
+        if (code in select if code in OPT_IN_CODES else _matches(code, select))
+        and not _matches(code, ignore)
     )
+
+
+# Codes a prefix does not select (`AMP`, the default, or `AMP9`): only their
+# own code does, in select or extend-select, as ruff's RUF100 is off unless asked.
+OPT_IN_CODES = frozenset({UNUSED_NOQA})
 
 
 def _matches(code: str, selectors: Iterable[str]) -> bool:

@@ -27,7 +27,7 @@ from amplint.rules.base import Rule
 from amplint.selfcheck import UnboundMemo, name_problems, new_findings, new_name_problems
 from amplint.transforms.edits import apply_edits
 from amplint.transforms.reparse import reparsed
-from amplint.triggers import TRIGGERS
+from amplint.triggers import TRIGGERS, UNUSED_NOQA
 
 if TYPE_CHECKING:
     from amplint.notebook import Notebook
@@ -63,7 +63,7 @@ def _parse(
     """The module, or what to report instead: nothing when no rule of `rules`
     (those that may fire) is left, AMP900 when the file does not parse or is
     too deep to try."""
-    if not rules:
+    if not rules and not _checks_noqa(codes, clues):
         return []
     if len(text) > MAX_PARSE_CHARS:
         raise NotAnalysed(
@@ -103,11 +103,37 @@ def _syntax_error(text: str, error: cst.ParserSyntaxError) -> Diagnostic:
     return Diagnostic(SYNTAX_ERROR, message, Span(line, column, line, column))
 
 
+def _checks_noqa(codes: frozenset[str], clues: SourceClues) -> bool:
+    """Whether AMP901 is asked for and the file has a `noqa` it could judge:
+    it needs the parse even where no rule may fire (each such code is then
+    unused)."""
+    return UNUSED_NOQA in codes and TRIGGERS[UNUSED_NOQA](clues)
+
+
 def _lint_module(
-    facts: ModuleFacts, text: str, rules: Sequence[Rule], settings: Settings
+    facts: ModuleFacts,
+    text: str,
+    rules: Sequence[Rule],
+    settings: Settings,
+    codes: frozenset[str],
 ) -> list[Diagnostic]:
     diagnostics = [d for rule in rules for d in _checked(rule, facts, settings)]
-    return _as_reported(text, diagnostics)
+    return _as_reported(text, _with_unused_noqa(facts, diagnostics, codes, settings))
+
+
+def _with_unused_noqa(
+    facts: ModuleFacts, diagnostics: list[Diagnostic], codes: frozenset[str], settings: Settings
+) -> list[Diagnostic]:
+    """The rules' findings, and AMP901's on them where it is asked for (it
+    judges the `# noqa` comments by what they silence, so before they do)."""
+    if UNUSED_NOQA not in codes or "noqa" not in facts.text.lower():
+        return diagnostics
+    from amplint.unused_noqa import unused_noqa  # opt-in: loaded when asked for
+
+    found = unused_noqa(facts, diagnostics, codes)
+    if not settings.fix_allowed(UNUSED_NOQA):
+        found = [replace(d, fix=None) for d in found]
+    return diagnostics + found
 
 
 def _checked(rule: Rule, facts: ModuleFacts, settings: Settings) -> list[Diagnostic]:
@@ -174,7 +200,7 @@ def _lint(
     if isinstance(module, list):
         return module, None
     facts = ModuleFacts(module, text, project)
-    return _lint_module(facts, text, rules, settings), facts
+    return _lint_module(facts, text, rules, settings, codes), facts
 
 
 def lint_with_previews(
@@ -346,13 +372,15 @@ class _Analyses:
 
     def findings(self, text: str, codes: Iterable[str]) -> list[Diagnostic]:
         """What the rules of `codes` report on `text`, as `_lint_module` gives it."""
+        codes = frozenset(codes)
         facts = self.facts(text)
         _, by_rule, clues = self._kept[text]
         rules = _may_fire(codes, clues)
         for rule in rules:
             if rule not in by_rule:
                 by_rule[rule] = _checked(rule, facts, self.settings)
-        return _as_reported(text, [d for rule in rules for d in by_rule[rule]])
+        found = [d for rule in rules for d in by_rule[rule]]
+        return _as_reported(text, _with_unused_noqa(facts, found, frozenset(codes), self.settings))
 
 
 class _FixRounds:

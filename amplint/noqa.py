@@ -36,6 +36,16 @@ def _named(codes: str) -> list[str]:
     return [code.upper() for code in _CODE.findall(codes)]
 
 
+def noqa_directive(comment: str) -> tuple[tuple[int, int], list[str] | None] | None:
+    """Where the comment `comment` holds a `noqa` directive, and the codes it
+    names (None for a bare `# noqa`); None without one."""
+    match = _NOQA.search(comment)
+    if match is None:
+        return None
+    codes = match.group("codes")
+    return match.span(), (_named(codes) if codes is not None else None)
+
+
 def noqa_filter(text: str, diagnostics: list[Diagnostic]) -> list[Diagnostic]:
     """The diagnostics no `# noqa` silences.
 

@@ -17,6 +17,7 @@ from typing import Callable
 from amplint.prefilter import SourceClues
 
 SYNTAX_ERROR = "AMP900"  # reported by the engine itself, on a file that does not parse
+UNUSED_NOQA = "AMP901"  # reported by the engine after the rules (amplint/unused_noqa.py)
 SCALER_NAME = re.compile(r"scaler", re.I)
 # An autocast call whose first argument is anything but a plain type literal
 # ("cuda"): an expression, a keyword, an indexed literal.  Torch's own code
@@ -332,6 +333,12 @@ def _compiled_backward_autocast(clues: SourceClues) -> bool:
     return clues.may_use("compile") and clues.may_use("autocast") and clues.may_call("backward")
 
 
+def _unused_noqa(clues: SourceClues) -> bool:
+    # Case-blind, as `# noqa` is; the rule is opt-in, so this reads a file only
+    # when asked to.
+    return "noqa" in clues.text.lower()
+
+
 def _parses_or_not(clues: SourceClues) -> bool:
     # AMP900 needs a parse, and a file is parsed only for another rule.
     return False
@@ -374,6 +381,7 @@ TRIGGERS: dict[str, Callable[[SourceClues], bool]] = {
     "AMP205": _deprecated_autocast_state,
     "AMP206": _booster_precision,
     SYNTAX_ERROR: _parses_or_not,
+    UNUSED_NOQA: _unused_noqa,
 }
 # Every code amplint can report.
 ALL_CODES: tuple[str, ...] = tuple(sorted(TRIGGERS))

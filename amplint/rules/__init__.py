@@ -7,6 +7,7 @@ from functools import lru_cache
 from typing import Iterable
 
 from amplint.diagnostics import SYNTAX_ERROR
+from amplint.triggers import UNUSED_NOQA
 from amplint.rules.base import Rule
 
 # Each rule by its code, in the order the engine runs them: the module under
@@ -77,6 +78,6 @@ def __getattr__(name: str) -> tuple[Rule, ...]:
 
 
 # Codes the engine reports itself rather than through a rule.
-ENGINE_CODES = (SYNTAX_ERROR,)
+ENGINE_CODES = (SYNTAX_ERROR, UNUSED_NOQA)
 
 ALL_CODES: tuple[str, ...] = tuple(sorted([*RULE_CODES, *ENGINE_CODES]))
