@@ -44,6 +44,7 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("NO_COLOR", raising=False)
     monkeypatch.delenv("FORCE_COLOR", raising=False)
+    monkeypatch.delenv("CI_PROJECT_DIR", raising=False)  # GitLab's: gitlab's paths from here
     return tmp_path
 
 
@@ -60,6 +61,7 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         (("--output-format", "pylint"), "pylint.txt"),
         (("--output-format", "azure"), "azure.txt"),
         (("--output-format", "junit"), "junit.xml"),
+        (("--output-format", "gitlab"), "gitlab.json"),
         (("--statistics",), "statistics.txt"),
         (("--statistics", "--output-format", "json"), "statistics.json"),
     ],
@@ -322,3 +324,82 @@ def test_junit_writes_a_control_character_in_a_file_name_as_an_escape(tmp_path: 
     out = run_cli("check", "--no-cache", "--output-format", "junit", tmp_path)
     report = junitparser.JUnitXml.fromstring(out.stdout.encode())
     assert [suite.name for suite in report] == [str(tmp_path / "bad\\x1bname.py")]
+
+
+# GitLab's Code Quality report as GitLab documents it (docs.gitlab.com, "Code
+# Quality report format"; it publishes no schema file): the required fields,
+# a severity from its list, and a line as `lines.begin` or `positions.begin`.
+GITLAB_CODE_QUALITY = {
+    "type": "array",
+    "items": {
+        "type": "object",
+        "required": ["description", "check_name", "fingerprint", "severity", "location"],
+        "properties": {
+            "description": {"type": "string", "minLength": 1},
+            "check_name": {"type": "string", "minLength": 1},
+            "fingerprint": {"type": "string", "minLength": 1},
+            "severity": {"enum": ["info", "minor", "major", "critical", "blocker"]},
+            "location": {
+                "type": "object",
+                "required": ["path"],
+                "properties": {"path": {"type": "string", "minLength": 1}},
+                "oneOf": [
+                    {
+                        "required": ["lines"],
+                        "properties": {
+                            "lines": {
+                                "type": "object",
+                                "required": ["begin"],
+                                "properties": {"begin": {"type": "integer", "minimum": 1}},
+                            }
+                        },
+                    },
+                    {
+                        "required": ["positions"],
+                        "properties": {
+                            "positions": {
+                                "type": "object",
+                                "required": ["begin"],
+                                "properties": {
+                                    "begin": {
+                                        "type": "object",
+                                        "required": ["line"],
+                                        "properties": {"line": {"type": "integer", "minimum": 1}},
+                                    }
+                                },
+                            }
+                        },
+                    },
+                ],
+            },
+        },
+    },
+}
+
+
+def test_gitlab_report_has_the_fields_gitlab_reads(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    monkeypatch.setenv("CI_PROJECT_DIR", str(project))
+    monkeypatch.chdir(project / "..")  # paths are relative to the project, not here
+    issues = json.loads(run_cli("check", "--no-cache", "--output-format", "gitlab", project).stdout)
+    jsonschema.validate(issues, GITLAB_CODE_QUALITY)
+    records = json.loads(run_cli("check", "--no-cache", "--output-format", "json", project).stdout)
+    assert [(i["location"]["path"], i["check_name"]) for i in issues] == [
+        (Path(r["path"]).relative_to(project).as_posix(), r["code"]) for r in records
+    ]
+    assert len({issue["fingerprint"] for issue in issues}) == len(issues)
+
+
+def test_a_gitlab_fingerprint_follows_its_finding_when_the_code_moves(tmp_path: Path) -> None:
+    twice = UNFIXABLE + "again = torch.cuda.amp.autocast(*flags)\n"
+    (tmp_path / "ctx.py").write_text(twice)
+
+    def fingerprints() -> list[str]:
+        out = run_cli("check", "--no-cache", "--output-format", "gitlab", tmp_path).stdout
+        return [issue["fingerprint"] for issue in json.loads(out)]
+
+    before = fingerprints()
+    (tmp_path / "ctx.py").write_text("# a comment above\n\n" + twice)
+    assert fingerprints() == before and len(set(before)) == 2

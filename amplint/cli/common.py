@@ -18,6 +18,7 @@ from amplint.report.machine import (
     azure_lines,
     github_lines,
     json_document,
+    gitlab_document,
     json_lines,
     junit_document,
     pylint_lines,
@@ -431,11 +432,12 @@ OUTPUT_FORMATS = (
     "azure",
     "pylint",
     "junit",
+    "gitlab",
     "sarif",
     "text",
 )
 # A document, or lines, for a program, not rows for a reader.
-MACHINE_FORMATS = ("json", "json-lines", "github", "azure", "pylint", "junit", "sarif")
+MACHINE_FORMATS = ("json", "json-lines", "github", "azure", "pylint", "junit", "gitlab", "sarif")
 
 
 def output_format_option(help: str):
@@ -459,6 +461,8 @@ def machine_report(
         return sarif_document(findings, errors)
     if output_format == "junit":
         return junit_document(findings, errors)
+    if output_format == "gitlab":
+        return gitlab_document(findings)
     lines = {
         "json-lines": json_lines,
         "github": github_lines,

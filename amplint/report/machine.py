@@ -1,11 +1,15 @@
 """Output for programs: a JSON list or one object a line, GitHub Actions and
 Azure Pipelines workflow commands, pylint's parseable lines, JUnit XML for
-test-report viewers, and SARIF 2.1.0 for code-scanning tools."""
+test-report viewers, GitLab's Code Quality report, and SARIF 2.1.0 for
+code-scanning tools."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import re
+from collections import Counter
 from itertools import groupby
 from pathlib import Path
 from xml.etree import ElementTree
@@ -121,6 +125,49 @@ def github_lines(findings: Iterable[Finding]) -> list[str]:
         message = f"{location(finding.path, diagnostic)}: {diagnostic.code} {diagnostic.message}"
         lines.append(f"::error {fields}::{_escape_data(message)}")
     return lines
+
+
+def gitlab_document(findings: Iterable[Finding]) -> str:
+    """GitLab's Code Quality report (a subset of Code Climate's issues), as
+    ruff writes it: paths relative to the project GitLab checked out
+    (`CI_PROJECT_DIR`, else the working directory), each finding's place, and
+    a fingerprint that stays while the code moves (its path, code, message and
+    how many alike came before it, not its line), which GitLab compares across
+    pipelines to tell new findings from old."""
+    base = Path(os.environ.get("CI_PROJECT_DIR") or os.getcwd()).resolve()
+    seen: Counter[tuple[str, str, str]] = Counter()
+    issues = []
+    for finding in findings:
+        diagnostic = finding.diagnostic
+        span = diagnostic.span
+        path = _relative_to(finding.path, base)
+        alike = (path, diagnostic.code, diagnostic.message)
+        fingerprint = hashlib.sha256("\0".join([*alike, str(seen[alike])]).encode()).hexdigest()
+        seen[alike] += 1
+        cell = f"cell {span.cell}: " if span.cell is not None else ""
+        issues.append(
+            {
+                "check_name": diagnostic.code,
+                "description": f"{cell}{diagnostic.code}: {diagnostic.message}",
+                "severity": "major",
+                "fingerprint": fingerprint,
+                "location": {
+                    "path": path,
+                    "positions": {
+                        "begin": {"line": span.line, "column": span.column},
+                        "end": {"line": span.end_line, "column": span.end_column},
+                    },
+                },
+            }
+        )
+    return json.dumps(issues, indent=2)
+
+
+def _relative_to(path: Path, base: Path) -> str:
+    try:
+        return path.resolve().relative_to(base).as_posix()
+    except ValueError:
+        return path.as_posix()
 
 
 def junit_document(findings: Iterable[Finding], errors: Iterable[tuple[Path, str]] = ()) -> str:
