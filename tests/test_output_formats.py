@@ -62,6 +62,7 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         (("--output-format", "azure"), "azure.txt"),
         (("--output-format", "junit"), "junit.xml"),
         (("--output-format", "gitlab"), "gitlab.json"),
+        (("--output-format", "rdjson"), "rdjson.json"),
         (("--statistics",), "statistics.txt"),
         (("--statistics", "--output-format", "json"), "statistics.json"),
     ],
@@ -403,3 +404,81 @@ def test_a_gitlab_fingerprint_follows_its_finding_when_the_code_moves(tmp_path: 
     before = fingerprints()
     (tmp_path / "ctx.py").write_text("# a comment above\n\n" + twice)
     assert fingerprints() == before and len(set(before)) == 2
+
+
+# reviewdog's DiagnosticResult, as its format's definition gives the fields
+# (github.com/reviewdog/reviewdog, proto/rdf/reviewdog.proto): positions count
+# lines and UTF-8 bytes from 1, the severity is one of its enum's names.
+_RDF_POSITION = {
+    "type": "object",
+    "properties": {
+        "line": {"type": "integer", "minimum": 1},
+        "column": {"type": "integer", "minimum": 1},
+    },
+    "additionalProperties": False,
+}
+RDJSON = {
+    "type": "object",
+    "required": ["diagnostics"],
+    "additionalProperties": False,
+    "properties": {
+        "source": {
+            "type": "object",
+            "required": ["name"],
+            "properties": {"name": {"type": "string"}, "url": {"type": "string"}},
+        },
+        "severity": {"enum": ["UNKNOWN_SEVERITY", "ERROR", "WARNING", "INFO"]},
+        "diagnostics": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["message", "location"],
+                "additionalProperties": False,
+                "properties": {
+                    "message": {"type": "string", "minLength": 1},
+                    "location": {
+                        "type": "object",
+                        "required": ["path"],
+                        "additionalProperties": False,
+                        "properties": {
+                            "path": {"type": "string", "minLength": 1},
+                            "range": {
+                                "type": "object",
+                                "required": ["start"],
+                                "additionalProperties": False,
+                                "properties": {"start": _RDF_POSITION, "end": _RDF_POSITION},
+                            },
+                        },
+                    },
+                    "severity": {"enum": ["UNKNOWN_SEVERITY", "ERROR", "WARNING", "INFO"]},
+                    "code": {
+                        "type": "object",
+                        "required": ["value"],
+                        "properties": {"value": {"type": "string"}, "url": {"type": "string"}},
+                    },
+                },
+            },
+        },
+    },
+}
+
+
+def test_rdjson_has_reviewdog_s_fields_and_counts_columns_in_utf8_bytes(
+    project: Path,
+) -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    (project / "wide.py").write_text(
+        'import torch\nlabel = "\u00e9\U0001f680"; scaler = torch.cuda.amp.GradScaler()\n'
+    )
+    result = json.loads(run_cli("check", "--no-cache", "--output-format", "rdjson", ".").stdout)
+    jsonschema.validate(result, RDJSON)
+    records = json.loads(run_cli("check", "--no-cache", "--output-format", "json", ".").stdout)
+    diagnostics = result["diagnostics"]
+    assert [(d["location"]["path"], d["code"]["value"]) for d in diagnostics] == [
+        (r["path"], r["code"]) for r in records
+    ]
+    [wide] = [d for d in diagnostics if d["location"]["path"] == "wide.py"]
+    # `label = "é🚀"; scaler = `: 23 characters, 27 bytes (é two, 🚀 four).
+    assert wide["location"]["range"]["start"] == {"line": 2, "column": 28}
+    [notebook] = [d for d in diagnostics if d["location"]["path"] == "nb.ipynb"]
+    assert "range" not in notebook["location"] and notebook["message"].startswith("cell 7, ")

@@ -22,6 +22,7 @@ from amplint.report.machine import (
     json_lines,
     junit_document,
     pylint_lines,
+    rdjson_document,
     sarif_document,
 )
 from amplint.report.text import concise, full
@@ -433,11 +434,22 @@ OUTPUT_FORMATS = (
     "pylint",
     "junit",
     "gitlab",
+    "rdjson",
     "sarif",
     "text",
 )
 # A document, or lines, for a program, not rows for a reader.
-MACHINE_FORMATS = ("json", "json-lines", "github", "azure", "pylint", "junit", "gitlab", "sarif")
+MACHINE_FORMATS = (
+    "json",
+    "json-lines",
+    "github",
+    "azure",
+    "pylint",
+    "junit",
+    "gitlab",
+    "rdjson",
+    "sarif",
+)
 
 
 def output_format_option(help: str):
@@ -463,6 +475,8 @@ def machine_report(
         return junit_document(findings, errors)
     if output_format == "gitlab":
         return gitlab_document(findings)
+    if output_format == "rdjson":
+        return rdjson_document(findings)
     lines = {
         "json-lines": json_lines,
         "github": github_lines,

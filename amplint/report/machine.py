@@ -1,7 +1,7 @@
 """Output for programs: a JSON list or one object a line, GitHub Actions and
 Azure Pipelines workflow commands, pylint's parseable lines, JUnit XML for
-test-report viewers, GitLab's Code Quality report, and SARIF 2.1.0 for
-code-scanning tools."""
+test-report viewers, GitLab's Code Quality report, reviewdog's rdjson, and
+SARIF 2.1.0 for code-scanning tools."""
 
 from __future__ import annotations
 
@@ -168,6 +168,51 @@ def _relative_to(path: Path, base: Path) -> str:
         return path.resolve().relative_to(base).as_posix()
     except ValueError:
         return path.as_posix()
+
+
+def rdjson_document(findings: Iterable[Finding]) -> str:
+    """reviewdog's Diagnostic Format as JSON (`DiagnosticResult`): each
+    finding's message, code and range, whose columns count UTF-8 bytes from 1
+    as reviewdog's format defines them.  A notebook's finding has no place in
+    the file's lines: its message names the cell and line, and it has no range."""
+    diagnostics = []
+    for finding in findings:
+        diagnostic = finding.diagnostic
+        span = diagnostic.span
+        location: dict = {"path": str(finding.path)}
+        message = diagnostic.message
+        if span.cell is None:
+            lines = _source_lines(finding)
+            location["range"] = {
+                "start": {"line": span.line, "column": _utf8_column(lines, span.line, span.column)},
+                "end": {
+                    "line": span.end_line,
+                    "column": _utf8_column(lines, span.end_line, span.end_column),
+                },
+            }
+        else:
+            message = f"cell {span.cell}, line {span.line}: {message}"
+        diagnostics.append(
+            {
+                "message": message,
+                "location": location,
+                "severity": "WARNING",
+                "code": {"value": diagnostic.code},
+            }
+        )
+    return json.dumps({"source": {"name": "amplint"}, "diagnostics": diagnostics}, indent=2)
+
+
+def _source_lines(finding: Finding) -> list[str]:
+    text = finding.source.text if finding.source is not None else ""
+    return re.split(r"\r\n|\r|\n", text)
+
+
+def _utf8_column(lines: list[str], line: int, column: int) -> int:
+    """A column in characters (from 1) as UTF-8 bytes (from 1)."""
+    if not 1 <= line <= len(lines):
+        return column
+    return len(lines[line - 1][: column - 1].encode("utf-8", "surrogatepass")) + 1
 
 
 def junit_document(findings: Iterable[Finding], errors: Iterable[tuple[Path, str]] = ()) -> str:
