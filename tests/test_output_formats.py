@@ -482,3 +482,30 @@ def test_rdjson_has_reviewdog_s_fields_and_counts_columns_in_utf8_bytes(
     assert wide["location"]["range"]["start"] == {"line": 2, "column": 28}
     [notebook] = [d for d in diagnostics if d["location"]["path"] == "nb.ipynb"]
     assert "range" not in notebook["location"] and notebook["message"].startswith("cell 7, ")
+
+
+def test_sarif_reads_back_with_a_sarif_2_1_0_object_model(project: Path) -> None:
+    """sarif-pydantic (SARIF 2.1.0's objects as pydantic models) parses the log
+    and types every object it knows; the json records say what it must hold."""
+    sarif = pytest.importorskip("sarif_pydantic")
+    (project / "broken.py").write_bytes(b"\xff\xfe not utf-8 autocast")
+    out = run_cli("check", "--no-cache", "--output-format", "sarif", ".").stdout
+    log = sarif.Sarif.model_validate(json.loads(out))
+    records = json.loads(run_cli("check", "--no-cache", "--output-format", "json", ".").stdout)
+    [run] = log.runs
+    assert log.version == "2.1.0" and run.tool.driver.name == "amplint"
+    rules = [rule.id for rule in run.tool.driver.rules]
+    assert sorted(rules) == sorted(load_catalog())
+    assert [(r.rule_id, r.rule_index) for r in run.results] == [
+        (record["code"], rules.index(record["code"])) for record in records
+    ]
+    for result, record in zip(run.results, records):
+        [where] = result.locations
+        assert where.physical_location.artifact_location.uri.endswith(Path(record["path"]).name)
+        if record["cell"] is None:
+            region = where.physical_location.region
+            assert (region.start_line, region.start_column) == (record["line"], record["column"])
+    # Files that could not be checked: notifications of the invocation (a
+    # part of SARIF this model keeps untyped).
+    [invocation] = run.invocations
+    assert "broken.py" in json.dumps(invocation.model_dump(mode="json", by_alias=True))
