@@ -424,20 +424,6 @@ class Output:
         click.echo(text, file=stream, err=err, color=color() if stream is None else False)
 
 
-OUTPUT_FORMATS = (
-    "concise",
-    "full",
-    "json",
-    "json-lines",
-    "github",
-    "azure",
-    "pylint",
-    "junit",
-    "gitlab",
-    "rdjson",
-    "sarif",
-    "text",
-)
 # A document, or lines, for a program, not rows for a reader.
 MACHINE_FORMATS = (
     "json",
@@ -450,6 +436,7 @@ MACHINE_FORMATS = (
     "rdjson",
     "sarif",
 )
+OUTPUT_FORMATS = ("concise", "full", *MACHINE_FORMATS, "text")
 
 
 def output_format_option(help: str):
