@@ -30,7 +30,7 @@ from typing import Iterable
 
 from amplint.config import ConfigError, Settings
 from amplint.diagnostics import Applicability, Diagnostic, FileReport, Span
-from amplint.files import SourceFile
+from amplint.files import NOTEBOOK_SUFFIX, SourceError, SourceFile, source_from_bytes
 from amplint.settings import FileSettings, load_settings
 
 __all__ = [
@@ -94,12 +94,15 @@ class SuggestedFix:
 
 @dataclass(frozen=True)
 class Finding:
-    """What a rule found: its code, where, why, and its fix if it has one."""
+    """What a rule found: its code, where, why, and its fix if it has one.
+    In a notebook, `cell` is the cell (numbered from 1 among all its cells, as
+    editors number them) and `range` is in the cell's own lines."""
 
     code: str
     message: str
     range: Range
     fix: SuggestedFix | None = None
+    cell: int | None = None
 
 
 @dataclass(frozen=True)
@@ -115,7 +118,9 @@ class FixedSource:
 def check_source(text: str, path: Path, settings: Settings | None = None) -> list[Finding]:
     """The findings in `text`, the Python source of the file at `path` (which
     need not exist: its name decides per-file-ignores, its directory the
-    project), each fixable one with the edits of its fix alone."""
+    project), each fixable one with the edits of its fix alone.  Where `path`
+    ends in `.ipynb`, `text` is the notebook's JSON and the findings name their
+    cells (without edits: a fix rewrites the notebook as a whole)."""
     settings = settings if settings is not None else load_settings([path])
     report = _analysed(text, path, settings, fixing=False)
     return [_finding(d, text, report.previews.get(d)) for d in report.diagnostics]
@@ -141,7 +146,14 @@ def _analysed(
 ) -> FileReport:
     from amplint.runner import Mode, run_source  # the runner forks; loaded when asked
 
-    source = SourceFile(Path(path), text, "utf-8")
+    path = Path(path)
+    if path.suffix == NOTEBOOK_SUFFIX:  # the notebook's JSON: its cells are analysed
+        try:
+            source = source_from_bytes(path, text.encode("utf-8", "surrogatepass"))
+        except SourceError as error:
+            raise AnalysisError(str(error)) from None
+    else:  # already text: a coding cookie has had its say
+        source = SourceFile(path, text, "utf-8")
     report = run_source(source, settings, Mode(fixing, unsafe, previews=not fixing))
     if report.error is not None and not (fixing and report.error.startswith("not fixed")):
         raise AnalysisError(report.error)
@@ -151,11 +163,12 @@ def _analysed(
 def _finding(diagnostic: Diagnostic, text: str, preview: str | None = None) -> Finding:
     fix = diagnostic.fix
     suggested = None
-    if fix is not None and preview is not None:
+    cell = diagnostic.span.cell
+    if fix is not None and preview is not None and cell is None:
         suggested = SuggestedFix(
             fix.applicability is Applicability.SAFE, fix.message, edits_between(text, preview)
         )
-    return Finding(diagnostic.code, diagnostic.message, _range(diagnostic.span), suggested)
+    return Finding(diagnostic.code, diagnostic.message, _range(diagnostic.span), suggested, cell)
 
 
 def _range(span: Span) -> Range:

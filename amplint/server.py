@@ -2,9 +2,11 @@
 
 It publishes the findings of each Python document the editor opens, changes
 or saves (what `check` reports on the file with the buffer's text, under the
-configuration `check` would read for it), offers each finding's fix as a
-quick fix (safe ones preferred, unsafe ones labelled) and every safe fix at
-once as the `source.fixAll.amplint` action.  The analyses are those of
+configuration `check` would read for it), and of each notebook's Python cells
+(the notebook analysed as `check` analyses an `.ipynb` file); offers each
+finding's fix in a Python document as a quick fix (safe ones preferred,
+unsafe ones labelled) and every safe fix at once as the
+`source.fixAll.amplint` action.  The analyses are those of
 amplint.api, in a worker process each; while the user types, a change waits
 a moment for the next, and the findings of a text that has changed since are
 dropped, never published.  Built on pygls (`pip install 'amplint[server]'`).
@@ -13,7 +15,9 @@ dropped, never published.  Built on pygls (`pip install 'amplint[server]'`).
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
+from typing import Sequence
 
 from lsprotocol import types
 from pygls.lsp.server import LanguageServer
@@ -21,6 +25,7 @@ from pygls.uris import to_fs_path
 from pygls.workspace import TextDocument
 
 from amplint import __version__, api
+from amplint.files import NOTEBOOK_SUFFIX
 
 SOURCE = "amplint"
 FIX_ALL = f"{types.CodeActionKind.SourceFixAll.value}.{SOURCE}"
@@ -31,7 +36,18 @@ SETTLE_S = 0.3
 
 class AmplintServer(LanguageServer):
     def __init__(self) -> None:
-        super().__init__(SOURCE, __version__)
+        # Notebooks come as notebook documents whose Python cells are text
+        # documents of their own (LSP 3.17's notebook synchronization).
+        python_cells = types.NotebookDocumentFilterWithCells(
+            notebook="*", cells=[types.NotebookCellLanguage(language="python")]
+        )
+        super().__init__(
+            SOURCE,
+            __version__,
+            notebook_document_sync=types.NotebookDocumentSyncOptions(
+                notebook_selector=[python_cells], save=True
+            ),
+        )
         self._waiting: dict[str, asyncio.Task] = {}  # uri -> its analysis, not yet published
         # uri -> (the text analysed, its findings): what code actions offer
         self.findings: dict[str, tuple[str, list[api.Finding]]] = {}
@@ -44,17 +60,24 @@ class AmplintServer(LanguageServer):
             waiting.cancel()
         self._waiting[uri] = asyncio.get_running_loop().create_task(self._analyse(uri, delay))
 
-    def forget(self, uri: str) -> None:
+    def forget(self, uri: str, cells: Sequence[str] = ()) -> None:
+        """Stop analysing the document (or the notebook with `cells`) and
+        clear what was published for it."""
         waiting = self._waiting.pop(uri, None)
         if waiting is not None:
             waiting.cancel()
         self.findings.pop(uri, None)
-        self.text_document_publish_diagnostics(
-            types.PublishDiagnosticsParams(uri=uri, diagnostics=[])
-        )
+        for published in cells or [uri]:
+            self.text_document_publish_diagnostics(
+                types.PublishDiagnosticsParams(uri=published, diagnostics=[])
+            )
 
     async def _analyse(self, uri: str, delay: float) -> None:
         await asyncio.sleep(delay)
+        notebook = self.workspace.get_notebook_document(notebook_uri=uri)
+        if notebook is not None:
+            await self._analyse_notebook(notebook)
+            return
         document = self.workspace.get_text_document(uri)
         version, text, path = document.version, document.source, _path(uri)
         if path is None:
@@ -75,12 +98,65 @@ class AmplintServer(LanguageServer):
             types.PublishDiagnosticsParams(uri=uri, diagnostics=diagnostics, version=version)
         )
 
+    async def _analyse_notebook(self, notebook: types.NotebookDocument) -> None:
+        """The notebook's cells analysed as `check` analyses an `.ipynb` file
+        (as one module, IPython lines masked), each cell's findings published
+        on that cell."""
+        path = to_fs_path(notebook.uri)
+        if path is None or not path.endswith(NOTEBOOK_SUFFIX):
+            return
+        cells = [self.workspace.get_text_document(cell.document) for cell in notebook.cells]
+        kinds = [cell.kind for cell in notebook.cells]
+        try:
+            found = await asyncio.to_thread(_check, _as_ipynb(kinds, cells), Path(path))
+        except (api.ConfigError, api.AnalysisError) as error:
+            self.window_log_message(
+                types.LogMessageParams(type=types.MessageType.Warning, message=f"{path}: {error}")
+            )
+            found = []
+        if self._waiting.get(notebook.uri) is not asyncio.current_task():
+            return
+        del self._waiting[notebook.uri]
+        for number, cell in enumerate(cells, 1):
+            diagnostics = [_diagnostic(cell, f) for f in found if f.cell == number]
+            self.text_document_publish_diagnostics(
+                types.PublishDiagnosticsParams(
+                    uri=cell.uri, diagnostics=diagnostics, version=cell.version
+                )
+            )
+
 
 server = AmplintServer()
 
 
 def _check(text: str, path: Path) -> list[api.Finding]:
     return api.check_source(text, path, api.load_settings([path]))
+
+
+def _as_ipynb(kinds: list[types.NotebookCellKind], cells: list[TextDocument]) -> str:
+    """The notebook's cells as the `.ipynb` JSON amplint reads (nbformat 4),
+    its markup cells kept so that cell numbers are the editor's."""
+    return json.dumps(
+        {
+            "cells": [
+                (
+                    {
+                        "cell_type": "code",
+                        "source": cell.source,
+                        "metadata": {},
+                        "outputs": [],
+                        "execution_count": None,
+                    }
+                    if kind == types.NotebookCellKind.Code
+                    else {"cell_type": "markdown", "source": cell.source, "metadata": {}}
+                )
+                for kind, cell in zip(kinds, cells)
+            ],
+            "metadata": {},
+            "nbformat": 4,
+            "nbformat_minor": 5,
+        }
+    )
 
 
 def _path(uri: str) -> Path | None:
@@ -103,6 +179,26 @@ def did_change(ls: AmplintServer, params: types.DidChangeTextDocumentParams) -> 
 def did_save(ls: AmplintServer, params: types.DidSaveTextDocumentParams) -> None:
     # The project around the file changed on disk: its answers may too.
     ls.analyse_later(params.text_document.uri, 0)
+
+
+@server.feature(types.NOTEBOOK_DOCUMENT_DID_OPEN)
+def notebook_did_open(ls: AmplintServer, params: types.DidOpenNotebookDocumentParams) -> None:
+    ls.analyse_later(params.notebook_document.uri, 0)
+
+
+@server.feature(types.NOTEBOOK_DOCUMENT_DID_CHANGE)
+def notebook_did_change(ls: AmplintServer, params: types.DidChangeNotebookDocumentParams) -> None:
+    ls.analyse_later(params.notebook_document.uri, SETTLE_S)
+
+
+@server.feature(types.NOTEBOOK_DOCUMENT_DID_SAVE)
+def notebook_did_save(ls: AmplintServer, params: types.DidSaveNotebookDocumentParams) -> None:
+    ls.analyse_later(params.notebook_document.uri, 0)
+
+
+@server.feature(types.NOTEBOOK_DOCUMENT_DID_CLOSE)
+def notebook_did_close(ls: AmplintServer, params: types.DidCloseNotebookDocumentParams) -> None:
+    ls.forget(params.notebook_document.uri, [cell.uri for cell in params.cell_text_documents])
 
 
 @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)

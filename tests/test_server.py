@@ -233,3 +233,59 @@ def test_a_source_that_crashes_the_parser_costs_its_analysis_not_the_caller(
     with pytest.raises(api.AnalysisError, match="the process analysing this file died"):
         api.check_source(deep, path)
     assert [finding.code for finding in api.check_source(SCRIPT, path)] == ["AMP201"]
+
+
+def test_the_cells_of_a_notebook_get_their_own_findings(tmp_path: Path) -> None:
+    root = _project(tmp_path)
+    notebook_uri = (root / "explore.ipynb").as_uri()
+    cell_uris = [f"vscode-notebook-cell:{(root / 'explore.ipynb').as_posix()}#{n}" for n in "abc"]
+    texts = [
+        "# Training",
+        "import torch\n%matplotlib inline\n",
+        SCRIPT.replace("import torch\n", ""),
+    ]
+    kinds = [
+        types.NotebookCellKind.Markup,
+        types.NotebookCellKind.Code,
+        types.NotebookCellKind.Code,
+    ]
+
+    async def session() -> None:
+        lsp = _Session()
+        await lsp.start(root)
+        lsp.client.notebook_document_did_open(
+            types.DidOpenNotebookDocumentParams(
+                notebook_document=types.NotebookDocument(
+                    uri=notebook_uri,
+                    notebook_type="jupyter-notebook",
+                    version=1,
+                    cells=[
+                        types.NotebookCell(kind=kind, document=uri)
+                        for kind, uri in zip(kinds, cell_uris)
+                    ],
+                ),
+                cell_text_documents=[
+                    types.TextDocumentItem(
+                        uri=uri,
+                        language_id=(
+                            "markdown" if kind == types.NotebookCellKind.Markup else "python"
+                        ),
+                        version=1,
+                        text=text,
+                    )
+                    for uri, kind, text in zip(cell_uris, kinds, texts)
+                ],
+            )
+        )
+        published = {}
+        while len(published) < 3:
+            params = await asyncio.wait_for(lsp.published.get(), timeout=60)
+            published[params.uri] = list(params.diagnostics)
+        assert published[cell_uris[0]] == [] and published[cell_uris[1]] == []
+        [diagnostic] = published[cell_uris[2]]
+        # The third cell's own line 2 (0-based 1), after its 🚀: UTF-16 units.
+        assert diagnostic.code == "AMP201"
+        assert diagnostic.range.start == types.Position(line=1, character=23)
+        await lsp.stop()
+
+    asyncio.run(session())
