@@ -279,6 +279,14 @@ def find_config(start: Path) -> Path | None:
     return None
 
 
+def config_in(directory: Path) -> Path | None:
+    """The configuration in `directory` itself (resolved), as find_config
+    looks for it there; None without one."""
+    if not any(os.path.lexists(directory / name) for name in CONFIG_NAMES):
+        return None  # most directories: not worth finding the repository above
+    return _config_in(directory, within=repository_top(directory))
+
+
 def user_config() -> Path | None:
     """The user's own configuration, used where no project has one (ruff's
     user-level ruff.toml): the first of CONFIG_NAMES in

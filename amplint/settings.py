@@ -13,6 +13,7 @@ from typing import Sequence
 from amplint.config import (
     ConfigError,
     Settings,
+    config_in,
     find_config,
     load_settings as _load_configuration,
     parse_device_type,
@@ -147,24 +148,60 @@ class FileSettings:
 
     def __init__(self, run: Settings) -> None:
         self.run = run
+        # By directory as the paths name it, then resolved: a run asks for
+        # every file, and resolving each path costs a stat per component.
         self._by_directory: dict[Path, Settings] = {}
+        self._closest: dict[Path, Path | None] = {}  # resolved directory -> its configuration
+        self._resolved_directories: dict[Path, Path] = {}
         self._by_configuration: dict[Path | None, Settings] = {run.config_file: run}
 
     def __call__(self, path: Path) -> Settings:
         """Raises ConfigError for a configuration that does not load."""
         if not self.run.closest_configuration:
             return self.run
-        directory = real_path(path).parent
-        found = self._by_directory.get(directory)
+        found = self._by_directory.get(path.parent)
         if found is None:
-            configuration = find_config(directory)
+            # The directory the path names: a linked file takes its link's
+            # configuration, as every file found beside it does.
+            configuration = self._closest_configuration(self._resolved(path.parent))
             if configuration is None:  # nothing above it: the run's (defaults, the user's)
                 found = self.run
             else:
                 found = self._by_configuration.get(configuration)
                 if found is None:
                     options = dict(self.run.command_options)
-                    found = load_settings([directory], **options)
+                    found = load_settings([configuration.parent], **options)
                     self._by_configuration[configuration] = found
-            self._by_directory[directory] = found
+            self._by_directory[path.parent] = found
+        return found
+
+    def _resolved(self, directory: Path) -> Path:
+        """`directory` with its links followed, from its parent's resolution:
+        one lstat a directory, where resolving each anew stats every component."""
+        absolute = Path(os.path.abspath(directory))
+        known = self._resolved_directories.get(absolute)
+        if known is None:
+            parent = absolute.parent
+            if parent == absolute or os.path.islink(absolute):
+                known = real_path(absolute)
+            else:
+                known = self._resolved(parent) / absolute.name
+            self._resolved_directories[absolute] = known
+        return known
+
+    def _closest_configuration(self, directory: Path) -> Path | None:
+        """find_config(directory), each directory on the way up looked at once
+        for the whole run."""
+        on_the_way: list[Path] = []
+        found: Path | None = None
+        for candidate in (directory, *directory.parents):
+            if candidate in self._closest:
+                found = self._closest[candidate]
+                break
+            on_the_way.append(candidate)
+            found = config_in(candidate)
+            if found is not None:
+                break
+        for candidate in on_the_way:
+            self._closest[candidate] = found
         return found

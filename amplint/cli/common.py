@@ -8,7 +8,7 @@ from typing import Iterable
 
 import click
 
-from amplint.api import load_settings
+from amplint.settings import load_settings  # amplint.api's, without its records
 from amplint.cache import CACHE_DIR_NAME, ResultCache
 from amplint.config import DTYPES, ConfigError, Settings
 from amplint.diagnostics import FileReport

@@ -12,13 +12,15 @@ import re
 from collections import Counter
 from itertools import groupby
 from pathlib import Path
-from xml.etree import ElementTree
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from amplint import __version__
 from amplint.catalog import RuleDoc, load_catalog
 from amplint.report import Finding, location, printable
 from amplint.report.text import rule_name
+
+if TYPE_CHECKING:
+    from xml.etree.ElementTree import Element
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 
@@ -220,6 +222,8 @@ def junit_document(findings: Iterable[Finding], errors: Iterable[tuple[Path, str
     finding (named `amplint.CODE`, its class the file's path without suffix);
     a file that could not be analysed is a test case in error.  A run with
     neither is one passing case, so that a report viewer shows a run."""
+    from xml.etree import ElementTree  # for this format only
+
     findings = sorted(findings, key=lambda finding: str(finding.path))  # stable: positions kept
     errors = [(path, _xml_text(message)) for path, message in errors]
     suites = ElementTree.Element(
@@ -270,8 +274,10 @@ def _xml_text(text: str) -> str:
 
 
 def _junit_suite(
-    suites: ElementTree.Element, name: str, tests: int, failures: int = 0, errors: int = 0
-) -> ElementTree.Element:
+    suites: Element, name: str, tests: int, failures: int = 0, errors: int = 0
+) -> Element:
+    from xml.etree import ElementTree
+
     return ElementTree.SubElement(
         suites,
         "testsuite",
