@@ -322,9 +322,12 @@ def _analyse(work: Iterable[_Work], jobs: int) -> Iterator[tuple[_Work, FileRepo
         yield from _in_pool(items, min(jobs, len(items)))
         return
 
-    # Each file's own alarm stops Python code at file-time-limit; the watchdog,
-    # a little later, stops native code (libcst's parser) that the alarm cannot.
-    deadline = first.settings.file_time_limit * 1.1 + WATCHDOG_GRACE_S
+    # Each file's own alarm stops Python code at its file-time-limit; the
+    # watchdog, a little later, stops native code (libcst's parser) that the
+    # alarm cannot.  The limit is the file's: a closer configuration may set it.
+    def deadline(item: _Work) -> float:
+        return item.settings.file_time_limit * 1.1 + WATCHDOG_GRACE_S
+
     drawn: list[_Work] = []  # a result names its item by the order it was drawn in
 
     def recorded(items: Iterator[_Work]) -> Iterator[_Work]:

@@ -7,7 +7,7 @@ first are analysed; a job goes to its worker down a pipe and the result comes
 back up another.  A worker is forked when a job waits and none is free, up to
 `count`.  The run watches every worker: one that dies (libcst's native parser
 overflowing its stack, the OOM killer) costs only the job it was on, and one
-still on a job past `deadline` seconds is killed, which the analysis's own
+still on a job past its deadline (each job's own) is killed, which the analysis's own
 alarm cannot do while native code runs.  A new worker takes over from either.
 
 The first worker may be forked before the run exists (start_early_worker, as
@@ -52,6 +52,7 @@ class _Worker:
     results: int  # and reads results here
     job: int | None = None
     started: float = 0.0
+    due: float | None = None  # when the job it is on is overdue
 
 
 class Workers(Generic[Job, Result]):
@@ -62,12 +63,13 @@ class Workers(Generic[Job, Result]):
         jobs: Iterable[Job],
         analyse: Callable[[Job], Result],
         count: int,
-        deadline: float | None,
+        deadline: Callable[[Job], float] | None,
         *,
         before_fork: Callable[[], None] | None = None,
     ) -> None:
-        """`before_fork`, called before this run forks its first worker, loads
-        what they all need (an early worker loaded it itself)."""
+        """`deadline` says how many seconds a job may run (its file's own
+        limit); `before_fork`, called before this run forks its first worker,
+        loads what they all need (an early worker loaded it itself)."""
         self._source = iter(jobs)
         self._before_fork = before_fork
         self._more = True  # whether `_source` may hold more
@@ -136,6 +138,7 @@ class Workers(Generic[Job, Result]):
             return
         worker.job, job = self._pending.popleft()
         worker.started = time.monotonic()
+        worker.due = None if self._deadline is None else worker.started + self._deadline(job)
         data = pickle.dumps(job, protocol=pickle.HIGHEST_PROTOCOL)
         try:
             _write_all(worker.jobs, len(data).to_bytes(_LENGTH_BYTES, "little") + data)
@@ -154,37 +157,27 @@ class Workers(Generic[Job, Result]):
         yield job, pickle.loads(data)
         self._give_next(worker)
 
+    def _busy(self) -> list[_Worker]:
+        """The workers on a job that has a deadline."""
+        return [w for w in self._workers.values() if w.job is not None and w.due is not None]
+
     def _time_left(self) -> float | None:
-        if self._deadline is None:
-            return None
-        started = [worker.started for worker in self._workers.values() if worker.job is not None]
-        if not started:
-            return None
-        return max(0.0, min(started) + self._deadline - time.monotonic())
+        dues = [worker.due for worker in self._busy()]
+        return max(0.0, min(dues) - time.monotonic()) if dues else None
 
     def _stop_overdue(self) -> Iterator[tuple[int, Result | Lost]]:
-        if self._deadline is None:
-            return
         now = time.monotonic()
-        for worker in list(self._workers.values()):
-            if worker.job is not None and now - worker.started >= self._deadline:
-                job = worker.job
+        for worker in self._busy():
+            if now >= worker.due:
+                job, allowed = worker.job, worker.due - worker.started
                 self._end(worker, kill=True)
-                yield job, Lost(f"took longer than {self._deadline:g} s", overdue=True)
+                yield job, Lost(f"took longer than {allowed:g} s", overdue=True)
 
     def _end(self, worker: _Worker, kill: bool) -> int:
-        """Close `worker`'s pipes (so it exits, if it is reading) and reap it."""
-        if kill:
-            try:
-                os.kill(worker.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        """Stop watching `worker` and reap it (see _reap)."""
         self._selector.unregister(worker.results)
         del self._workers[worker.results]
-        os.close(worker.jobs)
-        os.close(worker.results)
-        _, status = os.waitpid(worker.pid, 0)
-        return status
+        return _reap(worker, kill)
 
 
 # The worker forked as the command started, until a run takes it.
@@ -205,10 +198,21 @@ def release_early_worker() -> None:
     global _early
     if _early is not None:
         worker, _early = _early, None
-        os.kill(worker.pid, signal.SIGKILL)
-        os.close(worker.jobs)
-        os.close(worker.results)
-        os.waitpid(worker.pid, 0)
+        _reap(worker, kill=True)
+
+
+def _reap(worker: _Worker, kill: bool) -> int:
+    """Close `worker`'s pipes (so it exits, if it is reading), killing it
+    first where asked, and wait for it: its exit status."""
+    if kill:
+        try:
+            os.kill(worker.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    os.close(worker.jobs)
+    os.close(worker.results)
+    _, status = os.waitpid(worker.pid, 0)
+    return status
 
 
 def _take_early_worker() -> _Worker | None:

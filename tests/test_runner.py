@@ -402,3 +402,20 @@ def test_a_job_is_analysed_while_the_next_is_still_being_found(tmp_path: Path) -
 
     results = dict(runner.Workers(jobs(), analyse, 1, deadline=None).results())
     assert results == {0: "FIRST", 1: "SECOND"}
+
+
+@pytest.mark.skipif(not runner.ISOLATED, reason="workers are forked")
+def test_each_job_is_stopped_at_its_own_deadline() -> None:
+    # A closer configuration may give its files a longer file-time-limit than
+    # the run's: the watchdog asks each job for its own.
+    def analyse(seconds: float) -> float:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})  # as native code would
+        time.sleep(seconds)
+        return seconds
+
+    limits = {0.2: 0.05, 0.3: 30.0}  # how long it runs -> how long it may
+    workers = runner.Workers([0.2, 0.3], analyse, 2, deadline=lambda seconds: limits[seconds])
+    results = dict(workers.results())
+    assert isinstance(results[0], runner.Lost) and results[0].overdue
+    assert results[0].why == "took longer than 0.05 s"
+    assert results[1] == 0.3
