@@ -273,7 +273,7 @@ def find_config(start: Path) -> Path | None:
     start = start.resolve()
     directory = start if start.is_dir() else start.parent
     for candidate in [directory, *directory.parents]:
-        config = _config_in(candidate, within=repository_top(candidate))
+        config = config_in(candidate)
         if config is not None:
             return config
     return None

@@ -116,17 +116,22 @@ def _lint_module(
     rules: Sequence[Rule],
     settings: Settings,
     codes: frozenset[str],
+    clues: SourceClues,
 ) -> list[Diagnostic]:
     diagnostics = [d for rule in rules for d in _checked(rule, facts, settings)]
-    return _as_reported(text, _with_unused_noqa(facts, diagnostics, codes, settings))
+    return _as_reported(text, _with_unused_noqa(facts, diagnostics, codes, clues, settings))
 
 
 def _with_unused_noqa(
-    facts: ModuleFacts, diagnostics: list[Diagnostic], codes: frozenset[str], settings: Settings
+    facts: ModuleFacts,
+    diagnostics: list[Diagnostic],
+    codes: frozenset[str],
+    clues: SourceClues,
+    settings: Settings,
 ) -> list[Diagnostic]:
     """The rules' findings, and AMP901's on them where it is asked for (it
     judges the `# noqa` comments by what they silence, so before they do)."""
-    if UNUSED_NOQA not in codes or "noqa" not in facts.text.lower():
+    if not _checks_noqa(codes, clues):
         return diagnostics
     from amplint.unused_noqa import unused_noqa  # opt-in: loaded when asked for
 
@@ -200,7 +205,7 @@ def _lint(
     if isinstance(module, list):
         return module, None
     facts = ModuleFacts(module, text, project)
-    return _lint_module(facts, text, rules, settings, codes), facts
+    return _lint_module(facts, text, rules, settings, codes, clues), facts
 
 
 def lint_with_previews(
@@ -380,7 +385,7 @@ class _Analyses:
             if rule not in by_rule:
                 by_rule[rule] = _checked(rule, facts, self.settings)
         found = [d for rule in rules for d in by_rule[rule]]
-        return _as_reported(text, _with_unused_noqa(facts, found, frozenset(codes), self.settings))
+        return _as_reported(text, _with_unused_noqa(facts, found, codes, clues, self.settings))
 
 
 class _FixRounds:
