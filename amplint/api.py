@@ -23,13 +23,12 @@ configuration here (`load_settings`); `amplint server` is built on all of it.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
 from amplint.config import ConfigError, Settings
-from amplint.diagnostics import Applicability, Diagnostic, FileReport, Span
+from amplint.diagnostics import LINE_BREAK, Applicability, Diagnostic, FileReport, Span
 from amplint.files import NOTEBOOK_SUFFIX, SourceError, SourceFile, source_from_bytes
 from amplint.settings import FileSettings, load_settings
 
@@ -191,12 +190,8 @@ def edits_between(before: str, after: str) -> tuple[TextEdit, ...]:
     return (TextEdit(replaced, after[start : len(after) - end]),)
 
 
-# Where Python's tokenizer, and so libcst's positions, end a line.
-_LINE_END = re.compile(r"\r\n|\r|\n")
-
-
 def _line_starts(text: str) -> list[int]:
-    return [0, *(match.end() for match in _LINE_END.finditer(text))]
+    return [0, *(match.end() for match in LINE_BREAK.finditer(text))]
 
 
 def _location(text: str, offset: int) -> Location:

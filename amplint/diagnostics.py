@@ -5,6 +5,7 @@ and the CLI read these where libcst is never imported."""
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
@@ -18,6 +19,11 @@ if TYPE_CHECKING:
 
 __all__ = ["SYNTAX_ERROR", "Applicability", "Span", "Edit", "ModulePass", "Fix", "Diagnostic"]
 __all__ += ["FileReport", "is_applicable"]
+
+
+# Where Python's tokenizer, and so libcst and a Span, end a line (not
+# str.splitlines, which also breaks at form feeds and other separators).
+LINE_BREAK = re.compile(r"\r\n|\r|\n")
 
 
 class Applicability(str, enum.Enum):

@@ -14,7 +14,7 @@ import tokenize
 import warnings
 from dataclasses import dataclass
 
-from amplint.diagnostics import Diagnostic
+from amplint.diagnostics import LINE_BREAK as _LINE_BREAK, Diagnostic
 
 _NOQA = re.compile(
     r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:\s*,?\s*[A-Z]+[0-9]+)*))?", re.IGNORECASE
@@ -27,7 +27,6 @@ _FILE_NOQA = re.compile(
     r"(?:[ \t]*:[ \t]*(?P<codes>[A-Z]+[0-9]+(?:[ \t]*,?[ \t]*[A-Z]+[0-9]+)*))?[ \t]*\r?$",
     re.IGNORECASE | re.MULTILINE,
 )
-_LINE_BREAK = re.compile(r"\r\n|\r|\n")
 _LINE_PIECES = re.compile(f"({_LINE_BREAK.pattern})")  # split keeping each line's ending
 
 

@@ -41,20 +41,23 @@ MAX_PROJECT_FILES = 20_000
 # framework stops here).
 MAX_PROGRAM_MODULES = 2_000
 T = TypeVar("T")
+
+
 # One pattern a spelling, each starting with its word: CPython's re looks for
 # a literal prefix first, where a leading `\b` or alternation makes it try
 # every position (these read every module of the project: ten times slower).
+def _word_then(word: str, then: str) -> re.Pattern[str]:
+    """`word` (not the end of a longer name), then the pattern `then`."""
+    return re.compile(rf"{word}(?<!\w{word}){then}")
+
+
 _FSDP_WRAPS = [
-    re.compile(rf"{wrapper}(?<!\w{wrapper})\s*\(")
-    for wrapper in ("FullyShardedDataParallel", "FSDP", "fully_shard")
+    _word_then(wrapper, r"\s*\(") for wrapper in ("FullyShardedDataParallel", "FSDP", "fully_shard")
 ]
 _FSDP_MIXED_PRECISION = [
-    re.compile(rf"{spelled}(?<!\w{spelled})\s*{then}")
-    for spelled, then in (
-        ("MixedPrecision", r"(?:Policy)?\s*\("),
-        ("mixed_precision", "="),
-        ("mp_policy", "="),
-    )
+    _word_then("MixedPrecision", r"\s*(?:Policy)?\s*\("),
+    _word_then("mixed_precision", r"\s*="),
+    _word_then("mp_policy", r"\s*="),
 ]
 
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Iterable
 
 from amplint import __version__
 from amplint.catalog import RuleDoc, load_catalog
+from amplint.diagnostics import LINE_BREAK
 from amplint.report import Finding, location, printable
 from amplint.report.text import rule_name
 
@@ -207,7 +208,7 @@ def rdjson_document(findings: Iterable[Finding]) -> str:
 
 def _source_lines(finding: Finding) -> list[str]:
     text = finding.source.text if finding.source is not None else ""
-    return re.split(r"\r\n|\r|\n", text)
+    return LINE_BREAK.split(text)
 
 
 def _utf8_column(lines: list[str], line: int, column: int) -> int:
