@@ -66,8 +66,8 @@ class AmplintServer(LanguageServer):
         waiting = self._waiting.pop(uri, None)
         if waiting is not None:
             waiting.cancel()
-        self.findings.pop(uri, None)
         for published in cells or [uri]:
+            self.findings.pop(published, None)
             self.text_document_publish_diagnostics(
                 types.PublishDiagnosticsParams(uri=published, diagnostics=[])
             )
@@ -118,7 +118,9 @@ class AmplintServer(LanguageServer):
             return
         del self._waiting[notebook.uri]
         for number, cell in enumerate(cells, 1):
-            diagnostics = [_diagnostic(cell, f) for f in found if f.cell == number]
+            in_cell = [f for f in found if f.cell == number]
+            self.findings[cell.uri] = (cell.source, in_cell)  # each cell's quick fixes
+            diagnostics = [_diagnostic(cell, f) for f in in_cell]
             self.text_document_publish_diagnostics(
                 types.PublishDiagnosticsParams(
                     uri=cell.uri, diagnostics=diagnostics, version=cell.version
@@ -227,7 +229,9 @@ async def code_action(
         actions += [
             _quick_fix(document, finding)
             for finding in analysed[1]
-            if finding.fix is not None and _overlaps(document, finding.range, params.range)
+            if finding.fix is not None
+            and finding.fix.edits
+            and _overlaps(document, finding.range, params.range)
         ]
     # Only where asked (a source-action menu, a fix-all on save): it runs
     # every fix and their self-check, too much for each move of the cursor.

@@ -429,3 +429,11 @@ def writable_target(path: Path, named: Sequence[Path], through_links: bool = Fal
             "(--write-through-links writes it)"
         )
     return real
+
+
+def os_reason(error: Exception) -> str:
+    """Why a write failed, in one line: "No space left on device", not the
+    errno and the temporary file's name."""
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror
+    return str(error)

@@ -600,7 +600,7 @@ def test_ctrl_c_exits_130(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> No
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("amplint.cli.common.run", interrupted)
+    monkeypatch.setattr("amplint.runner.run", interrupted)
     (tmp_path / "good.py").write_text(GOOD)
     result = run_cli("check", tmp_path)
     assert result.exit_code == 130 and result.stderr == "Aborted!\n"

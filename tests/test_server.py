@@ -211,6 +211,9 @@ def test_the_readme_api_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyP
     namespace: dict = {}
     exec(compile(example, "README.md", "exec"), namespace)
     assert [f.code for f in namespace["fixed"].fixed] == ["AMP201"]
+    assert [result.path for result in namespace["run"].files] == [Path("src/train.py")]
+    assert [f.code for f in namespace["written"].files[0].fixed] == ["AMP201"]
+    assert "torch.amp.GradScaler(" in (tmp_path / "src" / "train.py").read_text()
 
 
 def test_without_pygls_the_server_says_what_to_install() -> None:
@@ -286,6 +289,14 @@ def test_the_cells_of_a_notebook_get_their_own_findings(tmp_path: Path) -> None:
         # The third cell's own line 2 (0-based 1), after its 🚀: UTF-16 units.
         assert diagnostic.code == "AMP201"
         assert diagnostic.range.start == types.Position(line=1, character=23)
+        # Its quick fix edits that cell, as `fix` rewrites it in the notebook.
+        [quick_fix] = await lsp.actions(cell_uris[2], [diagnostic])
+        assert quick_fix.is_preferred and list(quick_fix.edit.changes) == [cell_uris[2]]
+        fixed_cell = _applied(texts[2], quick_fix.edit.changes[cell_uris[2]])
+        assert "torch.amp.GradScaler(" in fixed_cell and "🚀" in fixed_cell
+        assert fixed_cell.replace('torch.amp.GradScaler("cuda")', "X") == texts[2].replace(
+            "torch.cuda.amp.GradScaler()", "X"
+        )
         await lsp.stop()
 
     asyncio.run(session())

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from amplint import noqa
+from amplint import api, noqa
 from amplint.cli.common import (
     EXIT_CLEAN,
     EXIT_ERROR,
@@ -16,16 +16,14 @@ from amplint.cli.common import (
     MACHINE_FORMATS,
     STDIN,
     Output,
+    check_run,
     config_paths,
-    findings_of,
     machine_report,
     noun,
-    os_reason,
     output_format_option,
     pop_run_options,
     reads_stdin,
     row_lines,
-    run_paths,
     say_error,
     say_warning,
     settings_for,
@@ -40,16 +38,16 @@ from amplint.cli.common import (
 from amplint.cli.fix import Done, carry_out, fix_stdin, fixed_diff
 from amplint.config import ConfigError, Settings
 from amplint.files import Discovered, SourceError, discover
-from amplint.report import Finding, printable
+from amplint.report import Finding, findings_in, printable
 from amplint.report.text import (
     applied_lines,
     statistics,
     statistics_rows,
     summary,
 )
-from amplint.runner import Mode, excluded_by_its_configuration, run_source
+from amplint.runner import excluded_by_its_configuration
 from amplint.settings import FileSettings
-from amplint.writes import write_source_atomic
+from amplint.writes import os_reason, write_source_atomic
 
 
 @click.command()
@@ -151,19 +149,19 @@ def check(
             _report_fixed_only(fixed, show_fixes, exit_non_zero_on_fix, output)  # exits
         errors, findings = fixed.errors, fixed.remaining
     else:
-        previews = output_format == "full" and not statistics
+        edits = output_format == "full" and not statistics  # `full` shows each fix's diff
         if from_stdin:
             source = stdin_source(stdin_filename, sys.stdin.buffer.read())
-            reports = [run_source(source, settings, Mode(False, False, previews))]
+            results = [api.check_file(source, settings, edits=edits)]
         else:
-            reports = run_paths(paths, settings, run_options, previews=previews)
-        errors = [(report.path, report.error) for report in reports if report.error is not None]
+            results = check_run(paths, settings, run_options, edits=edits)
+        errors = [(result.path, result.error) for result in results if result.error is not None]
         for path, message in errors:
             say_error(f"{path}: {message}")
-        findings = findings_of(reports)
+        findings = findings_in(results)
     if fixed is not None and show_fixes and output_format not in MACHINE_FORMATS:
-        for report in fixed.changed:
-            output.report_lines(applied_lines(report.path, report.applied))
+        for changed in fixed.changed:
+            output.report_lines(applied_lines(changed.path, changed.fixed))
     if statistics:
         _report_statistics(findings, output_format, output)
     elif output_format in MACHINE_FORMATS:
@@ -197,8 +195,8 @@ def _report_fixed_only(
     exit 0 unless a file could not be checked (or --exit-non-zero-on-fix and
     something was fixed)."""
     if show_fixes:
-        for report in done.changed:
-            output.report_lines(applied_lines(report.path, report.applied))
+        for changed in done.changed:
+            output.report_lines(applied_lines(changed.path, changed.fixed))
     output.summary(f"Fixed {done.fixed} {noun(done.fixed)}.")
     if done.errors:
         sys.exit(EXIT_ERROR)
@@ -214,8 +212,8 @@ def _diff(
         say_error("--diff reads files; for standard input use `amplint fix -`")
         sys.exit(EXIT_ERROR)
     done = carry_out(paths, settings, run_options, write=False, unsafe=unsafe)
-    for report in done.changed:
-        output.report(fixed_diff(report), nl=False)
+    for changed in done.changed:
+        output.report(fixed_diff(changed), nl=False)
     files = "file" if len(done.changed) == 1 else "files"
     output.summary(
         f"Would fix {done.fixed} {noun(done.fixed)} in {len(done.changed)} {files}.", err=True
@@ -232,34 +230,34 @@ def _add_noqa(paths: tuple[Path, ...], settings: Settings, run_options: dict, ou
         say_error("--add-noqa writes files; it cannot take standard input")
         sys.exit(EXIT_ERROR)
     errors, directives, files = 0, 0, 0
-    for report in run_paths(paths, settings, run_options):
-        if report.error is not None:
-            say_error(f"{report.path}: {report.error}")
+    for result in check_run(paths, settings, run_options):
+        if result.error is not None:
+            say_error(f"{result.path}: {result.error}")
             errors += 1
-        if not report.diagnostics or report.source is None:
+        if not result.findings or result.source is None:
             continue
-        if report.source.notebook is not None:
-            say_warning(f"{report.path}: --add-noqa does not write into notebooks")
+        if result.source.notebook is not None:
+            say_warning(f"{result.path}: --add-noqa does not write into notebooks")
             continue
         codes_by_line: dict[int, set[str]] = {}
-        for diagnostic in report.diagnostics:
-            codes_by_line.setdefault(diagnostic.span.line, set()).add(diagnostic.code)
-        added = noqa.add_noqa(report.source.text, codes_by_line)
+        for finding in result.findings:
+            codes_by_line.setdefault(finding.range.start.line, set()).add(finding.code)
+        added = noqa.add_noqa(result.source.text, codes_by_line)
         for line in added.skipped:
             say_warning(
-                f"{report.path}:{line}: no room for a `# noqa` there "
+                f"{result.path}:{line}: no room for a `# noqa` there "
                 "(the line ends inside a string or with a `\\`)"
             )
         if not added.directives:
             continue
         if not noqa.parses(added.text):  # never write a file that does not parse
-            say_error(f"{report.path}: adding `# noqa` comments would break it; not written")
+            say_error(f"{result.path}: adding `# noqa` comments would break it; not written")
             errors += 1
             continue
         try:
-            write_source_atomic(report.source, added.text)
+            write_source_atomic(result.source, added.text)
         except (SourceError, OSError) as error:
-            say_error(f"{report.path}: cannot write: {os_reason(error)}")
+            say_error(f"{result.path}: cannot write: {os_reason(error)}")
             errors += 1
             continue
         directives, files = directives + added.directives, files + 1

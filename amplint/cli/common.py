@@ -8,11 +8,10 @@ from typing import Iterable
 
 import click
 
-from amplint.settings import load_settings  # amplint.api's, without its records
-from amplint.cache import CACHE_DIR_NAME, ResultCache
+from amplint import api
+from amplint.cache import CACHE_DIR_NAME
 from amplint.config import DTYPES, ConfigError, Settings
-from amplint.diagnostics import FileReport
-from amplint.files import SourceError, SourceFile, skipped_unread, source_from_bytes
+from amplint.files import SourceError, SourceFile, source_from_bytes
 from amplint.report import Finding, printable
 from amplint.report.machine import (
     azure_lines,
@@ -26,10 +25,8 @@ from amplint.report.machine import (
     sarif_document,
 )
 from amplint.report.text import concise, full
-from amplint.runner import default_jobs, run
 from amplint.terminal import COLOR_CHOICES, ProgressBar, choose_color, color
 from amplint.triggers import ALL_CODES
-from amplint.writes import complete_journal, journal_directories, journals_in
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report a process Ctrl-C ended
@@ -48,14 +45,6 @@ def say_error(message: str) -> None:
 
 def say_warning(message: str) -> None:
     click.echo(f"amplint: warning: {printable(message)}", err=True)
-
-
-def os_reason(error: Exception) -> str:
-    """Why a write failed, in one line: "No space left on device", not the
-    errno and the temporary file's name."""
-    if isinstance(error, OSError) and error.strerror:
-        return error.strerror
-    return str(error)
 
 
 def unsafe_option(help: str):
@@ -84,7 +73,7 @@ def pop_run_options(options: dict) -> dict:
 def settings_for(paths: tuple[Path, ...], options: dict) -> Settings:
     """The run's settings; a configuration error ends the run with exit code 2."""
     try:
-        return load_settings(paths, **options)
+        return api.load_settings(paths, **options)
     except ConfigError as error:
         say_error(str(error))
         sys.exit(EXIT_ERROR)
@@ -142,79 +131,42 @@ def settings_lines(settings: Settings, for_file: Path | None = None) -> list[str
     ]
 
 
-def run_paths(
-    paths: tuple[Path, ...], settings: Settings, options: dict, writes: bool = False, **mode
-) -> list[FileReport]:
-    jobs, no_cache, cache_dir = options["jobs"], options["no_cache"], options["cache_dir"]
+def check_run(
+    paths: tuple[Path, ...], settings: Settings, options: dict, *, edits: bool = False
+) -> list[api.FileResult]:
+    """The API's run of `check` over `paths`, its warnings said."""
+    progress = ProgressBar()
+    try:
+        run = api.check_paths(paths, settings, edits=edits, progress=progress, **_how(options))
+    finally:
+        progress.close()
+    for warning in run.warnings:
+        say_warning(warning)
+    return list(run.files)
+
+
+def fix_run(
+    paths: tuple[Path, ...], settings: Settings, options: dict, **how_to_fix
+) -> list[api.FixedFile]:
+    """The API's run of `fix` over `paths`, its warnings said."""
+    progress = ProgressBar()
+    try:
+        run = api.fix_paths(paths, settings, progress=progress, **how_to_fix, **_how(options))
+    finally:
+        progress.close()
+    for warning in run.warnings:
+        say_warning(warning)
+    return list(run.files)
+
+
+def _how(options: dict) -> dict:
+    """The run options (--jobs, the cache, --force-exclude) as the API takes them."""
+    jobs = options["jobs"]
     if jobs is not None and jobs < 1:
         say_error(f"--jobs must be at least 1, not {jobs}")
         sys.exit(EXIT_ERROR)
-    cache = None
-    if not no_cache:
-        cache = ResultCache(cache_dir or settings.root / CACHE_DIR_NAME)
-    progress = ProgressBar()
-    _interrupted_changes(paths, writes)
-    stale: list[Path] = []
-    try:
-        reports = run(
-            paths or (Path("."),),
-            settings,
-            jobs=jobs or default_jobs(),
-            cache=cache,
-            progress=progress,
-            force_exclude=options["force_exclude"],
-            stale=stale,
-            **mode,
-        )
-    finally:
-        progress.close()
-    # Deleted only by the journal that recorded it, which a run that writes
-    # finished before reading anything: what is still here, no journal named.
-    for path in stale:
-        if writes:
-            say_warning(
-                f"{path}: named as amplint's temporary files, but no interrupted "
-                "`amplint fix` recorded it; left alone"
-            )
-        else:
-            say_warning(
-                f"{path}: named as the temporary files of an interrupted `amplint fix "
-                "--apply`; the next `fix --apply` of these paths removes it if that run "
-                "recorded it"
-            )
-    # As ruff does: a directory that held nothing to check is worth a word
-    # (a typo, or everything excluded), not a silent "All checks passed".
-    for path in paths or (Path("."),):
-        if path.is_dir() and not any(
-            report.path == path or path in report.path.parents for report in reports
-        ):
-            say_warning(f"{path}: no Python file or notebook to check here")
-    for path, why in sorted(skipped_unread.items()):
-        say_warning(f"{path}: not read ({why})")
-    skipped_unread.clear()
-    if cache is not None and cache.write_error is not None:
-        say_warning(f"{cache.write_error}; --no-cache skips it")
-    # Shown by path, as ruff shows them, whatever order the paths were named in.
-    return sorted(reports, key=lambda report: report.path.as_posix())
-
-
-def _interrupted_changes(paths: tuple[Path, ...], writes: bool) -> None:
-    """A multi-file change a killed `fix --apply` left half renamed: a run that
-    writes finishes it before reading anything, a read-only one says so."""
-    directories = journal_directories(paths)
-    for directory in directories:
-        for journal in journals_in(directory):
-            if not writes:
-                say_warning(
-                    f"{journal}: an interrupted `amplint fix --apply` left a change half "
-                    "written; the next `fix --apply` of these paths finishes it"
-                )
-                continue
-            problems = complete_journal(journal, directories)
-            for problem in problems:
-                say_warning(problem)
-            if not journal.exists():
-                say_warning(f"{journal}: finished the change an interrupted `amplint fix` began")
+    cache = False if options["no_cache"] else options["cache_dir"] or True
+    return {"jobs": jobs, "cache": cache, "force_exclude": options["force_exclude"]}
 
 
 def stdin_source(stdin_filename: Path | None, raw: bytes) -> SourceFile:
@@ -476,11 +428,3 @@ def machine_report(
 def row_lines(findings: list[Finding], output_format: str) -> list[str]:
     """The findings as rows for a reader, in `concise` (`text`) or `full` form."""
     return full(findings) if output_format == "full" else concise(findings)
-
-
-def findings_of(reports: list[FileReport]) -> list[Finding]:
-    return [
-        Finding(report.path, diagnostic, report.source, report.previews.get(diagnostic))
-        for report in reports
-        for diagnostic in report.diagnostics
-    ]

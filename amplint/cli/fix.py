@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import click
 
+from amplint import api
 from amplint.cli import common
 from amplint.cli.common import (
     EXIT_CLEAN,
@@ -18,12 +19,11 @@ from amplint.cli.common import (
     config_paths,
     machine_report,
     noun,
-    os_reason,
     output_format_option,
     pop_run_options,
     reads_stdin,
     row_lines,
-    run_paths,
+    fix_run,
     say_error,
     settings_for,
     stdin_source,
@@ -34,8 +34,6 @@ from amplint.cli.common import (
     with_selection,
 )
 from amplint.config import Settings
-from amplint.diagnostics import FileReport
-from amplint.files import SourceError, real_path
 from amplint.report import Finding
 from amplint.report.text import (
     applied_lines,
@@ -43,9 +41,7 @@ from amplint.report.text import (
     text_row,
     unified_diff,
 )
-from amplint.runner import Mode, run_source
 from amplint.terminal import color
-from amplint.writes import Change, PreparedWrite, journal_directories, writable_target
 
 
 @click.command()
@@ -88,13 +84,13 @@ def fix(
         write_through_links=write_through_links,
     )
     document = output_format in MACHINE_FORMATS
-    for report in done.changed:
+    for changed in done.changed:
         if document:
             continue
         if apply_:
-            output.report_lines(applied_lines(report.path, report.applied))
+            output.report_lines(applied_lines(changed.path, changed.fixed))
         else:
-            output.report(fixed_diff(report), nl=False)
+            output.report(fixed_diff(changed), nl=False)
     if document:
         output.report(machine_report(done.remaining, done.errors, output_format))
     elif apply_:
@@ -129,18 +125,18 @@ def fix(
 class Done:
     """What one run of the fixes did, for a command to tell."""
 
-    changed: list[FileReport] = field(default_factory=list)  # written, or to be
+    changed: list[api.FixedFile] = field(default_factory=list)  # written, or to be
     remaining: list[Finding] = field(default_factory=list)
     errors: list[tuple[Path, str]] = field(default_factory=list)
 
     @property
     def fixed(self) -> int:
-        return sum(len(report.applied) for report in self.changed)
+        return sum(len(changed.fixed) for changed in self.changed)
 
 
-def fixed_diff(report: FileReport) -> str:
-    """The change a fix made to `report`'s file, as a (coloured) unified diff."""
-    return styled_diff(unified_diff(report.path, report.source.text, report.fixed_text))
+def fixed_diff(changed: api.FixedFile) -> str:
+    """The change a fix made to a file, as a (coloured) unified diff."""
+    return styled_diff(unified_diff(changed.path, changed.source.text, changed.fixed_text))
 
 
 def carry_out(
@@ -152,74 +148,25 @@ def carry_out(
     unsafe: bool,
     write_through_links: bool = False,
 ) -> Done:
-    """Fix the files under `paths`, writing them when `write`; each error is
-    said on stderr as it comes."""
+    """Fix the files under `paths` with the API, writing them when `write`;
+    each error is said on stderr."""
     done = Done()
-    reports = run_paths(paths, settings, run_options, writes=write, fixing=True, unsafe=unsafe)
-    change = Change(journal_directories(paths)[0])
-    prepared: list[tuple[FileReport, PreparedWrite]] = []
-    for report in reports:
-        if report.error is not None:
-            say_error(f"{report.path}: {report.error}")
-            done.errors.append((report.path, report.error))
-        done.remaining += [Finding(report.path, d, report.source) for d in report.diagnostics]
-        if report.fixed_text is None:
-            continue
-        if not write:
-            done.changed.append(report)
-            continue
-        try:
-            target = writable_target(report.path, paths or (Path("."),), write_through_links)
-            prepared.append(
-                (report, change.prepare(replace(report.source, path=target), report.fixed_text))
-            )
-        except (SourceError, OSError) as error:
-            _not_written(done, report, f"cannot write: {os_reason(error)}")
-        except BaseException:
-            change.abandon()
-            raise
-    if write:
-        _commit(done, change, prepared)
+    results = fix_run(
+        paths,
+        settings,
+        run_options,
+        write=write,
+        unsafe=unsafe,
+        write_through_links=write_through_links,
+    )
+    for result in results:
+        if result.error is not None:
+            say_error(f"{result.path}: {result.error}")
+            done.errors.append((result.path, result.error))
+        done.remaining += [Finding(result.path, found, result.source) for found in result.remaining]
+        if result.fixed_text is not None:
+            done.changed.append(result)
     return done
-
-
-def _commit(done: Done, change: Change, prepared: list[tuple[FileReport, PreparedWrite]]) -> None:
-    """Rename every prepared rewrite over its file, as one change: a file
-    whose partner (another module of the same migration) could not be written
-    is not written either (writes.Change)."""
-    failed = {real_path(path) for path, _ in done.errors}
-    kept = []
-    for report, write in prepared:
-        partners = {
-            real_path(Path(partner))
-            for diagnostic in report.applied
-            if diagnostic.fix is not None
-            for partner in diagnostic.fix.partners
-        }
-        lost = sorted(str(path) for path in partners & failed)
-        if lost:
-            _not_written(done, report, f"not written: the same change rewrites {', '.join(lost)}")
-        else:
-            kept.append((report, write))
-    try:
-        unwritten = dict(change.commit([write for _, write in kept]))
-    except OSError as error:  # the journal could not be written: nothing was
-        for report, _ in kept:
-            _not_written(done, report, f"cannot write: {os_reason(error)}")
-        return
-    for report, write in kept:
-        if write.path in unwritten:
-            _not_written(done, report, f"cannot write: {unwritten[write.path]}")
-        else:
-            done.changed.append(report)
-
-
-def _not_written(done: Done, report: FileReport, why: str) -> None:
-    """Not counted as fixed: its findings are all still there."""
-    message = f"{why}; {len(report.applied)} {noun(len(report.applied))} not fixed"
-    say_error(f"{report.path}: {message}")
-    done.errors.append((report.path, message))
-    done.remaining += [Finding(report.path, d, report.source) for d in report.applied]
 
 
 def _write_stdout(data: bytes) -> None:
@@ -239,16 +186,16 @@ def fix_stdin(
     try:
         settings = settings_for(config_paths(paths, stdin_filename), options)
         source = stdin_source(stdin_filename, raw)
-        report = run_source(source, settings, Mode(True, unsafe_chosen(unsafe, settings), False))
+        fixed = api.fix_file(source, settings, unsafe=unsafe_chosen(unsafe, settings))
     except BaseException:  # SystemExit and KeyboardInterrupt too
         _write_stdout(raw)
         raise
-    fixed = report.fixed_text
-    _write_stdout(fixed.encode(source.encoding) if fixed is not None else raw)
-    if report.error is not None:
-        say_error(f"{report.path}: {report.error}")
-    for diagnostic in report.diagnostics:
-        click.echo(text_row(Finding(report.path, diagnostic)), err=True, color=color())
-    if report.error is not None:
+    new_text = fixed.fixed_text
+    _write_stdout(new_text.encode(source.encoding) if new_text is not None else raw)
+    if fixed.error is not None:
+        say_error(f"{fixed.path}: {fixed.error}")
+    for found in fixed.remaining:
+        click.echo(text_row(Finding(fixed.path, found)), err=True, color=color())
+    if fixed.error is not None:
         sys.exit(EXIT_ERROR)
-    sys.exit(EXIT_FINDINGS if report.diagnostics else EXIT_CLEAN)
+    sys.exit(EXIT_FINDINGS if fixed.remaining else EXIT_CLEAN)

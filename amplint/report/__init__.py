@@ -6,38 +6,66 @@ from __future__ import annotations
 import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterable
 
-from amplint.diagnostics import Applicability, Diagnostic
+from amplint import api
 from amplint.files import SourceFile
 
 
 @dataclass(frozen=True)
 class Finding:
-    """A diagnostic with the file it is in, as the reports show it."""
+    """A finding, the API's record, with the file it is in, as the reports
+    show it."""
 
     path: Path
-    diagnostic: Diagnostic
-    # What `--output-format full` shows under the finding: the lines it points
-    # at, and the code its fix alone gives (None without a fix).
+    found: api.Finding
+    # The file as read: `--output-format full` shows the lines the finding
+    # points at, and rdjson counts its columns in bytes.
     source: SourceFile | None = None
-    preview: str | None = None
+
+    @property
+    def code(self) -> str:
+        return self.found.code
+
+    @property
+    def message(self) -> str:
+        return self.found.message
+
+    @property
+    def range(self) -> api.Range:
+        return self.found.range
+
+    @property
+    def cell(self) -> int | None:
+        return self.found.cell
+
+    @property
+    def fix(self) -> api.SuggestedFix | None:
+        return self.found.fix
 
     @property
     def safe_fix(self) -> bool:
-        fix = self.diagnostic.fix
-        return fix is not None and fix.applicability is Applicability.SAFE
+        return self.fix is not None and self.fix.safe
 
     @property
     def unsafe_fix(self) -> bool:
-        fix = self.diagnostic.fix
-        return fix is not None and fix.applicability is Applicability.UNSAFE
+        return self.fix is not None and not self.fix.safe
 
 
-def location(path: Path, diagnostic: Diagnostic) -> str:
+def findings_in(results: Iterable[api.FileResult]) -> list[Finding]:
+    """The findings of `results`, in their order, each with its file."""
+    return [
+        Finding(result.path, found, result.source)
+        for result in results
+        for found in result.findings
+    ]
+
+
+def location(finding: Finding) -> str:
     """``path:line:col``, or ``path:cell N:line:col`` in a notebook."""
-    span = diagnostic.span
-    cell = f"cell {span.cell}:" if span.cell is not None else ""
-    return f"{printable(str(path))}:{cell}{span.line}:{span.column}"
+    start = finding.range.start
+    cell = f"cell {finding.cell}:" if finding.cell is not None else ""
+    return f"{printable(str(finding.path))}:{cell}{start.line}:{start.column}"
 
 
 def printable(text: str) -> str:

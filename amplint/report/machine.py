@@ -27,22 +27,21 @@ SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 
 
 def json_record(finding: Finding) -> dict:
-    span = finding.diagnostic.span
-    fix = finding.diagnostic.fix
+    start, end, fix = finding.range.start, finding.range.end, finding.fix
     return {
-        "code": finding.diagnostic.code,
-        "name": rule_name(finding.diagnostic.code),
-        "message": finding.diagnostic.message,
+        "code": finding.code,
+        "name": rule_name(finding.code),
+        "message": finding.message,
         "path": str(finding.path),
-        "cell": span.cell,  # a notebook's cell; the lines are then the cell's own
-        "line": span.line,
-        "column": span.column,
-        "end_line": span.end_line,
-        "end_column": span.end_column,
+        "cell": finding.cell,  # a notebook's cell; the lines are then the cell's own
+        "line": start.line,
+        "column": start.column,
+        "end_line": end.line,
+        "end_column": end.column,
         "fix": (
             None
             if fix is None
-            else {"applicability": fix.applicability.value, "message": fix.message}
+            else {"applicability": "safe" if fix.safe else "unsafe", "message": fix.message}
         ),
     }
 
@@ -62,14 +61,13 @@ def pylint_lines(findings: Iterable[Finding]) -> list[str]:
     and say the cell and line in the message."""
     lines = []
     for finding in findings:
-        diagnostic = finding.diagnostic
-        span = diagnostic.span
-        message = diagnostic.message
-        line = span.line
-        if span.cell is not None:
-            message, line = f"cell {span.cell}, line {span.line}: {message}", 1
+        start = finding.range.start
+        message = finding.message
+        line = start.line
+        if finding.cell is not None:
+            message, line = f"cell {finding.cell}, line {start.line}: {message}", 1
         path = printable(finding.path.as_posix())
-        lines.append(f"{path}:{line}: [{diagnostic.code}] {' '.join(message.split())}")
+        lines.append(f"{path}:{line}: [{finding.code}] {' '.join(message.split())}")
     return lines
 
 
@@ -85,16 +83,15 @@ def azure_lines(findings: Iterable[Finding]) -> list[str]:
     (as ruff writes them); a notebook's finding names the cell in its message."""
     lines = []
     for finding in findings:
-        diagnostic = finding.diagnostic
-        span = diagnostic.span
+        start = finding.range.start
         properties = {"type": "error", "sourcepath": finding.path.as_posix()}
-        if span.cell is None:
-            properties.update(linenumber=span.line, columnnumber=span.column)
-        properties["code"] = diagnostic.code
+        if finding.cell is None:
+            properties.update(linenumber=start.line, columnnumber=start.column)
+        properties["code"] = finding.code
         fields = "".join(
             f"{key}={_azure_escaped(str(value))};" for key, value in properties.items()
         )
-        message = f"{location(finding.path, diagnostic)}: {diagnostic.message}"
+        message = f"{location(finding)}: {finding.message}"
         lines.append(f"##vso[task.logissue {fields}]{_azure_escaped(message)}")
     return lines
 
@@ -115,17 +112,16 @@ def github_lines(findings: Iterable[Finding]) -> list[str]:
     """
     lines = []
     for finding in findings:
-        diagnostic = finding.diagnostic
-        span = diagnostic.span
-        properties = {"title": f"amplint ({diagnostic.code})", "file": finding.path.as_posix()}
-        if span.cell is None:
+        start, end = finding.range.start, finding.range.end
+        properties = {"title": f"amplint ({finding.code})", "file": finding.path.as_posix()}
+        if finding.cell is None:
             properties.update(
-                line=span.line, col=span.column, endLine=span.end_line, endColumn=span.end_column
+                line=start.line, col=start.column, endLine=end.line, endColumn=end.column
             )
         fields = ",".join(
             f"{key}={_escape_property(str(value))}" for key, value in properties.items()
         )
-        message = f"{location(finding.path, diagnostic)}: {diagnostic.code} {diagnostic.message}"
+        message = f"{location(finding)}: {finding.code} {finding.message}"
         lines.append(f"::error {fields}::{_escape_data(message)}")
     return lines
 
@@ -141,24 +137,23 @@ def gitlab_document(findings: Iterable[Finding]) -> str:
     seen: Counter[tuple[str, str, str]] = Counter()
     issues = []
     for finding in findings:
-        diagnostic = finding.diagnostic
-        span = diagnostic.span
+        start, end = finding.range.start, finding.range.end
         path = _relative_to(finding.path, base)
-        alike = (path, diagnostic.code, diagnostic.message)
+        alike = (path, finding.code, finding.message)
         fingerprint = hashlib.sha256("\0".join([*alike, str(seen[alike])]).encode()).hexdigest()
         seen[alike] += 1
-        cell = f"cell {span.cell}: " if span.cell is not None else ""
+        cell = f"cell {finding.cell}: " if finding.cell is not None else ""
         issues.append(
             {
-                "check_name": diagnostic.code,
-                "description": f"{cell}{diagnostic.code}: {diagnostic.message}",
+                "check_name": finding.code,
+                "description": f"{cell}{finding.code}: {finding.message}",
                 "severity": "major",
                 "fingerprint": fingerprint,
                 "location": {
                     "path": path,
                     "positions": {
-                        "begin": {"line": span.line, "column": span.column},
-                        "end": {"line": span.end_line, "column": span.end_column},
+                        "begin": {"line": start.line, "column": start.column},
+                        "end": {"line": end.line, "column": end.column},
                     },
                 },
             }
@@ -180,27 +175,29 @@ def rdjson_document(findings: Iterable[Finding]) -> str:
     the file's lines: its message names the cell and line, and it has no range."""
     diagnostics = []
     for finding in findings:
-        diagnostic = finding.diagnostic
-        span = diagnostic.span
+        start, end = finding.range.start, finding.range.end
         location: dict = {"path": str(finding.path)}
-        message = diagnostic.message
-        if span.cell is None:
+        message = finding.message
+        if finding.cell is None:
             lines = _source_lines(finding)
             location["range"] = {
-                "start": {"line": span.line, "column": _utf8_column(lines, span.line, span.column)},
+                "start": {
+                    "line": start.line,
+                    "column": _utf8_column(lines, start.line, start.column),
+                },
                 "end": {
-                    "line": span.end_line,
-                    "column": _utf8_column(lines, span.end_line, span.end_column),
+                    "line": end.line,
+                    "column": _utf8_column(lines, end.line, end.column),
                 },
             }
         else:
-            message = f"cell {span.cell}, line {span.line}: {message}"
+            message = f"cell {finding.cell}, line {start.line}: {message}"
         diagnostics.append(
             {
                 "message": message,
                 "location": location,
                 "severity": "WARNING",
-                "code": {"value": diagnostic.code},
+                "code": {"value": finding.code},
             }
         )
     return json.dumps({"source": {"name": "amplint"}, "diagnostics": diagnostics}, indent=2)
@@ -238,20 +235,19 @@ def junit_document(findings: Iterable[Finding], errors: Iterable[tuple[Path, str
         in_file = list(in_file)
         suite = _junit_suite(suites, path, tests=len(in_file), failures=len(in_file))
         for finding in in_file:
-            diagnostic = finding.diagnostic
-            span = diagnostic.span
+            start = finding.range.start
             case = ElementTree.SubElement(
                 suite,
                 "testcase",
-                name=f"amplint.{diagnostic.code}",
+                name=f"amplint.{finding.code}",
                 classname=str(Path(path).with_suffix("")),
-                line=str(span.line),
-                column=str(span.column),
+                line=str(start.line),
+                column=str(start.column),
             )
-            message = _xml_text(diagnostic.message)
+            message = _xml_text(finding.message)
             failure = ElementTree.SubElement(case, "failure", message=message)
-            where = f"cell {span.cell}, " if span.cell is not None else ""
-            failure.text = f"{where}line {span.line}, col {span.column}, {message}"
+            where = f"cell {finding.cell}, " if finding.cell is not None else ""
+            failure.text = f"{where}line {start.line}, col {start.column}, {message}"
     for path, message in errors:
         suite = _junit_suite(suites, _xml_text(str(path)), tests=1, errors=1)
         classname = _xml_text(str(Path(path).with_suffix("")))
@@ -314,29 +310,28 @@ def _artifact_uri(path: Path) -> str:
 
 
 def _sarif_result(finding: Finding, rule_index: dict[str, int]) -> dict:
-    diagnostic = finding.diagnostic
-    span = diagnostic.span
+    start, end = finding.range.start, finding.range.end
     physical: dict = {"artifactLocation": {"uri": _artifact_uri(finding.path)}}
-    if span.cell is None:
+    if finding.cell is None:
         physical["region"] = {
-            "startLine": span.line,
-            "startColumn": span.column,
-            "endLine": span.end_line,
-            "endColumn": span.end_column,
+            "startLine": start.line,
+            "startColumn": start.column,
+            "endLine": end.line,
+            "endColumn": end.column,
         }
-    message = diagnostic.message
-    if span.cell is not None:
-        message = f"cell {span.cell}, line {span.line}: {message}"
+    message = finding.message
+    if finding.cell is not None:
+        message = f"cell {finding.cell}, line {start.line}: {message}"
     result: dict = {
-        "ruleId": diagnostic.code,
+        "ruleId": finding.code,
         "level": "error",
         "message": {"text": message},
         "locations": [{"physicalLocation": physical}],
     }
-    if diagnostic.code in rule_index:
-        result["ruleIndex"] = rule_index[diagnostic.code]
-    if span.cell is not None:
-        result["properties"] = {"cell": span.cell, "line": span.line, "column": span.column}
+    if finding.code in rule_index:
+        result["ruleIndex"] = rule_index[finding.code]
+    if finding.cell is not None:
+        result["properties"] = {"cell": finding.cell, "line": start.line, "column": start.column}
     return result
 
 

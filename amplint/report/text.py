@@ -15,8 +15,8 @@ from typing import Iterable
 
 import click
 
+from amplint import api
 from amplint.catalog import load_catalog
-from amplint.diagnostics import Diagnostic
 from amplint.report import Finding, location, printable
 
 SAFE_FIX_MARKER = "[*]"
@@ -30,11 +30,10 @@ def rule_name(code: str) -> str:
 
 
 def text_row(finding: Finding) -> str:
-    diagnostic = finding.diagnostic
     marker = " " + click.style(SAFE_FIX_MARKER, fg="cyan") if finding.safe_fix else ""
     return (
-        f"{click.style(location(finding.path, diagnostic), bold=True)}: "
-        f"{click.style(diagnostic.code, fg='red', bold=True)}{marker} {diagnostic.message}"
+        f"{click.style(location(finding), bold=True)}: "
+        f"{click.style(finding.code, fg='red', bold=True)}{marker} {finding.message}"
     )
 
 
@@ -48,21 +47,21 @@ def full(findings: Iterable[Finding]) -> list[str]:
     lines: list[str] = []
     # A fix several findings share (AMP203 migrates a module at once) is shown
     # under the first of them.
-    shown: dict[tuple[Path, str], str] = {}
+    shown: dict[tuple[Path, tuple[api.TextEdit, ...]], str] = {}
     for finding in findings:
         lines.append(text_row(finding))
         lines += _snippet(finding)
-        fix = finding.diagnostic.fix
+        fix = finding.fix
         if fix is not None:
-            label = "fix" if finding.safe_fix else "unsafe fix (--unsafe-fixes)"
+            label = "fix" if fix.safe else "unsafe fix (--unsafe-fixes)"
             lines.append(f"  = {click.style(label, fg='cyan')}: {fix.message}")
-            key = (finding.path, finding.preview)
-            if finding.preview is not None and key in shown:
+            key = (finding.path, fix.edits or ())
+            if fix.edits is not None and key in shown:
                 lines.append(f"    (the diff shown at {shown[key]})")
             else:
-                if finding.preview is not None:
-                    shown[key] = location(finding.path, finding.diagnostic)
-                lines += ["    " + line for line in _preview_diff(finding)]
+                if fix.edits is not None:
+                    shown[key] = location(finding)
+                lines += ["    " + line for line in _fix_diff(finding)]
         lines.append("")
     return lines
 
@@ -71,7 +70,7 @@ def _source_lines(finding: Finding) -> list[str]:
     source = finding.source
     if source is None:
         return []
-    cell = finding.diagnostic.span.cell
+    cell = finding.cell
     if source.notebook is not None and cell is not None:
         return source.notebook.cell_lines(cell)
     return source.code.splitlines()
@@ -79,37 +78,38 @@ def _source_lines(finding: Finding) -> list[str]:
 
 def _snippet(finding: Finding) -> list[str]:
     lines = _source_lines(finding)
-    span = finding.diagnostic.span
-    if not lines or span.line > len(lines):
+    start, end = finding.range.start, finding.range.end
+    if not lines or start.line > len(lines):
         return []
-    first = max(1, span.line - 1)
-    last = min(len(lines), span.end_line, first + SNIPPET_LINES - 1)
+    first = max(1, start.line - 1)
+    last = min(len(lines), end.line, first + SNIPPET_LINES - 1)
     width = len(str(last))
     gutter = " " * width
     out = [f"  {gutter} |"]
     for number in range(first, last + 1):
         out.append(f"  {number:>{width}} | {lines[number - 1]}")
-        if number == span.line:
+        if number == start.line:
             line = lines[number - 1]
-            end = span.end_column if span.end_line == span.line else len(line) + 1
-            carets = "^" * max(1, end - span.column)
-            out.append(f"  {gutter} | {' ' * (span.column - 1)}{click.style(carets, fg='red')}")
+            stop = end.column if end.line == start.line else len(line) + 1
+            carets = "^" * max(1, stop - start.column)
+            out.append(f"  {gutter} | {' ' * (start.column - 1)}{click.style(carets, fg='red')}")
     return out
 
 
-def _preview_diff(finding: Finding) -> list[str]:
-    source, preview = finding.source, finding.preview
-    if source is None or preview is None:
+def _fix_diff(finding: Finding) -> list[str]:
+    """The fix's edits as a diff (of each cell they change, in a notebook)."""
+    source, edits = finding.source, finding.fix.edits if finding.fix is not None else None
+    if source is None or not edits:
         return []
+    name = printable(finding.path.as_posix())
     notebook = source.notebook
     if notebook is None:
-        return _diff_lines(printable(finding.path.as_posix()), source.code, preview)
-    before, after = notebook.cell_sources(notebook.code), notebook.cell_sources(preview)
+        return _diff_lines(name, source.code, api.apply_edits(source.code, edits))
+    before = notebook.cell_sources(notebook.code)
     lines: list[str] = []
-    for number, text in after.items():
-        if before[number] != text:
-            name = f"{printable(finding.path.as_posix())}:cell {number}"
-            lines += _diff_lines(name, before[number], text)
+    for number in sorted({edit.cell for edit in edits if edit.cell is not None}):
+        after = api.apply_edits(before[number], [e for e in edits if e.cell == number])
+        lines += _diff_lines(f"{name}:cell {number}", before[number], after)
     return lines
 
 
@@ -140,8 +140,8 @@ def statistics(findings: list[Finding]) -> list[str]:
 
 
 def statistics_rows(findings: list[Finding]) -> list[dict]:
-    counts = Counter(finding.diagnostic.code for finding in findings)
-    fixable = {finding.diagnostic.code for finding in findings if finding.safe_fix}
+    counts = Counter(finding.code for finding in findings)
+    fixable = {finding.code for finding in findings if finding.safe_fix}
     return [
         {"code": code, "name": rule_name(code), "count": count, "fixable": code in fixable}
         for code, count in sorted(counts.items(), key=lambda item: (-item[1], item[0]))
@@ -199,8 +199,9 @@ def styled_diff(diff: str) -> str:
     return "".join(styled)
 
 
-def applied_lines(path: Path, applied: list[Diagnostic]) -> list[str]:
+def applied_lines(path: Path, applied: Iterable[api.Finding]) -> list[str]:
     """``path: fixed N`` and one indented line per kind of fix carried out."""
+    applied = list(applied)
     counts = Counter((d.code, d.fix.message) for d in applied if d.fix is not None)
     lines = [f"{printable(str(path))}: fixed {len(applied)}"]
     for (code, message), count in counts.items():

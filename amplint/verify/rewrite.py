@@ -9,9 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from amplint import runner
+from amplint import api
 from amplint.config import Settings
-from amplint.diagnostics import FileReport
 from amplint.files import SourceError, read_source
 from amplint.project import project_view
 from amplint.verify import EXIT_ERROR, EXIT_NOTHING, VerifyError
@@ -49,8 +48,8 @@ def rewritten(
         path = report.path.resolve()
         if report.fixed_text is None or report.source.notebook is not None:
             continue  # a notebook is never imported
-        done = sorted({f"{d.code} {d.fix.message}" for d in report.applied if d.fix is not None})
-        codes |= {d.code for d in report.applied}
+        done = sorted({f"{d.code} {d.fix.message}" for d in report.fixed if d.fix is not None})
+        codes |= {d.code for d in report.fixed}
         if path == script.resolve():
             script_text = report.fixed_text
             applied = done + applied
@@ -64,14 +63,14 @@ def rewritten(
     return Rewrite(source.text, script_text, modules, applied, sorted(codes), shown, covered)
 
 
-def _fixed(paths: Sequence[Path], settings: Settings, unsafe: bool) -> list[FileReport]:
+def _fixed(paths: Sequence[Path], settings: Settings, unsafe: bool) -> list[api.FixedFile]:
     """`fix`'s reports on `paths`, or VerifyError 2 naming a file it could not
     read or rewrite: a rewrite verified without it would not be the one fix writes."""
-    reports = runner.run(list(paths), settings, fixing=True, unsafe=unsafe)
+    reports = api.fix_paths(paths, settings, unsafe=unsafe, jobs=1, cache=False).files
     for report in reports:
         if report.error is not None:
             raise VerifyError(EXIT_ERROR, f"{_shown(report.path)}: {report.error}")
-    return reports
+    return list(reports)
 
 
 def _nothing_to_rewrite(
@@ -79,12 +78,12 @@ def _nothing_to_rewrite(
     settings: Settings,
     unsafe: bool,
     rewrite_paths: Sequence[Path],
-    reports: list[FileReport],
+    reports: list[api.FixedFile],
     covered: frozenset[Path],
 ) -> str:
     """Why verify has nothing to compare, and where the training step may be
     instead: a driver script's step often lives in a module it imports."""
-    found = ", ".join(sorted({d.code for r in reports for d in r.diagnostics})) or "no findings"
+    found = ", ".join(sorted({d.code for r in reports for d in r.remaining})) or "no findings"
     named = "".join(f" or {path}" for path in rewrite_paths)
     message = f"nothing to verify: amplint would not change {script}{named} ({found})"
     fixable, unfixed = unrewritten_imports(script, settings, unsafe, covered)
@@ -115,16 +114,18 @@ def unrewritten_imports(
     candidates = [path for path in project_view(script).imported_program() if path not in covered]
     if not candidates:
         return [], []
-    reports = runner.run([script, *candidates], settings, fixing=True, unsafe=unsafe)
+    reports = api.fix_paths(
+        [script, *candidates], settings, unsafe=unsafe, jobs=1, cache=False
+    ).files
     fixable, unfixed = [], []
     for report in reports:
         if report.path.resolve() not in candidates:
             continue
-        if report.applied:
-            codes = ", ".join(sorted({d.code for d in report.applied}))
+        if report.fixed:
+            codes = ", ".join(sorted({d.code for d in report.fixed}))
             fixable.append((_shown(report.path), codes))
-        elif report.diagnostics:
-            codes = ", ".join(sorted({d.code for d in report.diagnostics}))
+        elif report.remaining:
+            codes = ", ".join(sorted({d.code for d in report.remaining}))
             unfixed.append((_shown(report.path), codes))
     return fixable, unfixed
 
