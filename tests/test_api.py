@@ -18,17 +18,7 @@ DEPRECATED = dedent("""
 
     scaler = torch.cuda.amp.GradScaler()
     """)
-FP32_STEP = dedent("""
-    import torch
-
-
-    def train(model, loader, optimizer):
-        for x, y in loader:
-            loss = torch.nn.functional.mse_loss(model(x), y)
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-    """)
+FP32_STEP = REPO / "fixtures" / "fp32_steps" / "nested_loops.py"
 
 
 def _tree(tmp_path: Path) -> Path:
@@ -36,7 +26,7 @@ def _tree(tmp_path: Path) -> Path:
     (root / "pkg").mkdir(parents=True)
     (root / "pyproject.toml").write_text("[tool.amplint]\n", encoding="utf-8")
     (root / "pkg" / "scaler.py").write_text(DEPRECATED, encoding="utf-8")
-    (root / "pkg" / "train.py").write_text(FP32_STEP, encoding="utf-8")
+    shutil.copy(FP32_STEP, root / "pkg" / "train.py")
     (root / "pkg" / "broken.py").write_bytes(b"\xff\xfe not utf-8 \x00")
     shutil.copy(NOTEBOOK, root / "explore.ipynb")
     return root
