@@ -27,8 +27,11 @@ $(BIN)/python:
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
 # The test extra pins torch==2.13.0, the CPU build that installs offline here.
+# The published schemas the output-format tests validate against, fetched once
+# into the environment from the registry that publishes them (tests/published.py).
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e ".[test]"
+	$(BIN)/python -m tests.published
 	touch $@
 
 $(VENV)/.installed: pyproject.toml | $(BIN)/python

@@ -17,6 +17,7 @@ from amplint import terminal
 from amplint.catalog import load_catalog
 from amplint.cli import main
 from tests.helpers import FIXTURES, REPO, assert_matches_golden, dedent, run_cli
+from tests.published import sarif_schema
 
 GOLDEN = REPO / "tests" / "golden" / "formats"
 
@@ -482,6 +483,24 @@ def test_rdjson_has_reviewdog_s_fields_and_counts_columns_in_utf8_bytes(
     assert wide["location"]["range"]["start"] == {"line": 2, "column": 28}
     [notebook] = [d for d in diagnostics if d["location"]["path"] == "nb.ipynb"]
     assert "range" not in notebook["location"] and notebook["message"].startswith("cell 7, ")
+
+
+def test_sarif_is_valid_against_the_published_sarif_2_1_0_schema(project: Path) -> None:
+    """The log, with a notebook's finding and a file that could not be
+    checked, against SARIF 2.1.0's JSON schema as published (tests/published.py)."""
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = sarif_schema()
+    validator = jsonschema.Draft4Validator(schema, format_checker=jsonschema.FormatChecker())
+    (project / "broken.py").write_bytes(b"\xff\xfe not utf-8 autocast")
+    log = json.loads(run_cli("check", "--no-cache", "--output-format", "sarif", ".").stdout)
+    results = log["runs"][0]["results"]
+    assert any("region" in r["locations"][0]["physicalLocation"] for r in results)
+    assert any("cell" in r.get("properties", {}) for r in results)
+    assert log["runs"][0]["invocations"][0]["toolExecutionNotifications"]
+    validator.validate(log)
+    # The schema holds what it says: a region's lines count from 1.
+    results[0]["locations"][0]["physicalLocation"]["region"]["startLine"] = 0
+    assert not validator.is_valid(log)
 
 
 def test_sarif_reads_back_with_a_sarif_2_1_0_object_model(project: Path) -> None:
