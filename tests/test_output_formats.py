@@ -409,7 +409,11 @@ def test_a_gitlab_fingerprint_follows_its_finding_when_the_code_moves(tmp_path: 
 
 # reviewdog's DiagnosticResult, as its format's definition gives the fields
 # (github.com/reviewdog/reviewdog, proto/rdf/reviewdog.proto): positions count
-# lines and UTF-8 bytes from 1, the severity is one of its enum's names.
+# lines and UTF-8 bytes from 1, the severity is one of its enum's names.  Stricter
+# than reviewdog's generated proto/rdf/jsonschema/DiagnosticResult.json (which
+# allows any other field, and is on no package registry the tests can install
+# from); the rdjson of a project like this test's, a notebook with it, validated
+# against that file at reviewdog 6c307503194f0f32bf1956c7fcd2877636338db6 too.
 _RDF_POSITION = {
     "type": "object",
     "properties": {
