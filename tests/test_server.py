@@ -6,6 +6,8 @@ shut down."""
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -300,3 +302,27 @@ def test_the_cells_of_a_notebook_get_their_own_findings(tmp_path: Path) -> None:
         await lsp.stop()
 
     asyncio.run(session())
+
+
+def test_the_readme_editor_set_ups_start_the_server_the_tests_drive() -> None:
+    """Each editor's block in the README parses as its editor reads it and
+    starts `amplint server`, the command these tests run."""
+    import tomllib
+
+    section = (REPO / "README.md").read_text(encoding="utf-8")
+    section = section.split("### In the editor: `amplint server`", 1)[1].split("\n### ", 1)[0]
+    blocks = dict(
+        (language, body) for language, body in re.findall(r"```(\w+)\n(.*?)```", section, re.S)
+    )
+    assert sorted(blocks) == ["json", "lua", "toml"]
+    assert 'cmd = { "amplint", "server" }' in blocks["lua"]
+    helix = tomllib.loads(blocks["toml"])
+    server = helix["language-server"]["amplint"]
+    assert [server["command"], *server["args"]] == ["amplint", "server"]
+    assert "amplint" in helix["language"][0]["language-servers"]
+    vscode = json.loads(blocks["json"])
+    assert [vscode["glspc.server.command"], *vscode["glspc.server.commandArguments"]] == [
+        "amplint",
+        "server",
+    ]
+    assert vscode["glspc.server.languageId"] == ["python"]
