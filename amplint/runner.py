@@ -57,7 +57,7 @@ class Mode(NamedTuple):
     """What each file is analysed for, in analyse_source's argument order."""
 
     fixing: bool
-    unsafe: bool
+    unsafe: bool | None  # None: as each file's configuration says (own_mode)
     previews: bool
 
 
@@ -85,7 +85,7 @@ def run(
     settings: Settings,
     *,
     fixing: bool = False,
-    unsafe: bool = False,
+    unsafe: bool | None = False,
     previews: bool = False,
     jobs: int = 1,
     cache: ResultCache | None = None,
@@ -94,8 +94,9 @@ def run(
     stale: list[Path] | None = None,
 ) -> list[FileReport]:
     """A report for every file found under `paths` (or for each path that is
-    not there), in discovery order.  `stale` is told the temporary files of
-    killed runs that discovery found on the way."""
+    not there), in discovery order.  `unsafe` None: each file's configuration
+    says (`unsafe-fixes`).  `stale` is told the temporary files of killed runs
+    that discovery found on the way."""
     reports: list[FileReport] = []
     found_files: list[tuple[int, Discovered]] = []
     project_root = ProjectRoots(paths)
@@ -192,6 +193,7 @@ def _prepare(
 ) -> _Work | None:
     """Read the report's file and answer it from its text or the cache where
     they can; else the work of analysing it.  `stat` was taken before the read."""
+    mode = own_mode(mode, settings)
     codes = settings.enabled_codes(ALL_CODES, report.path)
     if cache is None:
         stat = None
@@ -225,8 +227,15 @@ def _stat(path: Path) -> os.stat_result | None:
         return None  # read_source says why
 
 
+def own_mode(mode: Mode, settings: Settings) -> Mode:
+    """`mode` for a file with `settings`: its `unsafe-fixes` where the run
+    left unsafe fixes to each file's configuration (None)."""
+    return mode if mode.unsafe is not None else mode._replace(unsafe=settings.unsafe_fixes)
+
+
 def run_source(source: SourceFile, settings: Settings, mode: Mode) -> FileReport:
     """The report on one source that was not read from disk (standard input)."""
+    mode = own_mode(mode, settings)
     codes = settings.enabled_codes(ALL_CODES, source.path)
     if not text_may_fire(source.code, codes):
         report = FileReport(source.path)

@@ -253,7 +253,7 @@ def _fix(text: str, path: Path | None) -> api.FixedSource | None:
     if path is None:
         return None
     try:
-        return api.fix_source(text, path, api.load_settings([path]))
+        return api.fix_source(text, path, api.load_settings([path]), unsafe=False)
     except (api.ConfigError, api.AnalysisError):
         return None
 

@@ -890,6 +890,24 @@ def test_the_command_line_applies_over_every_closest_configuration(
     assert _by_file(result) == [("train.py", "AMP201")]
 
 
+def test_unsafe_fixes_come_from_each_files_closest_configuration(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "amplint.toml").write_text("")
+    (tmp_path / "legacy").mkdir()
+    (tmp_path / "legacy" / "amplint.toml").write_text("unsafe-fixes = true\n")
+    for place in (tmp_path, tmp_path / "legacy"):
+        (place / "mps.py").write_text(MPS_SCRIPT)
+    monkeypatch.chdir(tmp_path)
+    result = run_cli("fix", "--no-cache", "--apply", ".")
+    assert "GradScaler(device.type" in (tmp_path / "legacy" / "mps.py").read_text()
+    assert (tmp_path / "mps.py").read_text() == MPS_SCRIPT  # its configuration: safe only
+    assert "1 more fixable with --unsafe-fixes." in result.output
+    (tmp_path / "legacy" / "mps.py").write_text(MPS_SCRIPT)
+    run_cli("fix", "--no-cache", "--apply", "--no-unsafe-fixes", ".")  # the option over both
+    assert (tmp_path / "legacy" / "mps.py").read_text() == MPS_SCRIPT
+
+
 def test_a_nested_configuration_excludes_its_own_files_unless_named(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

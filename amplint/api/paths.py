@@ -57,17 +57,18 @@ def fix_paths(
     settings: Settings | None = None,
     *,
     write: bool = False,
-    unsafe: bool = False,
+    unsafe: bool | None = None,
     write_through_links: bool = False,
     jobs: int | None = None,
     cache: Path | bool = True,
     force_exclude: bool = False,
     progress: Progress | None = None,
 ) -> FixRun:
-    """The fixes for every file under `paths`, as `fix` makes them; with
-    `write`, written as one change (each file renamed over, a file whose
-    partner in the same change could not be written left as it was).  A link
-    is written through only to a file inside `paths`, unless
+    """The fixes for every file under `paths`, as `fix` makes them: the unsafe
+    ones too where `unsafe` (None: where a file's configuration says
+    `unsafe-fixes`); with `write`, written as one change (each file renamed
+    over, a file whose partner in the same change could not be written left as
+    it was).  A link is written through only to a file inside `paths`, unless
     `write_through_links`."""
     paths = tuple(paths) or (Path("."),)
     settings = settings if settings is not None else load_settings(paths)

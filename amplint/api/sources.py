@@ -31,10 +31,11 @@ def check_source(text: str, path: Path, settings: Settings | None = None) -> lis
 
 
 def fix_source(
-    text: str, path: Path, settings: Settings | None = None, *, unsafe: bool = False
+    text: str, path: Path, settings: Settings | None = None, *, unsafe: bool | None = None
 ) -> FixedSource:
-    """`text` with the fixes `fix` (with `--unsafe-fixes` where `unsafe`)
-    would apply: rewritten, self-checked and stable, or unchanged."""
+    """`text` with the fixes `fix` would apply, the unsafe ones too where
+    `unsafe` (None: where the configuration says `unsafe-fixes`): rewritten,
+    self-checked and stable, or unchanged."""
     fixed = fix_file(_source(text, path), settings, unsafe=unsafe)
     if fixed.error is not None and not fixed.error.startswith("not fixed"):
         raise AnalysisError(fixed.error)
@@ -54,7 +55,7 @@ def check_file(
 
 
 def fix_file(
-    source: SourceFile, settings: Settings | None = None, *, unsafe: bool = False
+    source: SourceFile, settings: Settings | None = None, *, unsafe: bool | None = None
 ) -> FixedFile:
     """`fix_source` for a source already read: what its fixes give, with the
     reason a fix was not made (its self-check failed) in `error`."""
@@ -84,7 +85,7 @@ def _analysed(
     settings: Settings | None,
     *,
     fixing: bool,
-    unsafe: bool = False,
+    unsafe: bool | None = False,
     previews: bool = False,
 ) -> FileReport:
     from amplint.runner import Mode, run_source  # the runner forks; loaded when asked

@@ -29,7 +29,6 @@ from amplint.cli.common import (
     settings_for,
     settings_lines,
     stdin_source,
-    unsafe_chosen,
     unsafe_note,
     unsafe_option,
     with_output,
@@ -123,7 +122,6 @@ def check(
     if from_stdin and fix_:
         fix_stdin(paths, stdin_filename, options, unsafe_fixes)  # exits
     settings = settings_for(config_paths(paths, stdin_filename), options)
-    unsafe_fixes = unsafe_chosen(unsafe_fixes, settings)
     if show_settings:
         # As ruff: for the first path named, where it is a file, what that
         # file gets (the configuration closest to it).
@@ -177,7 +175,7 @@ def check(
             found = fixed.fixed + len(findings)
             output.summary(
                 f"Found {found} {noun(found)} ({fixed.fixed} fixed, {len(findings)} remaining)."
-                + unsafe_note(findings, unsafe_fixes)
+                + unsafe_note(findings, unsafe_fixes is True)
             )
         else:
             output.summary(summary(findings))
@@ -204,7 +202,11 @@ def _report_fixed_only(
 
 
 def _diff(
-    paths: tuple[Path, ...], settings: Settings, run_options: dict, unsafe: bool, output: Output
+    paths: tuple[Path, ...],
+    settings: Settings,
+    run_options: dict,
+    unsafe: bool | None,
+    output: Output,
 ) -> None:
     """`check --diff`: the fixes as a patch on stdout, as `fix` shows them;
     exit 1 when there is one, as ruff does."""

@@ -48,19 +48,16 @@ def say_warning(message: str) -> None:
 
 
 def unsafe_option(help: str):
-    """`--unsafe-fixes/--no-unsafe-fixes`: given, it overrides the configuration's
-    `unsafe-fixes` (see `unsafe_chosen`)."""
+    """`--unsafe-fixes/--no-unsafe-fixes`: given, it overrides every file's
+    `unsafe-fixes`; not given (None), each file's configuration decides."""
     return click.option("--unsafe-fixes/--no-unsafe-fixes", default=None, help=help)
 
 
-def unsafe_chosen(option: bool | None, settings: Settings) -> bool:
-    return settings.unsafe_fixes if option is None else option
-
-
-def unsafe_note(remaining: list[Finding], unsafe_applied: bool) -> str:
+def unsafe_note(remaining: list[Finding], unsafe_asked: bool) -> str:
     """ " N more fixable with --unsafe-fixes." after a fix's summary, or "": a
-    user who ran the safe fixes learns the rest is one flag away."""
-    left = 0 if unsafe_applied else sum(1 for finding in remaining if finding.unsafe_fix)
+    user who ran the safe fixes learns the rest is one flag away (an unsafe
+    fix left where the option was given was withheld, not skipped)."""
+    left = 0 if unsafe_asked else sum(1 for finding in remaining if finding.unsafe_fix)
     return f" {left} more fixable with --unsafe-fixes." if left else ""
 
 

@@ -27,7 +27,6 @@ from amplint.cli.common import (
     say_error,
     settings_for,
     stdin_source,
-    unsafe_chosen,
     unsafe_note,
     unsafe_option,
     with_output,
@@ -74,7 +73,6 @@ def fix(
     if reads_stdin(paths, stdin_filename):
         fix_stdin(paths, stdin_filename, options, unsafe_fixes)  # exits
     settings = settings_for(config_paths(paths, stdin_filename), options)
-    unsafe_fixes = unsafe_chosen(unsafe_fixes, settings)
     done = carry_out(
         paths,
         settings,
@@ -99,7 +97,7 @@ def fix(
         for line in row_lines(done.remaining, output_format):
             output.summary(line, err=True)
     files = "file" if len(done.changed) == 1 else "files"
-    more = unsafe_note(done.remaining, unsafe_fixes)
+    more = unsafe_note(done.remaining, unsafe_fixes is True)
     if apply_:
         output.summary(
             f"Fixed {done.fixed} {noun(done.fixed)} in {len(done.changed)} {files}; "
@@ -145,7 +143,7 @@ def carry_out(
     run_options: dict,
     *,
     write: bool,
-    unsafe: bool,
+    unsafe: bool | None,
     write_through_links: bool = False,
 ) -> Done:
     """Fix the files under `paths` with the API, writing them when `write`;
@@ -186,7 +184,7 @@ def fix_stdin(
     try:
         settings = settings_for(config_paths(paths, stdin_filename), options)
         source = stdin_source(stdin_filename, raw)
-        fixed = api.fix_file(source, settings, unsafe=unsafe_chosen(unsafe, settings))
+        fixed = api.fix_file(source, settings, unsafe=unsafe)
     except BaseException:  # SystemExit and KeyboardInterrupt too
         _write_stdout(raw)
         raise
