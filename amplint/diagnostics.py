@@ -18,12 +18,29 @@ if TYPE_CHECKING:
     from amplint.files import SourceFile
 
 __all__ = ["SYNTAX_ERROR", "Applicability", "Span", "Edit", "ModulePass", "Fix", "Diagnostic"]
-__all__ += ["FileReport", "is_applicable"]
+__all__ += ["FileReport", "is_applicable", "LINE_BREAK", "source_lines"]
 
 
 # Where Python's tokenizer, and so libcst and a Span, end a line (not
 # str.splitlines, which also breaks at form feeds and other separators).
 LINE_BREAK = re.compile(r"\r\n|\r|\n")
+# What str.splitlines also breaks at, which Python does not end a line with
+# (a form feed, GNU style's page break, is the one source files hold).
+_OTHER_BREAKS = re.compile("[\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
+_LINE_WITH_END = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+")
+
+
+def source_lines(text: str, keepends: bool = False) -> list[str]:
+    """`text`'s lines as Python numbers them (ended by \\r\\n, \\r or \\n), as
+    str.splitlines gives them where the text holds no other break it knows."""
+    if _OTHER_BREAKS.search(text) is None:
+        return text.splitlines(keepends)
+    if keepends:
+        return _LINE_WITH_END.findall(text)
+    lines = LINE_BREAK.split(text)
+    if lines[-1] == "":
+        lines.pop()
+    return lines
 
 
 class Applicability(str, enum.Enum):

@@ -17,7 +17,7 @@ import warnings
 from collections import Counter
 from typing import Iterable, Iterator, Sequence
 
-from amplint.diagnostics import Diagnostic
+from amplint.diagnostics import Diagnostic, source_lines
 
 # pyflakes messages that a rewrite must not add, by class name.
 # What a rewrite "would" do, per pyflakes message class it must not add.
@@ -70,7 +70,7 @@ def name_problems(text: str, memo: UnboundMemo | None = None) -> Counter[str]:
             template = _NAME_MESSAGES.get(type(message).__name__)
             if template is not None and message.message_args:
                 problems[template.format(message.message_args[0])] += 1
-    lines = text.splitlines(keepends=True) if memo is not None else None
+    lines = source_lines(text, keepends=True) if memo is not None else None
     for scope, name in possibly_unbound_reads(tree, lines, memo):
         problems[POSSIBLY_UNBOUND.format(name, scope)] += 1
     return problems

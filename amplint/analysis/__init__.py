@@ -48,7 +48,7 @@ from amplint.analysis.device import ProvenDevice, proven_device_analysis
 from amplint.analysis.steps import StepScan, find_training_steps
 from amplint.analysis.module_roles import ModuleRoles, module_roles_analysis
 from amplint.analysis.visitor import Analysis, walk_together
-from amplint.diagnostics import Span
+from amplint.diagnostics import Span, source_lines
 from amplint.project import CustomKernel, FsdpUse, LossHelper, ProjectView, fsdp_use_in
 from amplint.project.gradient_norms import gradient_norms_in
 from amplint.project.source import TEXT_PATH, ModuleSource
@@ -365,7 +365,7 @@ class ModuleFacts:
 
     @cached_property
     def _lines(self) -> list[str]:
-        return self.text.splitlines()
+        return source_lines(self.text)
 
     def line_of(self, node: cst.CSTNode) -> str:
         """The source line `node` starts on (a fix's layout measures it)."""

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
+from amplint.diagnostics import source_lines
+
 Definition = ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
 # Where a module read from text, not from a file of a project, stands in a program.
 TEXT_PATH = Path("<text>")
@@ -107,7 +109,7 @@ def definitions_mentioning(text: str, words: frozenset[str]) -> dict[str, Defini
     lines: list[str] = []
     name: str | None = None
     string: str | None = None  # the triple quote a string spanning lines opened
-    for number, line in enumerate([*text.splitlines(keepends=True), "end\n"], 1):
+    for number, line in enumerate([*source_lines(text, keepends=True), "end\n"], 1):
         inside = string is not None
         for quote in _TRIPLE_QUOTE.findall(line):
             string = quote if string is None else None if quote == string else string

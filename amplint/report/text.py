@@ -17,6 +17,7 @@ import click
 
 from amplint import api
 from amplint.catalog import load_catalog
+from amplint.diagnostics import source_lines
 from amplint.report import Finding, location, printable
 
 SAFE_FIX_MARKER = "[*]"
@@ -73,7 +74,7 @@ def _source_lines(finding: Finding) -> list[str]:
     cell = finding.cell
     if source.notebook is not None and cell is not None:
         return source.notebook.cell_lines(cell)
-    return source.code.splitlines()
+    return source_lines(source.code)
 
 
 def _snippet(finding: Finding) -> list[str]:
@@ -115,7 +116,12 @@ def _fix_diff(finding: Finding) -> list[str]:
 
 def _diff_lines(name: str, before: str, after: str) -> list[str]:
     diff = difflib.unified_diff(
-        before.splitlines(), after.splitlines(), fromfile=name, tofile=name, lineterm="", n=1
+        source_lines(before),
+        source_lines(after),
+        fromfile=name,
+        tofile=name,
+        lineterm="",
+        n=1,
     )
     styled = []
     for line in diff:
@@ -173,8 +179,8 @@ def _diff_name(side: str, path: Path) -> str:
 def unified_diff(path: Path, before: str, after: str) -> str:
     return "".join(
         difflib.unified_diff(
-            before.splitlines(keepends=True),
-            after.splitlines(keepends=True),
+            source_lines(before, keepends=True),
+            source_lines(after, keepends=True),
             fromfile=_diff_name("a", path),
             tofile=_diff_name("b", path),
         )
@@ -184,7 +190,7 @@ def unified_diff(path: Path, before: str, after: str) -> str:
 def styled_diff(diff: str) -> str:
     """A unified diff in git's colours (click drops them where styles are off)."""
     styled = []
-    for line in diff.splitlines(keepends=True):
+    for line in source_lines(diff, keepends=True):
         body = line.rstrip("\r\n")
         ending = line[len(body) :]
         if body.startswith(("---", "+++")):
