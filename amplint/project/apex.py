@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Callable
 
 from amplint.names import SCALER_NAMES, free_name
-from amplint.project import ProjectIndex, ProjectView, _bindings, reexported
+from amplint.project import ProjectIndex, ProjectView, bindings, reexported
 from amplint.project.source import TEXT_PATH, ModuleSource, dotted_expression
 
 # apex.amp members that read or change the loss scaler's state; their users
@@ -440,11 +440,11 @@ def _calls_taker(index: ProjectIndex, module: ModuleSource, taker: Taker) -> boo
 
 
 def _bindings_through_packages(index: ProjectIndex, module: ModuleSource, target: ModuleSource):
-    """`_bindings(module, target)`, and the names `module` imports from a
+    """`bindings(module, target)`, and the names `module` imports from a
     package whose `__init__.py` re-exports them from `target` (`from scalers
     import ApexScaler`, where scalers/__init__.py has `from .amp import
     ApexScaler`): one level, as packages re-export their modules' names."""
-    yield from _bindings(module, target)
+    yield from bindings(module, target)
     for path in index.imported_modules(module.path):
         exported = {
             local: name
@@ -452,7 +452,7 @@ def _bindings_through_packages(index: ProjectIndex, module: ModuleSource, target
             if index.module(where) is target
         }
         if exported:
-            for imported, local in _bindings(module, index.module(path)):
+            for imported, local in bindings(module, index.module(path)):
                 if imported in exported:
                     yield exported[imported], local
 

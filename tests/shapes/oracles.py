@@ -125,7 +125,7 @@ def judge_statically(program: Program, directory: Path) -> tuple[Judged, list[_R
             continue
         if rewrite is not None:
             rewrites.append(rewrite)
-    project_model._INDEXES.clear()  # one project per program: never reused
+    project_model.forget_projects()  # one project per program: never reused
     return judged, rewrites
 
 
