@@ -19,7 +19,9 @@ each training step the recipe AMP001 writes:
    ``scaler.step``, one ``scaler.update()``, ``scaler.unscale_`` before clipping.
 
 What happens to the code around apex (probes, import fallbacks, FP32
-branches) is branches.py; the builders that return the scaler, builders.py;
+branches) is branches.py; where the scaler is made, scaler_placement.py; the
+training steps completed, step_completion.py; the builders that return the
+scaler, builders.py;
 how the scaler reaches other defs and modules, reach.py; the conditions of its
 `enabled=`, conditions.py; the autocast switch turned on for a loss-scaler
 object's callers, autocast_switch.py; statement-level helpers, statements.py.
@@ -32,8 +34,7 @@ rewritten step scales) stops it with the reason.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Callable
+from dataclasses import dataclass
 
 import libcst as cst
 
@@ -53,18 +54,15 @@ from amplint.analysis.scopes import Scope
 from amplint.analysis.visitor import descendants
 from amplint.analysis.statements import (
     if_condition,
-    method_name,
     name_use,
     positional_args,
     string_value,
 )
 from amplint.config import Settings
-from amplint.diagnostics import Edit
 from amplint.names import SCALER_NAMES, free_name
 from amplint.transforms.apex.autocast_switch import AutocastSwitch
 from amplint.transforms.apex.branches import ApexBranches
-from amplint.transforms.apex.builders import return_scaler, take_scaler
-from amplint.transforms.apex.conditions import conjunction, disjunction, negated
+from amplint.transforms.apex.conditions import negated
 from amplint.transforms.apex.inference import ApexInference
 from amplint.transforms.apex.common import (
     MigrationBlocked,
@@ -76,20 +74,14 @@ from amplint.transforms.apex.common import (
 from amplint.transforms.apex.functions import FunctionCasts
 from amplint.transforms.apex.op_lists import list_edit_changes
 from amplint.transforms.apex.reach import ScalerReach, places
+from amplint.transforms.apex.scaler_placement import Initialization, ScalerPlacement
+from amplint.transforms.apex.step_completion import StepCompletion
 from amplint.transforms.apex.statements import (
-    own_init,
-    with_first,
     backward_of,
     block_holding,
-    holds_only,
-    imports_apex_only,
     is_none_test,
-    leading_lines_of,
     longest_chain,
-    nodes_in,
-    top_statement,
     with_backward_of,
-    without_apex_comments,
 )
 from amplint.transforms import spelling
 from amplint.transforms.edits import EditBook, apply_edits
@@ -101,8 +93,6 @@ from amplint.transforms.imports import (
 from amplint.transforms.arguments import one_per_line
 from amplint.transforms.insert_amp import (
     LINE_LENGTH,
-    InsertAmp,
-    micro_step_edit_obstacle,
     needs_sharded_scaler,
 )
 
@@ -118,23 +108,6 @@ _DROPPED_KEYWORDS = {
     "min_loss_scale": "the GradScaler's scale has no lower bound",
     "max_loss_scale": "the GradScaler's scale has no upper bound",
 }
-
-
-@dataclass
-class _Initialization:
-    """An `amp.initialize` call and what its migration to a GradScaler keeps."""
-
-    use: ApexUse
-    removable: bool  # the statement only binds what amp.initialize returns
-    conditions: list[str]  # when the scaler is enabled, all of them; empty: always
-    init_scale: str | None  # a static apex loss scale, where GradScaler starts
-    # Further GradScaler keywords, from apex's loss scaler set right after it
-    # was made (`loss_scalers[0]._scale_seq_len = 1000`: growth_interval=1000).
-    settings: dict[str, str] = field(default_factory=dict)
-    # What the statement becomes where a loss-scaler object's forward passes run
-    # under the program's autocast switch (autocast_switch.py): `amp_autocast =
-    # partial(torch.autocast, ...)`, made in place of amp.initialize.
-    switch: cst.BaseStatement | None = None
 
 
 @dataclass
@@ -156,7 +129,7 @@ def migrate_apex(facts: ModuleFacts, scan: ApexScan, settings: Settings) -> Apex
     return _Migrator(facts, scan, settings).run()
 
 
-class _Migrator(ApexBranches, ApexInference, AutocastSwitch):
+class _Migrator(ApexBranches, ApexInference, AutocastSwitch, ScalerPlacement, StepCompletion):
     def __init__(self, facts: ModuleFacts, scan: ApexScan, settings: Settings) -> None:
         self.facts = facts
         self.scan = scan
@@ -172,7 +145,7 @@ class _Migrator(ApexBranches, ApexInference, AutocastSwitch):
         else:
             self.scaler = free_name(SCALER_NAMES, facts.text)
         self.torch = facts.imports.name_for("torch", facts.module) or "torch"
-        self.initializations: list[_Initialization] = []
+        self.initializations: list[Initialization] = []
         # Uses that need the scaler in reach: scale_loss, state_dict, ...
         self.scaler_scopes: list[Scope] = []
         self.losses: list[str] = []  # each loss apex scaled, as its backward will spell it
@@ -347,7 +320,7 @@ class _Migrator(ApexBranches, ApexInference, AutocastSwitch):
         self.changes[use] = changes
         if conditions != ["False"]:
             conditions = self._conditions(use) + conditions
-        initialization = _Initialization(use, removable, conditions, init_scale)
+        initialization = Initialization(use, removable, conditions, init_scale)
         if self.program is not None and self.program.scaled_at_callers:
             initialization.switch = self._switch_on(initialization)
         self.initializations.append(initialization)
@@ -411,240 +384,6 @@ class _Migrator(ApexBranches, ApexInference, AutocastSwitch):
                 taken = not taken
             pieces.append(test if taken else negated(test))
         return pieces
-
-    # -- where the scaler is made ---------------------------------------------------
-    def _place_scaler(self) -> None:
-        by_scope: dict[int, list[_Initialization]] = {}
-        for init in self.initializations:
-            by_scope.setdefault(id(init.use.scope), []).append(init)
-        for inits in by_scope.values():
-            if len(inits) == 1:
-                self._create_scaler(inits[0])
-            else:
-                self._create_one_scaler(inits)
-        init_scopes = [init.use.scope for init in self.initializations]
-        if self.reach is not None:
-            try:
-                for scope in self.scaler_scopes:
-                    self.reach.expression(scope)
-                through_builders = self._through_builders()  # may refuse: plan before writing
-                defaults = self._off_until_initialized()
-                self.reach.thread(self.book)
-                for node, rewrite in through_builders + defaults:
-                    self.book.rewrite(node, rewrite)
-                return
-            except MigrationBlocked:
-                if len(self.program.modules) > 1 or not self.initializations:
-                    raise
-            # One module whose scaler cannot travel as an argument (a helper
-            # returns what amp.initialize returned): a global, as apex's state was.
-            self.reach = None
-        local = isinstance(init_scopes[0], cst.FunctionDef) and all(
-            scope is init_scopes[0] for scope in [*init_scopes, *self.scaler_scopes]
-        )
-        self.local_function = init_scopes[0] if local else None
-        if not local:
-            functions = {id(s): s for s in init_scopes if isinstance(s, cst.FunctionDef)}
-            for function in functions.values():
-                self._declare_global(function)
-
-    def _off_until_initialized(self) -> list[tuple[cst.CSTNode, Callable]]:
-        """amp.initialize in a method other than `__init__` (`init_amp`, which
-        the caller may skip when fp16 is off): until it runs, apex's state was
-        there and inactive, and `amp.scale_loss` passed the loss through.  The
-        counterpart is a GradScaler made off in `__init__`, which that method
-        replaces; every other method's autocast then asks the scaler."""
-        planned: list[tuple[cst.CSTNode, Callable]] = []
-        for init in self.initializations:
-            place = self.reach.place(init.use.scope, self.facts.module)
-            if not isinstance(place.top, cst.ClassDef) or place.method is None:
-                continue
-            if place.method.name.value == "__init__":
-                continue
-            constructor = own_init(place.top)
-            name = place.top.name.value
-            if (
-                constructor is None
-                or not constructor.params.params
-                or not isinstance(constructor.body, cst.IndentedBlock)
-            ):
-                raise MigrationBlocked(
-                    f"`{name}.{place.method.name.value}` makes the GradScaler, and `{name}` has "
-                    "no `__init__` of its own to make one, off, for when it is not called"
-                )
-            this = constructor.params.params[0].name.value
-            made = self._grad_scaler(["enabled=False"])
-            default = cst.parse_statement(f"{this}.{self.scaler} = {made}\n")
-
-            planned.append(
-                (constructor.body, lambda block, default=default: with_first(block, default))
-            )
-            self.off_until_initialized = True
-        return planned
-
-    def _through_builders(self) -> list[tuple[cst.CSTNode, Callable]]:
-        """The rewrites by which this module's builders return the scaler and
-        the calls of any builder here unpack it (builders.py)."""
-        here = self.facts.program_path
-        planned = []
-        for name in self.program.builders_in(here):
-            builder = next(
-                s
-                for s in self.facts.module.body
-                if isinstance(s, cst.FunctionDef) and s.name.value == name
-            )
-            made_at = self.made_at.get(id(builder))
-            if made_at is None:
-                raise MigrationBlocked(
-                    f"`{name}` returns the optimizer amp.initialize made, in a nested "
-                    "function or class, where the GradScaler made beside it is not returned"
-                )
-            planned += return_scaler(self.facts, builder, made_at, self.scaler, self.returned_arity)
-        return planned + take_scaler(self.reach, self.program.builders)
-
-    def _scaler_statement(self, init: _Initialization, condition: str | None):
-        """`scaler = torch.amp.GradScaler(...)` where `init` ran (`self.scaler = `
-        in a method, where the instance keeps it)."""
-        init_scale = init.init_scale
-        arguments = []
-        if self._bfloat16:
-            # bfloat16 has float32's range: the scaler stays for apex's state
-            # (checkpoints, scale reads), turned off (AMP112).
-            condition, init_scale, init.settings = "False", None, {}
-        if init_scale is not None:
-            arguments.append(f"init_scale={init_scale}")
-        arguments += [f"{keyword}={value}" for keyword, value in init.settings.items()]
-        if condition is not None:
-            arguments.append(f"enabled={condition}")
-        target = self.scaler_at(init.use.scope)
-        line = f"{target} = {self._grad_scaler(arguments)}"
-        return cst.parse_statement(line + "\n")
-
-    def _create_one_scaler(self, inits: list[_Initialization]) -> None:
-        """One GradScaler for the amp.initialize calls of one scope, in the
-        branches of one `if` (`if args.O2: ...(opt_level="O2") else: ...`):
-        enabled when any of them would have run.  Two scalers would leave the
-        first dead, and the second's condition alone decides."""
-        tops = {id(top_statement(init.use)): top_statement(init.use) for init in inits}
-        lines = ", ".join(str(self.facts.span(init.use.node).line) for init in inits)
-        if len(tops) > 1:
-            raise MigrationBlocked(
-                f"amp.initialize runs more than once in one scope (lines {lines}): one "
-                "GradScaler replaces them, and which of them it should follow is a guess"
-            )
-        if len({init.init_scale for init in inits}) > 1:
-            raise MigrationBlocked(
-                f"the amp.initialize calls at lines {lines} start from different loss scales"
-            )
-        (top,) = tops.values()
-        self.made_at[id(inits[0].use.scope)] = top
-        condition = disjunction([init.conditions for init in inits])
-        created = self._scaler_statement(inits[0], condition)
-        removed = {
-            id(init.use.statement) for init in inits if init.removable and init.switch is None
-        } | self.removed
-        if isinstance(top, cst.If) and holds_only(top, removed):
-            self.book.rewrite(
-                top,
-                lambda node: created.with_changes(
-                    leading_lines=without_apex_comments(node.leading_lines)
-                ),
-            )
-            return
-        for init in inits:
-            if init.switch is not None:
-                self._switch_in_place(init.use.statement, init.switch)
-            elif init.removable:
-                self._remove(init.use.statement)
-        self.book.insert_before(top, [created])
-
-    def _create_scaler(self, init: _Initialization) -> None:
-        created = self._scaler_statement(init, conjunction(init.conditions))
-        use = init.use
-        top = top_statement(use)
-        earlier = self._resume_before(init, top)
-        self.made_at[id(use.scope)] = earlier or top
-        if not init.removable:
-            self.book.insert_before(earlier or top, [created])
-            return
-        if init.switch is not None:
-            self._switch_in_place(init.use.statement, init.switch)
-            self.book.insert_before(earlier or top, [created])
-            return
-        vanishing = self._vanishing(use)
-        if vanishing is top and earlier is None:  # the scaler takes its place
-            self.book.rewrite(
-                top,
-                lambda node: created.with_changes(
-                    leading_lines=without_apex_comments(leading_lines_of(node))
-                ),
-            )
-        else:  # made before the statement it was nested in, whichever branch runs
-            self._remove(vanishing)
-            self.book.insert_before(earlier or top, [created])
-
-    def _resume_before(self, init: _Initialization, top: cst.BaseStatement):
-        """The statement of the scope's body that restores the optimizer from a
-        checkpoint before amp.initialize runs, if any: the scaler is made before
-        it, beside the optimizer, so the resume can restore the scaler too (a
-        GradScaler made later would have its state reset).  None where the
-        scaler's `enabled=` reads a name bound between the two."""
-        scope = init.use.scope
-        body = scope.body if isinstance(scope, cst.Module) else scope.body.body
-        position = next((i for i, statement in enumerate(body) if statement is top), None)
-        call = init.use.call
-        arguments = positional_args(call)[1:2] if call is not None else []
-        if position is None or not arguments:
-            return None
-        given = arguments[0].value
-        elements = given.elements if isinstance(given, (cst.List, cst.Tuple)) else ()
-        optimizers = {self.code(e.value) for e in elements} or {self.code(given)}
-
-        def resumes(statement: cst.BaseStatement) -> bool:
-            return any(
-                method_name(node) == "load_state_dict" and self.code(node.func.value) in optimizers
-                for node in nodes_in(statement, cst.Call)
-            )
-
-        first = next((i for i in range(position) if resumes(body[i])), None)
-        if first is None:
-            return None
-        condition = conjunction(init.conditions)
-        if condition is not None:
-            read = name_use(cst.parse_expression(condition)).read
-            for statement in body[first:position]:
-                if read & name_use(statement).bound:
-                    return None
-        return body[first]
-
-    def _remove(self, statement: cst.BaseStatement) -> None:
-        self.removed.add(id(statement))
-        self.book.rewrite(statement, lambda _: cst.RemovalSentinel.REMOVE)
-
-    def _vanishing(self, use: ApexUse) -> cst.BaseStatement:
-        """What goes with `use`'s statement: it, with the `if`s around it that
-        hold nothing else (`if args.fp16: from apex import amp; model, opt =
-        amp.initialize(...)`)."""
-        vanishing: cst.BaseStatement = use.statement
-        for holder in reversed(use.ancestors):
-            if not (isinstance(holder, cst.If) and self._empties(holder, vanishing)):
-                break
-            vanishing = holder
-        return vanishing
-
-    def _empties(self, holder: cst.If, removed: cst.BaseStatement) -> bool:
-        """Whether `holder` holds nothing once `removed`, the statements removed
-        before it (`assert amp is not None`) and apex imports are gone."""
-        if holder.orelse is not None:
-            return False
-        return all(
-            statement is removed or id(statement) in self.removed or imports_apex_only(statement)
-            for statement in holder.body.body
-        )
-
-    def _declare_global(self, function: cst.FunctionDef) -> None:
-        declaration = cst.SimpleStatementLine([cst.Global([cst.NameItem(cst.Name(self.scaler))])])
-        self.book.rewrite(function.body, lambda block: with_first(block, declaration))
 
     # -- amp.scale_loss ------------------------------------------------------------
     def _scale_loss(self, use: ApexUse) -> None:
@@ -771,113 +510,3 @@ class _Migrator(ApexBranches, ApexInference, AutocastSwitch):
                 lambda _: cst.parse_expression(f"{self.scaler_at(use.scope)}.get_scale()"),
             )
         self.scaler_scopes.append(use.scope)
-
-    # -- the training steps ---------------------------------------------------------
-    def _complete_steps(self, module: cst.Module) -> cst.Module:
-        facts = ModuleFacts(module, module.code, self.facts.project, share_walks=False)
-        edits = []
-        scaled: list[str] = []
-        for step in facts.training_steps.steps:
-            scaler = self._scaler_of(step.function, module)
-            if scaler is None:
-                continue
-            losses = [facts.module.code_for_node(b.loss) for b in step.backwards]
-            scaled_here = any(loss in self.losses for loss in losses)
-            if step.forward_outside and scaled_here and self._autocast_at_callers(step):
-                # A loss-scaler object: the GradScaler's calls here, autocast
-                # where amp.initialize ran (_switch_on).
-                insert = InsertAmp(step, facts, self.settings, apex_choice(self.settings))
-                insert.use_scaler(scaler, None)
-                insert.plan_step(autocast_regions=False)
-                edits.append(Edit(insert.target, insert.rewrite))
-                scaled += losses
-                continue
-            if step.skip is not None:
-                if scaled_here:
-                    raise MigrationBlocked(
-                        f"the training step of `{losses[0]}.backward()` cannot take autocast "
-                        f"and the GradScaler: {step.skip}"
-                    )
-                continue
-            obstacle = micro_step_edit_obstacle(step, facts.module)
-            if obstacle is not None and scaled_here:
-                raise MigrationBlocked(obstacle)
-            insert = InsertAmp(step, facts, self.settings, apex_choice(self.settings))
-            insert.use_scaler(scaler, self._autocast_enabled(step.function, scaler, module))
-            obstacle = insert.callers_obstacle()
-            if obstacle is not None:
-                raise MigrationBlocked(obstacle)
-            insert.plan_step()
-            edits.append(Edit(insert.target, insert.rewrite))
-            scaled += losses
-        for loss in self.losses:
-            if loss not in scaled:
-                raise MigrationBlocked(
-                    f"`{loss}.backward()` is not in a training step amplint can rewrite "
-                    "(a loop or function that also steps an optimizer)"
-                )
-            scaled.remove(loss)
-        return apply_edits(module, edits)
-
-    def _autocast_at_callers(self, step) -> bool:
-        """Whether the program puts autocast where the instances of the step's
-        class are called: the project model names the class (initializing
-        modules then switch autocast on, or stop, in `_switch_on`)."""
-        if self.program is None or step.class_def is None:
-            return False
-        here = self.facts.program_path
-        name = step.class_def.name.value
-        return (here, name) in self.program.scaled_at_callers
-
-    def _scaler_of(self, function: cst.FunctionDef | None, module: cst.Module) -> str | None:
-        """How a step in `function` (of the partly migrated `module`) reaches
-        the scaler, or None where it does not."""
-        if self.reach is None:
-            if self.local_function is None:
-                return self.scaler  # a module-level or global scaler: every step reads it
-            if function is not None and function.name.value == self.local_function.name.value:
-                return self.scaler
-            return None
-        try:
-            return self.reach.expression(function or module, module)
-        except MigrationBlocked:
-            return None
-
-    def _autocast_enabled(
-        self, function: cst.FunctionDef | None, scaler: str, module: cst.Module
-    ) -> str | None:
-        """autocast's `enabled=`: the condition amp.initialize ran under where the
-        step sees it, else whether the scaler it reaches is enabled."""
-        conditions = {conjunction(init.conditions) for init in self.initializations}
-        if self.initializations and conditions == {None} and not self.off_until_initialized:
-            return None
-        if len(conditions) == 1 and self._in_initializing_scope(function, module):
-            return conditions.pop()
-        if self._bfloat16:
-            where = f"`{function.name.value}`" if function is not None else "module-level code"
-            raise MigrationBlocked(
-                f"with --dtype bfloat16 the GradScaler is off, and the autocast in {where} "
-                "cannot tell whether amp.initialize ran: migrate with --dtype float16, or "
-                "make the run's precision a flag that code can read"
-            )
-        return f"{scaler}.is_enabled()"
-
-    def _in_initializing_scope(self, function: cst.FunctionDef | None, module: cst.Module) -> bool:
-        if not self.initializations:
-            return False
-        if self.reach is None:
-            return self.local_function is not None or (
-                function is None
-                and all(isinstance(init.use.scope, cst.Module) for init in self.initializations)
-            )
-        place = self.reach.place(function or module, module)
-        top = place.top.name.value if place.top is not None else ""
-        if isinstance(place.top, cst.ClassDef):
-            # Of a class, only the method that ran amp.initialize sees its condition.
-            ran = {
-                self.reach.place(init.use.scope, self.facts.module).method
-                for init in self.initializations
-            }
-            names = {method.name.value for method in ran if method is not None}
-            return place.method is not None and names == {place.method.name.value}
-        return self.reach.initializing == {top}
