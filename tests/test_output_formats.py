@@ -532,3 +532,21 @@ def test_sarif_reads_back_with_a_sarif_2_1_0_object_model(project: Path) -> None
     # part of SARIF this model keeps untyped).
     [invocation] = run.invocations
     assert "broken.py" in json.dumps(invocation.model_dump(mode="json", by_alias=True))
+
+
+def test_full_shows_control_characters_without_sending_them(tmp_path: Path) -> None:
+    """An escape sequence in a string would drive the terminal, a right-to-left
+    override reorder the line: `full` shows their pictures and escapes, a tab
+    as four spaces, and the carets still under the finding."""
+    path = tmp_path / "train.py"
+    path.write_text(
+        'import torch\nlabel = "\x1b[31mred\tx\u202e"; scaler = torch.cuda.amp.GradScaler()\n',
+        encoding="utf-8",
+    )
+    shown = run_cli("check", "--no-cache", "--output-format", "full", path).stdout
+    assert "\x1b" not in shown and "\u202e" not in shown and "\t" not in shown
+    [code] = [line for line in shown.splitlines() if line.startswith("  2 | ")]
+    assert code == '  2 | label = "\u241b[31mred    x\\u202e"; scaler = torch.cuda.amp.GradScaler()'
+    carets = shown.splitlines()[shown.splitlines().index(code) + 1]
+    assert carets.index("^") == code.index("torch.cuda") and carets.count("^") == 25
+    assert '+label = "\u241b[31mred    x\\u202e"; scaler = torch.amp.GradScaler("cuda")' in shown

@@ -9,6 +9,7 @@ the terminal (``NO_COLOR``, not a terminal: they are dropped).
 from __future__ import annotations
 
 import difflib
+import unicodedata
 from collections import Counter
 from pathlib import Path
 from typing import Iterable
@@ -88,13 +89,34 @@ def _snippet(finding: Finding) -> list[str]:
     gutter = " " * width
     out = [f"  {gutter} |"]
     for number in range(first, last + 1):
-        out.append(f"  {number:>{width}} | {lines[number - 1]}")
+        line = lines[number - 1]
+        out.append(f"  {number:>{width}} | {shown_code(line)}")
         if number == start.line:
-            line = lines[number - 1]
             stop = end.column if end.line == start.line else len(line) + 1
-            carets = "^" * max(1, stop - start.column)
-            out.append(f"  {gutter} | {' ' * (start.column - 1)}{click.style(carets, fg='red')}")
+            before = len(shown_code(line[: start.column - 1]))
+            carets = "^" * max(1, len(shown_code(line[start.column - 1 : stop - 1])))
+            out.append(f"  {gutter} | {' ' * before}{click.style(carets, fg='red')}")
     return out
+
+
+def shown_code(text: str) -> str:
+    """A line of code as a terminal may show it: a tab as four spaces (carets
+    under it count columns), a control character as its Unicode picture (one
+    column: ESC is ␛), a format or separator character escaped (`\\u202e`).
+    Printed raw, an escape sequence in a string would drive the terminal and
+    a bidirectional override reorder the line the reader sees."""
+    if text.isprintable() and "\t" not in text:
+        return text
+    return "".join(_SHOWN.get(char) or _shown_char(char) for char in text)
+
+
+_SHOWN = {chr(code): chr(0x2400 + code) for code in range(32)} | {"\t": "    ", "\x7f": "\u2421"}
+
+
+def _shown_char(char: str) -> str:
+    if unicodedata.category(char) in ("Cc", "Cf", "Zl", "Zp"):
+        return char.encode("unicode_escape").decode("ascii")
+    return char
 
 
 def _fix_diff(finding: Finding) -> list[str]:
@@ -124,10 +146,12 @@ def _diff_lines(name: str, before: str, after: str) -> list[str]:
         n=1,
     )
     styled = []
-    for line in diff:
-        if line.startswith(("+++", "---")):
+    for number, line in enumerate(diff):
+        if number < 2:  # the file names, printable already
             styled.append(click.style(line, bold=True))
-        elif line.startswith("+"):
+            continue
+        line = shown_code(line)  # shown, not applied: `fix` prints the patch
+        if line.startswith("+"):
             styled.append(click.style(line, fg="green"))
         elif line.startswith("-"):
             styled.append(click.style(line, fg="red"))
