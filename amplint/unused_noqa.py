@@ -114,9 +114,12 @@ def _without(comment: str, where: tuple[int, int], kept: list[str]) -> str | Non
 
 def _with_comment(
     node: cst.TrailingWhitespace | cst.EmptyLine, value: str | None
-) -> cst.TrailingWhitespace | cst.EmptyLine:
+) -> cst.TrailingWhitespace | cst.EmptyLine | cst.RemovalSentinel:
+    """The comment's holder with `value` in place of the comment; where no
+    text is left, a line that held only the comment goes (as ruff's RUF100
+    fix deletes it), a comment after code leaves the code."""
     if value is not None:
         return node.with_changes(comment=cst.Comment(value))
     if isinstance(node, cst.TrailingWhitespace):
         return node.with_changes(whitespace=cst.SimpleWhitespace(""), comment=None)
-    return node.with_changes(comment=None)
+    return cst.RemovalSentinel.REMOVE

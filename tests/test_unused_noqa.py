@@ -47,6 +47,31 @@ def test_the_fix_keeps_what_silences_something_and_what_is_not_amplints() -> Non
     assert _found(fixed) == [] and fix_text(fixed, ALL, Settings()).text == fixed
 
 
+def test_a_line_of_nothing_but_a_stale_directive_goes() -> None:
+    text = dedent("""
+        import torch
+
+
+        def step():
+            # noqa: AMP201
+            # the schedule is tuned for 8 GPUs
+            return torch.ones(1)
+
+        # noqa: AMP201, AMP202
+        """)
+    fixed = fix_text(text, ALL, Settings()).text
+    assert fixed == dedent("""
+        import torch
+
+
+        def step():
+            # the schedule is tuned for 8 GPUs
+            return torch.ones(1)
+
+        """)
+    assert _found(fixed) == [] and fix_text(fixed, ALL, Settings()).text == fixed
+
+
 def test_codes_the_run_does_not_enable_are_not_judged() -> None:
     assert _found(STALE, ALL - {"AMP202", "AMP105"}) == [
         (3, "unused `noqa` code `AMP201`: nothing here is reported under it")
