@@ -605,6 +605,43 @@ def test_a_gradient_penalty_keeps_float16_from_rewriting_the_step() -> None:
     assert 'with torch.autocast("cuda", dtype=torch.bfloat16):' in bf16
 
 
+GRADIENT_PENALTY_METHOD = dedent("""
+    import torch
+    import torch.nn.functional as F
+
+
+    class Discriminator:
+        def __init__(self, net, device):
+            self.net = net.to(device)
+            self.optimizer = torch.optim.Adam(self.net.parameters())
+
+        def penalty(self, real, fake):
+            alpha = torch.rand(real.size(0), 1, device=real.device)
+            mixed = (alpha * real + (1 - alpha) * fake).requires_grad_(True)
+            out = self.net(mixed)
+            grads = torch.autograd.grad(out, mixed, torch.ones_like(out), create_graph=True)[0]
+            return 10 * (grads.norm(2, dim=1) - 1).pow(2).mean()
+
+        def update(self, pairs):
+            for real, fake in pairs:
+                loss = F.softplus(-self.net(real)).mean() + F.softplus(self.net(fake)).mean()
+                pen = self.penalty(real, fake)
+                self.optimizer.zero_grad()
+                (loss + pen).backward()
+                self.optimizer.step()
+    """)
+
+
+def test_a_gradient_penalty_behind_a_method_keeps_float16_from_rewriting_the_step() -> None:
+    # GAIL's `self.compute_grad_pen(...)`: the method, not the step, calls
+    # autograd.grad; under a GradScaler its gradients would be scaled float16.
+    (message,) = _messages(GRADIENT_PENALTY_METHOD)
+    assert "`self.penalty` takes gradients inside the forward pass" in message
+    assert fixed(GRADIENT_PENALTY_METHOD) == GRADIENT_PENALTY_METHOD
+    bf16 = fixed(GRADIENT_PENALTY_METHOD, Settings(dtype="bfloat16"))
+    assert 'with torch.autocast("cuda", dtype=torch.bfloat16):' in bf16
+
+
 MAML = dedent("""
     import learn2learn as l2l
     import torch

@@ -20,7 +20,7 @@ from amplint.analysis.autocast import UNSAFE_LOSS_CLASSES, UNSAFE_LOSS_FUNCTIONS
 from amplint.analysis.imports import ImportMap, dotted_name
 from amplint.analysis.scopes import ScopedVisitor
 from amplint.analysis.statements import method_name, name_use
-from amplint.analysis.visitor import Visitor
+from amplint.analysis.visitor import Visitor, descendants
 
 # Losses that raise "unsafe to autocast" under CUDA autocast.
 AUTOCAST_UNSAFE_LOSSES = UNSAFE_LOSS_CLASSES | UNSAFE_LOSS_FUNCTIONS
@@ -232,6 +232,7 @@ class ModelCalls:
         self.unsafe_names = unsafe_names  # name bound to an autocast-unsafe loss -> its class
         self.unsafe_helpers = unsafe_helpers  # def computing such a loss -> the loss
         self._data_helpers: dict[str, bool] = {}
+        self._methods_by_name: dict[str, list[cst.FunctionDef]] | None = None
 
     def runs_model(self, node: cst.CSTNode) -> bool:
         """Whether `node` calls something other than torch itself, data moves
@@ -322,7 +323,26 @@ class ModelCalls:
                 helper = self.module_functions.get(call.func.value)
                 if helper is not None and self._calls_differentiation(helper):
                     return call.func.value
+            elif _on_self(call.func) and any(
+                self._calls_differentiation(method)
+                for method in self._methods().get(call.func.attr.value, ())
+            ):
+                return self.module.code_for_node(call.func)  # `self.compute_grad_pen` (GAIL)
         return None
+
+    def _methods(self) -> dict[str, list[cst.FunctionDef]]:
+        """The methods of the module's classes, by name (which class `self` is
+        goes unasked: a method of that name taking gradients anywhere is enough
+        to leave the step alone)."""
+        if self._methods_by_name is None:
+            self._methods_by_name = {}
+            for node in descendants(self.module):
+                if not isinstance(node, cst.ClassDef):
+                    continue
+                for statement in node.body.body:
+                    if isinstance(statement, cst.FunctionDef):
+                        self._methods_by_name.setdefault(statement.name.value, []).append(statement)
+        return self._methods_by_name
 
     def _takes_gradients(self, call: cst.Call) -> bool:
         if self.resolve(call.func) == "torch.autograd.grad":
@@ -608,3 +628,12 @@ def _region_up_to(
                 first = index
     statements = tuple(body[first : last + 1])
     return ForwardRegion(body[first], body[last], statements)
+
+
+def _on_self(func: cst.BaseExpression) -> bool:
+    """`self.name`: a method of the instance."""
+    return (
+        isinstance(func, cst.Attribute)
+        and isinstance(func.value, cst.Name)
+        and func.value.value == "self"
+    )
