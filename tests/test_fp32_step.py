@@ -642,6 +642,66 @@ def test_a_gradient_penalty_behind_a_method_keeps_float16_from_rewriting_the_ste
     assert 'with torch.autocast("cuda", dtype=torch.bfloat16):' in bf16
 
 
+DQN = dedent("""
+    import torch
+    import torch.nn.functional as F
+
+
+    def optimize(policy_net, target_net, optimizer, batch, gamma):
+        states, actions, rewards, next_states, done = batch
+        q = policy_net(states).gather(1, actions)
+        next_values = torch.zeros(states.size(0), device=states.device)
+        with torch.no_grad():
+            next_values[~done] = target_net(next_states[~done]).max(1).values
+        loss = F.smooth_l1_loss(q, (rewards + gamma * next_values).unsqueeze(1))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+
+    def main(policy_net, target_net, memory, steps):
+        policy_net, target_net = policy_net.cuda(), target_net.cuda()
+        optimizer = torch.optim.AdamW(policy_net.parameters(), lr=1e-4)
+        for _ in range(steps):
+            optimize(policy_net, target_net, optimizer, memory.sample(128), 0.99)
+    """)
+
+
+def test_a_write_by_tensor_index_into_a_float32_tensor_keeps_autocast_out() -> None:
+    # PyTorch's DQN tutorial: under autocast the target network's values are
+    # float16 (bfloat16), and index_put_ into the float32 `next_values` raises.
+    (message,) = _messages(DQN)
+    assert "`next_values[~done] = ...` writes what the forward pass computes" in message
+    assert fixed(DQN) == DQN
+    assert fixed(DQN, Settings(dtype="bfloat16")) == DQN
+    # The same writes by an int, a slice or a range counter copy, which converts;
+    # into a tensor the region computes (`zeros_like` of its values, as cleanrl's
+    # C51 projects its target) the dtypes agree: those steps are rewritten.
+    for write in (
+        "next_values[0] = target_net(next_states).max(1).values[0]",
+        "next_values[:] = target_net(next_states).max(1).values",
+        "next_values = torch.zeros_like(q[:, 0])\n"
+        "        next_values[~done] = target_net(next_states[~done]).max(1).values",
+    ):
+        text = DQN.replace(
+            "next_values[~done] = target_net(next_states[~done]).max(1).values", write
+        )
+        assert "torch.autocast" in fixed(text), write
+
+
+def test_index_put_of_a_low_precision_value_into_float32_raises_under_autocast() -> None:
+    # What the decline above rests on, in torch itself (CPU autocast, bfloat16).
+    torch = pytest.importorskip("torch")
+    linear = torch.nn.Linear(4, 3)
+    mask = torch.tensor([True, False, True])
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        values = linear(torch.randn(3, 4)).max(1).values
+        target = torch.zeros(3)
+        target[0:2] = values[0:2]  # a slice copies, converting
+        with pytest.raises(RuntimeError, match="Index put requires the source and destination"):
+            target[mask] = values[mask]
+
+
 MAML = dedent("""
     import learn2learn as l2l
     import torch

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
-from typing import Callable, Collection, Sequence
+from typing import Callable, Collection, Iterator, Sequence
 
 import libcst as cst
 
@@ -20,7 +20,7 @@ from amplint.analysis.autocast import UNSAFE_LOSS_CLASSES, UNSAFE_LOSS_FUNCTIONS
 from amplint.analysis.imports import ImportMap, dotted_name
 from amplint.analysis.scopes import ScopedVisitor
 from amplint.analysis.statements import method_name, name_use
-from amplint.analysis.visitor import Visitor, descendants
+from amplint.analysis.visitor import Visitor, children, descendants
 
 # Losses that raise "unsafe to autocast" under CUDA autocast.
 AUTOCAST_UNSAFE_LOSSES = UNSAFE_LOSS_CLASSES | UNSAFE_LOSS_FUNCTIONS
@@ -233,6 +233,7 @@ class ModelCalls:
         self.unsafe_helpers = unsafe_helpers  # def computing such a loss -> the loss
         self._data_helpers: dict[str, bool] = {}
         self._methods_by_name: dict[str, list[cst.FunctionDef]] | None = None
+        self._loop_counters: frozenset[str] | None = None
 
     def runs_model(self, node: cst.CSTNode) -> bool:
         """Whether `node` calls something other than torch itself, data moves
@@ -329,6 +330,96 @@ class ModelCalls:
             ):
                 return self.module.code_for_node(call.func)  # `self.compute_grad_pen` (GAIL)
         return None
+
+    def index_write(self, region: ForwardRegion) -> str | None:
+        """A write, by a tensor index, of what the region may compute in low
+        precision (`next_v[mask] = target_net(s).max(1).values`, PyTorch's DQN
+        tutorial), as spelled: index_put_ and its kin (`index_copy_`,
+        `scatter_`, ...) need the value in the tensor's dtype, and under
+        autocast raise where a float32 tensor takes a float16 value.  Writes
+        by an int or a slice copy, which converts; `t[mask] += v` adds in
+        float32 first.  None where the region makes no such write."""
+        computed: set[str] = set()  # names the region binds before the write
+        # Tensors the region makes in float32 whatever autocast does (`torch.zeros(n)`),
+        # as opposed to those it computes (`torch.zeros_like(probs)`, a model's output),
+        # whose dtype follows what they are computed from.
+        made: set[str] = set()
+        for statement in region.statements:
+            for node in _in_order(statement):
+                written = self._index_written(node, computed, made)
+                if written is not None:
+                    return written
+                if isinstance(node, cst.Assign):
+                    for target in node.targets:
+                        if isinstance(target.target, cst.Name):
+                            name = target.target.value
+                            computed.add(name)
+                            made.discard(name)
+                            if _makes_float32(node.value):
+                                made.add(name)
+            computed |= name_use(statement).bound
+        return None
+
+    def _index_written(self, node: cst.CSTNode, computed: set[str], made: set[str]) -> str | None:
+        """The write `node` makes into a float32 tensor by a tensor index, of a
+        value that may be low precision, as spelled; a tensor the region
+        computed has the value's precision already."""
+        if isinstance(node, cst.Assign):
+            for target in node.targets:
+                subscript = target.target
+                if (
+                    isinstance(subscript, cst.Subscript)
+                    and _may_be_float32(subscript.value, computed, made)
+                    and self._by_tensor_index(subscript)
+                    and _may_compute(node.value, computed)
+                ):
+                    return f"{self.module.code_for_node(subscript)} = ..."
+        elif (
+            isinstance(node, cst.Call)
+            and method_name(node) in _INDEX_WRITES
+            and isinstance(node.func, cst.Attribute)
+            and _may_be_float32(node.func.value, computed, made)
+            and any(_may_compute(argument.value, computed) for argument in node.args[1:])
+        ):
+            return f"{self.module.code_for_node(node.func)}(...)"
+        return None
+
+    def _by_tensor_index(self, subscript: cst.Subscript) -> bool:
+        """Whether an element of the index may be a tensor (or a list): not
+        an int, a slice, `...`, `None`, or a `for i in range(...)` counter."""
+        for element in subscript.slice:
+            if not isinstance(element.slice, cst.Index):
+                continue  # a slice
+            value = element.slice.value
+            if isinstance(value, cst.UnaryOperation):
+                value = value.expression
+            if isinstance(value, (cst.Integer, cst.Ellipsis)):
+                continue
+            if isinstance(value, cst.Name) and (
+                value.value == "None" or value.value in self._counters()
+            ):
+                continue
+            return True
+        return False
+
+    def _counters(self) -> frozenset[str]:
+        """The names the module's loops count with (`for t in range(n)`,
+        `for i, x in enumerate(xs)`): ints, whatever else they index."""
+        if self._loop_counters is None:
+            found = set()
+            for node in descendants(self.module):
+                if not isinstance(node, cst.For) or not isinstance(node.iter, cst.Call):
+                    continue
+                counted = dotted_name(node.iter.func)
+                target = node.target
+                if counted == "range" and isinstance(target, cst.Name):
+                    found.add(target.value)
+                elif counted == "enumerate" and isinstance(target, cst.Tuple):
+                    first = target.elements[0].value if target.elements else None
+                    if isinstance(first, cst.Name):
+                        found.add(first.value)
+            self._loop_counters = frozenset(found)
+        return self._loop_counters
 
     def _methods(self) -> dict[str, list[cst.FunctionDef]]:
         """The methods of the module's classes, by name (which class `self` is
@@ -637,3 +728,69 @@ def _on_self(func: cst.BaseExpression) -> bool:
         and isinstance(func.value, cst.Name)
         and func.value.value == "self"
     )
+
+
+# In-place writes by index that need the source in the tensor's own dtype.
+_INDEX_WRITES = frozenset(
+    {
+        "index_put_",
+        "index_copy_",
+        "index_add_",
+        "scatter_",
+        "scatter_add_",
+        "masked_scatter_",
+        "put_",
+    }
+)
+# Calls whose result is a Python number, never a low-precision tensor.
+_NUMBER_CALLS = frozenset({"float", "int", "len", "bool", "round", "abs", "min", "max", "sum"})
+
+
+def _in_order(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """`node` and the nodes below it, in the order the source spells them."""
+    yield node
+    for child in children(node):
+        yield from _in_order(child)
+
+
+# torch's factories, whose tensors are float32 (the default dtype) under autocast.
+_FACTORIES = frozenset(
+    {"zeros", "ones", "empty", "full", "tensor", "as_tensor", "arange", "rand", "randn"}
+)
+
+
+def _makes_float32(value: cst.BaseExpression) -> bool:
+    """`torch.zeros(n, device=d)` and its kin (not `zeros_like`, nor with a `dtype=`)."""
+    return (
+        isinstance(value, cst.Call)
+        and isinstance(value.func, cst.Attribute)
+        and value.func.attr.value in _FACTORIES
+        and not any(
+            argument.keyword and argument.keyword.value == "dtype" for argument in value.args
+        )
+    )
+
+
+def _may_be_float32(written: cst.BaseExpression, computed: set[str], made: set[str]) -> bool:
+    """Whether the tensor `written` (`next_v`, `buffer[i]`) may be float32 while
+    autocast computes in low precision: it comes from before the region, or
+    the region made it with a factory; not where the region computed it."""
+    while isinstance(written, (cst.Subscript, cst.Attribute)):
+        written = written.value
+    if not isinstance(written, cst.Name):
+        return True
+    return written.value in made or written.value not in computed
+
+
+def _may_compute(value: cst.BaseExpression, computed: set[str]) -> bool:
+    """Whether `value` may be a tensor autocast computed in low precision: it
+    calls something, or reads a name the region bound.  A number, or data
+    from before the region, is not."""
+    for node in descendants(value):
+        if isinstance(node, cst.Call) and not (
+            isinstance(node.func, cst.Name) and node.func.value in _NUMBER_CALLS
+        ):
+            return True
+        if isinstance(node, cst.Name) and node.value in computed:
+            return True
+    return False

@@ -239,6 +239,9 @@ class TrainingStep:
     # The call that takes gradients inside the forward pass (a gradient penalty),
     # which a GradScaler would leave scaled.
     gradient_penalty: str | None = None
+    # A write by tensor index of what the forward pass computes (`t[mask] = ...`),
+    # which raises under autocast where the tensor is float32 (forward.index_write).
+    index_write: str | None = None
     # `self.backward_G()` before the step: the backward runs in a helper of the
     # module, the step's block holds none (pix2pix's `optimize_parameters`).
     backward_helper: cst.Call | None = None
@@ -822,6 +825,7 @@ class _StepFinder(ScopedVisitor):
                 found = self.calls.with_unsafe_loss_after(found)
                 step.unsafe_loss = step.unsafe_loss or found.unsafe_loss
                 step.gradient_penalty = step.gradient_penalty or self.calls.gradient_penalty(found)
+                step.index_write = step.index_write or self.calls.index_write(found)
                 step.regions.append(found)
             lower = backward.top + 1
         return None

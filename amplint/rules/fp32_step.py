@@ -153,6 +153,13 @@ def _obstacle(
             f"{step.unsafe_loss} raises under CUDA autocast and {problem}; compute the "
             "loss on logits with nn.BCEWithLogitsLoss or F.binary_cross_entropy_with_logits"
         )
+    if step.index_write is not None:
+        return (
+            f"`{step.index_write}` writes what the forward pass computes into a tensor by "
+            "a tensor index, which needs the value in the tensor's dtype: under autocast a "
+            "float32 tensor given a low-precision value raises; cast the value to the "
+            "tensor's dtype (`.to(t.dtype)`) or compute it before the forward pass"
+        )
     if choice.uses_scaler and step.gradient_penalty is not None:
         return (
             f"`{step.gradient_penalty}` takes gradients inside the forward pass (a "
