@@ -702,6 +702,105 @@ def test_index_put_of_a_low_precision_value_into_float32_raises_under_autocast()
             target[mask] = values[mask]
 
 
+WGAN = dedent("""
+    import torch
+
+
+    def train(G, D, loader, n_critic, epochs):
+        G, D = G.cuda(), D.cuda()
+        opt_d = torch.optim.RMSprop(D.parameters(), lr=5e-5)
+        opt_g = torch.optim.RMSprop(G.parameters(), lr=5e-5)
+        for epoch in range(epochs):
+            batches = iter(loader)
+            for _ in range(len(loader) // n_critic):
+                for _ in range(n_critic):
+                    real = next(batches).cuda()
+                    opt_d.zero_grad()
+                    z = torch.randn(real.size(0), 100, device="cuda")
+                    loss_d = D(G(z).detach()).mean() - D(real).mean()
+                    loss_d.backward()
+                    opt_d.step()
+                opt_g.zero_grad()
+                z = torch.randn(real.size(0), 100, device="cuda")
+                loss_g = -D(G(z)).mean()
+                loss_g.backward()
+                opt_g.step()
+    """)
+
+
+def test_a_step_in_an_inner_loop_is_judged_on_its_own_amp_not_a_siblings() -> None:
+    # WGAN: the critic steps n_critic times in an inner loop of the loop that
+    # steps the generator. Once the generator's step had autocast, the critic's
+    # was taken for mixed precision too: `fix` wrote one of the two and said
+    # nothing was left.
+    assert codes_of(WGAN) == ["AMP001", "AMP001"]
+    rewritten = fixed(WGAN)
+    assert rewritten.count("with torch.autocast(") == 2
+    assert "scaler.scale(loss_d).backward()" in rewritten
+    assert "scaler.scale(loss_g).backward()" in rewritten
+    assert codes_of(rewritten) == []
+    # The generator alone in AMP: the critic is still an FP32 step.
+    generator_only = rewritten.replace(
+        'with torch.autocast("cuda", dtype=torch.float16):\n'
+        "                    loss_d = D(G(z).detach()).mean() - D(real).mean()\n"
+        "                scaler.scale(loss_d).backward()\n"
+        "                scaler.step(opt_d)\n"
+        "                scaler.update()",
+        "loss_d = D(G(z).detach()).mean() - D(real).mean()\n"
+        "                loss_d.backward()\n"
+        "                opt_d.step()",
+    )
+    assert generator_only.count("with torch.autocast(") == 1
+    lines = generator_only.splitlines()
+    [finding] = findings_of(generator_only)
+    assert finding.code == "AMP001" and lines[finding.span.line - 1].strip() == "loss_d.backward()"
+    # The critic's loop under the outer loop's autocast: mixed precision already.
+    wrapped = WGAN.replace(
+        "            for _ in range(n_critic):\n",
+        '            with torch.autocast("cuda", dtype=torch.bfloat16):\n'
+        "              for _ in range(n_critic):\n",
+    )
+    lines = wrapped.splitlines()
+    assert [lines[d.span.line - 1].strip() for d in findings_of(wrapped) if d.code == "AMP001"] == [
+        "loss_g.backward()"
+    ]
+
+
+SAC_SCRIPT = dedent("""
+    import torch
+    import torch.nn.functional as F
+
+    if __name__ == "__main__":
+        actor, critic = torch.nn.Linear(4, 2).cuda(), torch.nn.Linear(6, 1).cuda()
+        actor_optimizer = torch.optim.Adam(actor.parameters())
+        critic_optimizer = torch.optim.Adam(critic.parameters())
+        for step in range(1000):
+            obs = torch.randn(32, 4, device="cuda")
+            value = critic(torch.cat([obs, actor(obs).detach()], 1))
+            critic_loss = F.mse_loss(value, torch.zeros_like(value))
+            critic_optimizer.zero_grad()
+            critic_loss.backward()
+            critic_optimizer.step()
+            if step % 2 == 0:
+                for _ in range(2):
+                    actor_loss = -critic(torch.cat([obs, actor(obs)], 1)).mean()
+                    actor_optimizer.zero_grad()
+                    actor_loss.backward()
+                    actor_optimizer.step()
+    """)
+
+
+def test_the_steps_of_one_loop_share_the_scaler_made_for_the_first() -> None:
+    # cleanrl's SAC: the steps are fixed in two rounds; the second finds the
+    # scaler the first made before the loop, in the script's `__main__` block,
+    # and steps through it rather than making another beside it.
+    rewritten = fixed(SAC_SCRIPT)
+    assert rewritten.count("GradScaler(") == 1
+    assert "scaler.scale(critic_loss).backward()" in rewritten
+    assert "scaler.scale(actor_loss).backward()" in rewritten
+    assert codes_of(rewritten) == []
+
+
 MAML = dedent("""
     import learn2learn as l2l
     import torch

@@ -51,7 +51,7 @@ from amplint.analysis.statements import (
     method_name,
     name_use,
 )
-from amplint.analysis.visitor import Visitor, children, descendants, holds
+from amplint.analysis.visitor import Visitor, children, descendants, holds, path_to
 from amplint.project.losses import LossHelper
 from amplint.triggers import SCALER_NAME
 
@@ -718,6 +718,9 @@ class _StepFinder(ScopedVisitor):
         else:
             scope = step.outermost_loop
         scope_code = code_only(self.module.code_for_node(scope))
+        own_code = self._own_amp_code(step, scope)
+        if own_code is not None:
+            scope_code = own_code
         if any(s.scaler for s in step.steps) or _ALREADY_AMP.search(scope_code):
             return self._hand_scaled(scope_code) or ALREADY_AMP
         if self._reads_autocast_alias(scope_code):
@@ -829,6 +832,54 @@ class _StepFinder(ScopedVisitor):
                 step.regions.append(found)
             lower = backward.top + 1
         return None
+
+    def _own_amp_code(self, step: TrainingStep, scope: cst.CSTNode) -> str | None:
+        """Where a step whose outermost loop holds other steps shows its own
+        AMP: its loop without the parts of it that step something else, and
+        the `with` statements around its loop in the outer ones.  WGAN's
+        critic steps in `for _ in range(n_critic)` inside the loop stepping the
+        generator: neither's autocast says anything of the other.  None where
+        the step has its outermost loop to itself, which then decides."""
+        owner = step.owner
+        if not isinstance(owner, (cst.For, cst.While)):
+            return None
+        path = path_to(scope, owner)
+        if path is None:
+            return None
+        mine = [backward.call for backward in step.backwards]
+        others = [
+            node
+            for node in descendants(scope)
+            if isinstance(node, cst.Call)
+            and method_name(node) == "backward"
+            and not any(node is call for call in mine)
+        ]
+        if not others:
+            return None
+        code = "\n".join(code_only(part) for part in self._parts_without(owner, mine, others))
+        withs = [
+            self.module.code_for_node(item)
+            for node in path
+            if isinstance(node, cst.With)
+            for item in node.items
+        ]
+        return "\n".join([code, *withs])
+
+    def _parts_without(
+        self, node: cst.CSTNode, mine: list[cst.Call], others: list[cst.Call]
+    ) -> list[str]:
+        """The code of `node` without what steps something else: a part holding
+        another backward and none of `mine` is left out, a part holding both is
+        split into its own parts (a `with` around the other step's loop goes
+        with it; the header of the step's own loop stays)."""
+        other = any(holds(node, call) for call in others)
+        if not other:
+            return [self.module.code_for_node(node)]
+        if not any(holds(node, call) for call in mine):
+            return []
+        return [
+            part for child in children(node) for part in self._parts_without(child, mine, others)
+        ]
 
     def _hand_scaled(self, scope_code: str) -> str | None:
         """Why a step whose only sign of AMP is loss scaling written by hand

@@ -143,6 +143,18 @@ def descendants(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
         stack.extend(children(current))
 
 
+def path_to(outer: cst.CSTNode, inner: cst.CSTNode) -> list[cst.CSTNode] | None:
+    """The nodes from `outer` down to `inner` (both included), or None where
+    `inner` is not inside `outer`."""
+    if outer is inner:
+        return [outer]
+    for child in children(outer):
+        below = path_to(child, inner)
+        if below is not None:
+            return [outer, *below]
+    return None
+
+
 def holds(node: cst.CSTNode, target: cst.CSTNode) -> bool:
     """Whether `target` is `node` or a node inside it."""
     return any(descendant is target for descendant in descendants(node))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from itertools import takewhile
 from typing import Callable, Sequence
 
 import libcst as cst
@@ -24,7 +25,7 @@ from amplint.analysis.fsdp_scaler import SHARDED_GRAD_SCALER, SHARDED_SCALER_MOD
 from amplint.analysis.forward import ForwardRegion
 from amplint.analysis.scopes import Scope
 from amplint.analysis.steps import GradEdit, TrainingStep
-from amplint.analysis.visitor import holds
+from amplint.analysis.visitor import holds, path_to
 from amplint.config import Settings
 from amplint.diagnostics import ModulePass
 from amplint.names import DTYPE_NAMES, SCALER_NAMES, free_name
@@ -421,7 +422,7 @@ class InsertAmp:
         if self.script_device is not None:
             devices.add(self.script_device.expression)
         found = None
-        for statement in step.setup:
+        for statement in self._run_before_loop():
             if not isinstance(statement, cst.SimpleStatementLine):
                 continue
             for small in statement.body:
@@ -440,6 +441,19 @@ class InsertAmp:
                         None if enabled is None else self.code(enabled),
                         device != self.choice.device,
                     )
+        return found
+
+    def _run_before_loop(self) -> list[cst.BaseStatement]:
+        """The statements of the step's scope that run before its outermost
+        loop: its setup, and those before the loop in the blocks holding it
+        (a script's `if __name__ == "__main__":`)."""
+        step = self.step
+        scope = step.function or self.facts.module
+        path = path_to(scope, step.outermost_loop) or []
+        found = list(step.setup)
+        for holder, held in zip(path[1:], path[2:]):
+            if isinstance(holder, cst.IndentedBlock):
+                found += list(takewhile(lambda statement: statement is not held, holder.body))
         return found
 
     def _scaler_device(self, call: cst.Call) -> str | None:
