@@ -801,6 +801,37 @@ def test_the_steps_of_one_loop_share_the_scaler_made_for_the_first() -> None:
     assert codes_of(rewritten) == []
 
 
+SUMMED_LOSSES = dedent("""
+    import torch
+    import torch.nn.functional as F
+
+
+    def train(D, loader, optimizer):
+        D = D.cuda()
+        for real, fake in loader:
+            real, fake = real.cuda(), fake.cuda()
+            real_d = D(real)
+            fake_d = D(fake)
+            loss_real = F.binary_cross_entropy_with_logits(real_d, torch.ones_like(real_d))
+            loss_fake = F.binary_cross_entropy_with_logits(fake_d, torch.zeros_like(fake_d))
+            optimizer.zero_grad()
+            (loss_real + loss_fake).backward()
+            optimizer.step()
+    """)
+
+
+def test_a_backward_of_a_sum_of_losses_has_each_losss_forward_pass_in_autocast() -> None:
+    # GAIL's discriminator: the region was traced from the loss bound last, so
+    # `real_d = D(real)` ran in float32 beside `fake_d` in float16.
+    rewritten = fixed(SUMMED_LOSSES)
+    assert (
+        '        with torch.autocast("cuda", dtype=torch.float16):\n'
+        "            real_d = D(real)\n"
+        "            fake_d = D(fake)\n"
+    ) in rewritten
+    assert "scaler.scale(loss_real + loss_fake).backward()" in rewritten
+
+
 MAML = dedent("""
     import learn2learn as l2l
     import torch

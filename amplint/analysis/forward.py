@@ -652,7 +652,9 @@ def forward_region(
         if loss_names and loss_names <= parameters:
             return f"`{shown}` comes from the caller; autocast belongs where the forward pass runs"
         return f"cannot find where `{shown}` is computed in the same block as its backward"
-    return _region_up_to(body, last, lower, runs_model)
+    # Every name of the loss counts: `(loss_real + loss_fake).backward()` needs
+    # `loss_real`'s forward pass as much as `loss_fake`'s, bound last.
+    return _region_up_to(body, last, lower, runs_model, loss_names)
 
 
 def feeding_region(
@@ -702,10 +704,11 @@ def _region_up_to(
     last: int,
     lower: int,
     runs_model: Callable[[cst.CSTNode], bool],
+    also: Collection[str] = (),
 ) -> ForwardRegion:
     """The region ending at `body[last]`, from the first statement not above
-    `body[lower]` that runs a model towards what it reads."""
-    needed = set(name_use(body[last]).read)
+    `body[lower]` that runs a model towards what it reads (and `also`)."""
+    needed = set(name_use(body[last]).read) | set(also)
     first = last
     for index in range(last - 1, lower - 1, -1):
         if _ends_forward_search(body[index]):

@@ -853,9 +853,12 @@ class InsertAmp:
         return holders[-1] if holders else step.block.body[step.tops[last_step.order]]
 
     def _scaled_backward(self, call: cst.Call) -> cst.Call:
+        loss = call.func.value
+        if loss.lpar and not isinstance(loss, (cst.Tuple, cst.GeneratorExp)):
+            loss = loss.with_changes(lpar=[], rpar=[])  # `(a + b).backward()`: scale(a + b)
         scale = cst.Call(
             func=cst.parse_expression(f"{self.scaler}.scale"),
-            args=[cst.Arg(call.func.value)],
+            args=[cst.Arg(loss)],
         )
         return call.with_changes(func=call.func.with_changes(value=scale))
 
