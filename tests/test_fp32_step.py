@@ -832,6 +832,61 @@ def test_a_backward_of_a_sum_of_losses_has_each_losss_forward_pass_in_autocast()
     assert "scaler.scale(loss_real + loss_fake).backward()" in rewritten
 
 
+KFAC_STATISTICS = dedent("""
+    import torch
+
+
+    class Agent:
+        def __init__(self, net, lr, fisher_every):
+            self.net = net.cuda()
+            self.optimizer = torch.optim.SGD(net.parameters(), lr)
+            self.fisher_every = fisher_every
+            self.steps = 0
+
+        def update(self, x, y):
+            out = self.net(x)
+            loss = (out - y).pow(2).mean()
+            if self.steps % self.fisher_every == 0:
+                fisher_loss = -out.mean()
+                fisher_loss.backward(retain_graph=True)
+            self.optimizer.zero_grad()
+            loss.backward()
+            self.optimizer.step()
+            self.steps += 1
+    """)
+
+
+def test_a_backward_whose_gradients_are_cleared_unused_is_reported_not_rewritten() -> None:
+    # ACKTR: the first backward feeds K-FAC's hooks, then zero_grad clears its
+    # gradients before the step's own. It was dropped without a word (its
+    # region, in the `if`, ran no model); scaled, K-FAC would read scaled
+    # statistics.
+    (message,) = _messages(KFAC_STATISTICS)
+    assert "`fisher_loss.backward(retain_graph=True)` backpropagates through the forward" in message
+    assert fixed(KFAC_STATISTICS) == KFAC_STATISTICS
+    # A GAN's discriminator steps on its retained backward before the clear:
+    # those gradients are used, and this is not the reason given.
+    gan = dedent("""
+        import torch
+        import torch.nn.functional as F
+
+
+        def train(G, D, loader, opt_g, opt_d):
+            G, D = G.cuda(), D.cuda()
+            for real, z in loader:
+                fake = G(z.cuda())
+                d_loss = F.softplus(-D(real.cuda())).mean() + F.softplus(D(fake)).mean()
+                g_loss = F.softplus(-D(fake)).mean()
+                opt_d.zero_grad()
+                d_loss.backward(retain_graph=True)
+                opt_d.step()
+                opt_g.zero_grad()
+                g_loss.backward()
+                opt_g.step()
+        """)
+    assert not any("backpropagates through the forward" in m for m in _messages(gan))
+
+
 MAML = dedent("""
     import learn2learn as l2l
     import torch

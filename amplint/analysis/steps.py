@@ -770,6 +770,15 @@ class _StepFinder(ScopedVisitor):
                 if self._passes_closure(optimizer_step.call):
                     return f"`{call}` cannot go through a GradScaler (it refuses closures)"
                 return f"`{call}` is not a plain optimizer step"
+        discarded = self._discarded_backward(step)
+        if discarded is not None:
+            return (
+                f"`{discarded}` backpropagates through the forward pass before the step's "
+                "own backward, and its gradients are cleared before that: they are read "
+                "on the way (K-FAC's Fisher statistics, a hook's), and a GradScaler would "
+                "scale them: scale that backward by hand where its readers expect it, or "
+                "keep this step in float32"
+            )
         lower = 0
         parameters = (
             {param.name.value for param in step.function.params.params}
@@ -831,6 +840,36 @@ class _StepFinder(ScopedVisitor):
                 step.index_write = step.index_write or self.calls.index_write(found)
                 step.regions.append(found)
             lower = backward.top + 1
+        return None
+
+    def _discarded_backward(self, step: TrainingStep) -> str | None:
+        """A backward of the step that keeps the graph (`retain_graph=True`) and
+        whose gradients a `zero_grad()` clears, no optimizer having stepped on
+        them, before the step's next backward (ACKTR's
+        `fisher_loss.backward(retain_graph=True)`, for K-FAC's hooks), as
+        spelled; None where there is none.  Two losses backpropagated in turn
+        into one step's gradients are no such thing."""
+        body = step.block.body
+        for backward, after in zip(step.backwards, step.backwards[1:]):
+            retains = any(
+                argument.keyword is not None
+                and argument.keyword.value == "retain_graph"
+                and not (isinstance(argument.value, cst.Name) and argument.value.value == "False")
+                for argument in backward.call.args
+            )
+            if not retains or after.top <= backward.top:
+                continue
+            calls = [
+                method_name(call)
+                for statement in body[backward.top : after.top]
+                for call in descendants(statement)
+                if isinstance(call, cst.Call)
+            ]
+            # Cleared unused: no optimizer step took them first (a GAN's
+            # `D_loss.backward(retain_graph=True)` then `opt_D.step()`, in the
+            # statement of that backward or after it).
+            if "zero_grad" in calls and "step" not in calls:
+                return self.module.code_for_node(backward.call)
         return None
 
     def _own_amp_code(self, step: TrainingStep, scope: cst.CSTNode) -> str | None:
