@@ -479,3 +479,48 @@ def test_kernels_reached_through_a_module_importing_the_step_count(tmp_path: Pat
     )
     result = run_cli("check", "--no-cache", tmp_path / "engine.py")
     assert "C++/CUDA kernels compiled in op/fused_act.py:8" in result.stdout
+
+
+PPO_MODULE = dedent("""
+    import torch.nn as nn
+    import torch.optim as optim
+
+
+    class PPO:
+        def __init__(self, actor_critic, lr, max_grad_norm):
+            self.actor_critic = actor_critic
+            self.max_grad_norm = max_grad_norm
+            self.optimizer = optim.Adam(actor_critic.parameters(), lr=lr)
+
+        def update(self, batches):
+            for obs, actions, returns in batches:
+                values, log_probs = self.actor_critic.evaluate(obs, actions)
+                loss = (returns - values).pow(2).mean() - log_probs.mean()
+                self.optimizer.zero_grad()
+                loss.backward()
+                nn.utils.clip_grad_norm_(self.actor_critic.parameters(), self.max_grad_norm)
+                self.optimizer.step()
+    """)
+PPO_MAIN = dedent("""
+    import torch
+    from algo.ppo import PPO
+    from model import Policy
+
+    device = torch.device("cuda:0")
+    agent = PPO(Policy().to(device), 3e-4, 0.5)
+    """)
+
+
+def test_a_library_module_trains_where_the_script_importing_it_puts_the_model(
+    tmp_path: Path,
+) -> None:
+    # pytorch-a2c-ppo-acktr-gail: algo/ppo.py names no device, main.py moves
+    # the model to CUDA; "never moves off the CPU" was said of ppo.py alone.
+    root = _project(tmp_path, **{"algo.ppo": PPO_MODULE})
+    alone = run_cli("check", "--no-cache", root / "algo" / "ppo.py").stdout
+    assert "never moves its model or data off the CPU" in alone
+    (root / "main.py").write_text(PPO_MAIN)
+    used = run_cli("check", "--no-cache", root / "algo" / "ppo.py").stdout
+    assert "AMP001 [*] training step runs in FP32" in used
+    run_cli("fix", "--no-cache", "--apply", root / "algo" / "ppo.py")
+    assert "self.scaler.unscale_(self.optimizer)" in (root / "algo" / "ppo.py").read_text()

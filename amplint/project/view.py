@@ -11,7 +11,7 @@ from typing import Callable
 from amplint.files import read_regular
 from amplint.project.gradient_norms import gradient_norms_in
 from amplint.project.losses import LossHelper
-from amplint.project.source import may_import
+from amplint.project.source import ModuleSource, may_import
 from amplint.project.configs import (
     LaunchPrecision,
     json_object,
@@ -176,6 +176,20 @@ class ProjectView:
         """The project modules this one reaches through its imports, at any
         depth, itself left out (what a driver script runs of the project)."""
         return sorted(self._reached([self.path]) - {self.path})
+
+    def importers(self) -> list[ModuleSource]:
+        """The project's modules that import this one (a library module's
+        users: `main.py` importing `algo/ppo.py`), each noted."""
+        found = []
+        for path in self.index.paths:
+            if path == self.path or not self._may_import_this(path):
+                continue
+            if self.index.imports(path, self.path):
+                self.note(path)
+                module = self.index.module(path)
+                if module is not None:
+                    found.append(module)
+        return found
 
     def _may_import_this(self, path: Path) -> bool:
         """A text test before parsing: an import of this module spells its name."""

@@ -18,6 +18,7 @@ import libcst as cst
 from amplint.analysis import ModuleFacts
 from amplint.analysis.imports import ImportMap, dotted_name
 from amplint.analysis.autocast import device_argument, keyword_value
+from amplint.analysis.code_text import code_only
 from amplint.analysis.bf16_scaler import GRAD_SCALERS
 from amplint.analysis.clips import returns_norm
 from amplint.analysis.device import ACCELERATOR, ScriptDevice, script_device, shown_types
@@ -89,6 +90,12 @@ def runs_on_cpu_only(step: TrainingStep, facts: ModuleFacts) -> bool:
     there.  A step whose optimizer comes from the caller is set up elsewhere,
     where the model may well be moved to a GPU."""
     if not facts.training_steps.creates_optimizer or _LEAVES_THE_CPU.search(facts.code_text):
+        return False
+    # A library module (`algo/ppo.py`) trains where the script importing it
+    # puts the model (`main.py`'s `actor_critic.to(device)`).
+    if facts.project is not None and any(
+        _LEAVES_THE_CPU.search(code_only(importer.text)) for importer in facts.project.importers()
+    ):
         return False
     given = set(parameter_names(step.function)) if step.function is not None else set()
     for optimizer_step in step.steps:
