@@ -5,6 +5,13 @@ instead (analysis/clips.py)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from amplint.config import Settings
 from tests.helpers import assert_declined, dedent, findings_of, fixed
 
 
@@ -114,3 +121,84 @@ def test_a_clamp_by_hand_on_every_micro_step_is_declined() -> None:
         "optimizer steps under a condition: a GradScaler unscales once per optimizer step, so "
         "move it to the accumulation boundary first",
     )
+
+
+OPTIONAL_ENCODER = dedent("""
+    import torch
+
+
+    def clip_gradient(optimizer, grad_clip):
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    p.grad.data.clamp_(-grad_clip, grad_clip)
+
+
+    def train(loader, encoder, decoder, criterion, enc_opt, dec_opt, grad_clip):
+        for imgs, caps in loader:
+            scores = decoder(encoder(imgs.cuda()))
+            loss = criterion(scores, caps.cuda())
+            dec_opt.zero_grad()
+            if enc_opt is not None:
+                enc_opt.zero_grad()
+            loss.backward()
+            clip_gradient(dec_opt, grad_clip)
+            if enc_opt is not None:
+                clip_gradient(enc_opt, grad_clip)
+            dec_opt.step()
+            if enc_opt is not None:
+                enc_opt.step()
+
+
+    def main(encoder, decoder, loader, fine_tune):
+        dec_opt = torch.optim.Adam(decoder.parameters())
+        enc_opt = torch.optim.Adam(encoder.parameters()) if fine_tune else None
+        for epoch in range(10):
+            train(loader, encoder, decoder, torch.nn.CrossEntropyLoss(), enc_opt, dec_opt, 5.0)
+    """)
+
+
+def test_an_optional_optimizer_is_no_accumulation_and_is_unscaled_where_it_exists() -> None:
+    """sgrvinod's image captioning: `if encoder_optimizer is not None:` asks
+    whether the encoder is fine-tuned, not whether this is an accumulation
+    boundary. It was declined as a clip "on every micro-step"; the rewrite
+    unscales each optimizer before its clip, the optional one under its test
+    (unscale_(None) would raise)."""
+    migrated = fixed(OPTIONAL_ENCODER)
+    assert (
+        "        scaler.scale(loss).backward()\n"
+        "        scaler.unscale_(dec_opt)\n"
+        "        if enc_opt is not None:\n"
+        "            scaler.unscale_(enc_opt)\n"
+        "        clip_gradient(dec_opt, grad_clip)\n"
+    ) in migrated
+    assert "        if enc_opt is not None:\n            scaler.step(enc_opt)\n" in migrated
+
+
+@pytest.mark.slow
+def test_the_optional_optimizers_rewrite_runs_with_and_without_it(tmp_path: Path) -> None:
+    """The rewrite on the CPU with float16 (a GradScaler that really scales):
+    it runs with the encoder's optimizer and without it, and trains as the
+    original does."""
+    runner = dedent("""
+
+        if __name__ == "__main__":
+            torch.manual_seed(0)
+            encoder, decoder = torch.nn.Linear(8, 8), torch.nn.Linear(8, 4)
+            batches = [(torch.randn(16, 8), torch.randint(0, 4, (16,))) for _ in range(5)]
+            for fine_tune in (False, True):
+                main(encoder, decoder, batches, fine_tune)
+                print("weight", decoder.weight.sum().item())
+        """)
+    source = OPTIONAL_ENCODER.replace(".cuda()", "") + runner
+    rewritten = fixed(source, Settings(device_type="cpu", dtype="float16"))
+    assert "if enc_opt is not None:\n            scaler.unscale_(enc_opt)" in rewritten
+    weights = []
+    for name, text in (("original.py", source), ("rewritten.py", rewritten)):
+        (tmp_path / name).write_text(text)
+        run = subprocess.run(
+            [sys.executable, name], cwd=tmp_path, capture_output=True, text=True, timeout=300
+        )
+        assert run.returncode == 0, run.stderr
+        weights.append([float(line.split()[1]) for line in run.stdout.splitlines()])
+    assert weights[1] == pytest.approx(weights[0], rel=1e-2, abs=1e-2)

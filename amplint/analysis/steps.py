@@ -207,11 +207,24 @@ class TrainingStep:
                     edit.order, optimizer_step.order
                 ):
                     continue
-                guards = _ifs_above(self.block, optimizer_step.statement)
+                guards = [
+                    guard
+                    for guard in _ifs_above(self.block, optimizer_step.statement)
+                    if not _tests_presence(guard.test, optimizer_step.optimizer)
+                ]
                 if guards and not holds(guards[-1], edit.statement):
                     found.append(edit)
                     break
         return found
+
+    def presence_test(self, optimizer_step: OptimizerStep) -> cst.BaseExpression | None:
+        """The test of an `if` above `optimizer_step` that only asks whether its
+        optimizer exists (`if enc_opt is not None:`), or None: what steps
+        through the optimizer outside that `if` (its unscale_) needs it too."""
+        for guard in _ifs_above(self.block, optimizer_step.statement):
+            if _tests_presence(guard.test, optimizer_step.optimizer):
+                return guard.test
+        return None
 
     def suites(self) -> Iterator[Sequence[cst.BaseStatement]]:
         """The step block's statement list and every one nested in its if/with/try."""
@@ -1052,6 +1065,19 @@ def _iterates_again(iterable: cst.BaseExpression) -> bool:
     if isinstance(iterable, (cst.Name, cst.Attribute, cst.Subscript, cst.List, cst.Tuple)):
         return True
     return method_name(iterable) in ("values", "keys") if isinstance(iterable, cst.Call) else False
+
+
+def _tests_presence(test: cst.BaseExpression, optimizer: cst.BaseExpression) -> bool:
+    """Whether `test` only asks if the optimizer exists (`if enc_opt is not None:`,
+    `if enc_opt:`): an optional optimizer steps on every iteration it exists,
+    which is no accumulation boundary."""
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+        comparison = test.comparisons[0]
+        if isinstance(comparison.operator, cst.IsNot) and (
+            isinstance(comparison.comparator, cst.Name) and comparison.comparator.value == "None"
+        ):
+            test = test.left
+    return test.deep_equals(optimizer)
 
 
 def _ifs_above(block: cst.CSTNode, statement: cst.CSTNode) -> list[cst.If]:

@@ -755,6 +755,9 @@ class InsertAmp:
             for next_step in following:
                 optimizer = self.code(next_step.optimizer)
                 unscale = f"{scaler}.unscale_({optimizer})"
+                present = step.presence_test(next_step)
+                if present is not None:  # an optional optimizer: unscaled where it exists
+                    unscale = f"if {self.code(present)}:\n    {unscale}"
                 loop = next_step.statement
                 if isinstance(loop, cst.For) and self.code(loop.target) == optimizer:
                     # Optimizers stepped in a loop: unscaled in a loop of their own.
