@@ -680,6 +680,8 @@ def test_a_write_by_tensor_index_into_a_float32_tensor_keeps_autocast_out() -> N
     for write in (
         "next_values[0] = target_net(next_states).max(1).values[0]",
         "next_values[:] = target_net(next_states).max(1).values",
+        # A dict's key (stylegan2-ada's projector sets `param_group["lr"]` there).
+        "optimizer.param_groups[0]['lr'] = max(0.1, gamma * rewards.mean().item())",
         "next_values = torch.zeros_like(q[:, 0])\n"
         "        next_values[~done] = target_net(next_states[~done]).max(1).values",
     ):

@@ -386,15 +386,16 @@ class ModelCalls:
 
     def _by_tensor_index(self, subscript: cst.Subscript) -> bool:
         """Whether an element of the index may be a tensor (or a list): not
-        an int, a slice, `...`, `None`, or a `for i in range(...)` counter."""
+        an int, a string, a slice, `...`, `None`, or a `for i in range(...)`
+        counter."""
         for element in subscript.slice:
             if not isinstance(element.slice, cst.Index):
                 continue  # a slice
             value = element.slice.value
             if isinstance(value, cst.UnaryOperation):
                 value = value.expression
-            if isinstance(value, (cst.Integer, cst.Ellipsis)):
-                continue
+            if isinstance(value, (cst.Integer, cst.Ellipsis, cst.BaseString)):
+                continue  # a string keys a dict (`param_group["lr"] = lr`), never a tensor
             if isinstance(value, cst.Name) and (
                 value.value == "None" or value.value in self._counters()
             ):
