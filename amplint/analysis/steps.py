@@ -1082,20 +1082,7 @@ def _tests_presence(test: cst.BaseExpression, optimizer: cst.BaseExpression) -> 
 
 def _ifs_above(block: cst.CSTNode, statement: cst.CSTNode) -> list[cst.If]:
     """The `if` statements between `block` and `statement`, outermost first."""
-    path: list[cst.CSTNode] = []
-
-    def search(node: cst.CSTNode) -> bool:
-        if node is statement:
-            return True
-        for child in children(node):
-            path.append(child)
-            if search(child):
-                return True
-            path.pop()
-        return False
-
-    search(block)
-    return [node for node in path if isinstance(node, cst.If)]
+    return [node for node in path_to(block, statement) or () if isinstance(node, cst.If)]
 
 
 def _given(loss: cst.BaseExpression, parameters: set[str]) -> bool:

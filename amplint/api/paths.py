@@ -45,11 +45,10 @@ def check_paths(
     cache directory, a directory, or False for none."""
     paths = tuple(paths) or (Path("."),)
     settings = settings if settings is not None else load_settings(paths)
-    warnings: list[str] = []
-    reports = _run(
-        paths, settings, warnings, False, jobs, cache, force_exclude, progress, previews=edits
+    reports, warnings = _run(
+        paths, settings, False, jobs, cache, force_exclude, progress, previews=edits
     )
-    return Run(tuple(_file_result(report) for report in reports), tuple(warnings))
+    return Run(tuple(_file_result(report) for report in reports), warnings)
 
 
 def fix_paths(
@@ -72,11 +71,9 @@ def fix_paths(
     `write_through_links`."""
     paths = tuple(paths) or (Path("."),)
     settings = settings if settings is not None else load_settings(paths)
-    warnings: list[str] = []
-    reports = _run(
+    reports, warnings = _run(
         paths,
         settings,
-        warnings,
         write,
         jobs,
         cache,
@@ -86,21 +83,22 @@ def fix_paths(
         unsafe=unsafe,
     )
     if not write:
-        return FixRun(tuple(_fixed_file(report) for report in reports), tuple(warnings))
-    return FixRun(_written(paths, reports, write_through_links), tuple(warnings))
+        return FixRun(tuple(_fixed_file(report) for report in reports), warnings)
+    return FixRun(_written(paths, reports, write_through_links), warnings)
 
 
 def _run(
     paths: tuple[Path, ...],
     settings: Settings,
-    warnings: list[str],
     writes: bool,
     jobs: int | None,
     cache: Path | bool,
     force_exclude: bool,
     progress: Progress | None,
     **mode,
-) -> list[FileReport]:
+) -> tuple[list[FileReport], tuple[str, ...]]:
+    """The runner's reports on `paths`, sorted by path, and the warnings the
+    run is worth."""
     from amplint.runner import default_jobs, run
 
     if jobs is not None and jobs < 1:
@@ -110,7 +108,7 @@ def _run(
         result_cache = ResultCache(
             cache if isinstance(cache, Path) else settings.root / CACHE_DIR_NAME
         )
-    warnings += _interrupted_changes(paths, writes)
+    warnings = _interrupted_changes(paths, writes)
     stale: list[Path] = []
     reports = run(
         paths,
@@ -149,7 +147,7 @@ def _run(
     if result_cache is not None and result_cache.write_error is not None:
         warnings.append(f"{result_cache.write_error}; --no-cache skips it")
     # By path, as ruff shows them, whatever order the paths were named in.
-    return sorted(reports, key=lambda report: report.path.as_posix())
+    return sorted(reports, key=lambda report: report.path.as_posix()), tuple(warnings)
 
 
 def _interrupted_changes(paths: tuple[Path, ...], writes: bool) -> list[str]:

@@ -132,23 +132,22 @@ def check_run(
     paths: tuple[Path, ...], settings: Settings, options: dict, *, edits: bool = False
 ) -> list[api.FileResult]:
     """The API's run of `check` over `paths`, its warnings said."""
-    progress = ProgressBar()
-    try:
-        run = api.check_paths(paths, settings, edits=edits, progress=progress, **_how(options))
-    finally:
-        progress.close()
-    for warning in run.warnings:
-        say_warning(warning)
-    return list(run.files)
+    return _files_of(api.check_paths, paths, settings, options, edits=edits)
 
 
 def fix_run(
     paths: tuple[Path, ...], settings: Settings, options: dict, **how_to_fix
 ) -> list[api.FixedFile]:
     """The API's run of `fix` over `paths`, its warnings said."""
+    return _files_of(api.fix_paths, paths, settings, options, **how_to_fix)
+
+
+def _files_of(run_paths, paths: tuple[Path, ...], settings: Settings, options: dict, **asked):
+    """What `run_paths` (api.check_paths or api.fix_paths) gives for each file,
+    with a progress bar while it runs and its warnings said after."""
     progress = ProgressBar()
     try:
-        run = api.fix_paths(paths, settings, progress=progress, **how_to_fix, **_how(options))
+        run = run_paths(paths, settings, progress=progress, **asked, **_how(options))
     finally:
         progress.close()
     for warning in run.warnings:

@@ -9,7 +9,6 @@ the terminal (``NO_COLOR``, not a terminal: they are dropped).
 from __future__ import annotations
 
 import difflib
-import unicodedata
 from collections import Counter
 from pathlib import Path
 from typing import Iterable
@@ -107,16 +106,10 @@ def shown_code(text: str) -> str:
     a bidirectional override reorder the line the reader sees."""
     if text.isprintable() and "\t" not in text:
         return text
-    return "".join(_SHOWN.get(char) or _shown_char(char) for char in text)
+    return "".join(_SHOWN.get(char) or printable(char) for char in text)
 
 
 _SHOWN = {chr(code): chr(0x2400 + code) for code in range(32)} | {"\t": "    ", "\x7f": "\u2421"}
-
-
-def _shown_char(char: str) -> str:
-    if unicodedata.category(char) in ("Cc", "Cf", "Zl", "Zp"):
-        return char.encode("unicode_escape").decode("ascii")
-    return char
 
 
 def _fix_diff(finding: Finding) -> list[str]:
