@@ -63,6 +63,7 @@ if TYPE_CHECKING:
     from amplint.analysis.fsdp_policy import PolicyConflict
     from amplint.analysis.half_model import HalfModel
     from amplint.analysis.manual_half import ManualHalf
+    from amplint.analysis.precision import ProgramCode
 
 
 class ModuleFacts:
@@ -241,6 +242,15 @@ class ModuleFacts:
         """Modules of this module's program that compile kernels autocast
         cannot cast for (project.CustomKernel)."""
         return [] if self.project is None else self.project.custom_kernels()
+
+    @cached_property
+    def program_code(self) -> list[ProgramCode]:
+        """This module's code and that of the program's modules that may set
+        its precision, as the precision analysis reads them
+        (analysis/precision.py)."""
+        from amplint.analysis.precision import program_code
+
+        return program_code(self)
 
     @cached_property
     def project_loss_helpers(self) -> dict[str, LossHelper]:

@@ -158,18 +158,30 @@ class ProjectView:
         imports it (`main.py` importing the model and the training loop)."""
         if self.index.whole_tree and not self.index.custom_kernels():
             return []  # none in the tree (a lone script's imports may leave it)
+        own = self.index.module(self.path)
+        found = []
+        program = ([own] if own is not None else []) + self.program_modules()
+        for module in sorted(program, key=lambda module: module.path):
+            kernel = custom_kernel_in(module)
+            if kernel is not None:
+                found.append(kernel)
+        return found
+
+    def program_modules(self) -> list[ModuleSource]:
+        """The modules of this module's program, itself left out, each noted:
+        what it reaches through project imports, and what a module importing
+        it reaches (`main.py` importing the model and the training loop)."""
         starts = [self.path] + [
             self.index.resolved(path) or path
             for path in self.index.paths
             if self._may_import_this(path) and self.path in self.index.imported_modules(path)
         ]
         found = []
-        for path in sorted(self._reached(starts)):
+        for path in sorted(self._reached(starts) - {self.path}):
             self.note(path)
             module = self.index.module(path)
-            kernel = custom_kernel_in(module) if module is not None else None
-            if kernel is not None:
-                found.append(kernel)
+            if module is not None:
+                found.append(module)
         return found
 
     def imported_program(self) -> list[Path]:

@@ -15,7 +15,7 @@ import libcst as cst
 
 from amplint.analysis import ModuleFacts
 from amplint.analysis.code_text import code_only
-from amplint.analysis.float16 import float16_obstacle
+from amplint.analysis.precision import float16_hazard, provenance
 from amplint.analysis.statements import method_name, name_use
 from amplint.analysis.steps import SILENT_SKIPS, TrainingStep
 from amplint.analysis.visitor import Visitor
@@ -32,9 +32,6 @@ from amplint.transforms.insert_amp import (
     runs_on_cpu_only,
 )
 
-# A model loaded in half precision (`from_pretrained(..., torch_dtype=torch.bfloat16)`)
-# trains in it already: autocast and a scaler on top add nothing but risk.
-_LOW_PRECISION_WEIGHTS = re.compile(r"\btorch_dtype\s*=\s*torch\.(bfloat16|float16)\b")
 # PEFT's AdaLoRA scores each weight by |p * p.grad| after the optimizer step
 # and keeps a running mean: on a step the GradScaler skips, the gradients hold
 # inf and the scores turn inf / nan for the rest of the run.
@@ -139,13 +136,7 @@ def _obstacle(
             "computes, which is bfloat16 under autocast and NumPy cannot hold: call "
             "`.float()` before `.numpy()`, or use `--dtype float16`"
         )
-    weights = _in_module(_LOW_PRECISION_WEIGHTS, facts.code_text)
-    if weights is not None:
-        return (
-            f"the model is loaded in {weights.group(1)} (`{weights.group(0)}`) and "
-            "trains in it already; autocast over it adds no speed"
-        )
-    if choice.dtype in ("float16", "auto") and (found := float16_obstacle(facts.code_text)):
+    if choice.dtype in ("float16", "auto") and (found := float16_hazard(step, facts)):
         return found
     problem = next((r.unsafe_problem for r in step.regions if r.unsafe_problem), None)
     if choice.device == "cuda" and step.unsafe_loss is not None and problem is not None:
@@ -216,6 +207,13 @@ class FP32TrainingStep(Rule):
         # Flagged on its backward; a `# noqa: AMP001` anywhere in its loop counts.
         owner = facts.span(step.owner)
         about = (owner.line, owner.end_line)
+        managed = provenance(step, facts)
+        if managed is not None:
+            # Not "runs in FP32": a bfloat16 model, apex, the program's own
+            # switch decide its precision (analysis/precision.py).
+            return Diagnostic(
+                self.code, f"training step not rewritten: {managed}", span, about_lines=about
+            )
         choice = amp_choice(settings)
         reason = step.skip or _obstacle(step, facts, settings, choice)
         unsafe_loss = step.unsafe_loss if choice.device == "cuda" else None

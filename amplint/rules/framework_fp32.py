@@ -23,7 +23,7 @@ import libcst as cst
 from amplint.analysis.code_text import code_only
 from amplint.analysis import ModuleFacts
 from amplint.analysis.autocast import keyword_value
-from amplint.analysis.float16 import float16_obstacle
+from amplint.analysis.precision import float16_obstacle
 from amplint.analysis.forward import takes_gradients_in_forward
 from amplint.analysis.frameworks import FrameworkSetup, Precision
 from amplint.analysis.statements import assigned_name

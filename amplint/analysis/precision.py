@@ -1,0 +1,473 @@
+"""Precision provenance and float16 hazards: before any AMP is written, is the
+step FP32 end to end, and can its forward pass live in float16?
+
+A rewrite to AMP changes a program's numerics, so it is written only where
+both answers allow it.  `provenance` names what already manages the step's
+precision: parameters made or cast in low precision, the program's own
+precision switch, float32 kept on purpose where autocast would undo it, apex
+still initialised, gradients sanitised by hand, an object of the program
+owning a GradScaler.  `float16_hazard` names what float16 cannot carry in the
+code autocast would cover: the log of a sigmoid, probabilities fed to BCELoss,
+state the forward pass accumulates and multiplies by, fill values and Gram
+matrices past float16's range.  bfloat16, with float32's range, is still
+written where only a float16 hazard stands in the way.
+
+Everything is read from code (comments and strings blanked, so positions and
+lines stay: analysis/code_text.py), in the step's module and in the modules
+of its program that it imports (where its model is defined).  Each answer is
+one line in the user's own names, saying what to do instead.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import TYPE_CHECKING, Iterator
+
+from amplint.analysis.code_text import code_only
+
+if TYPE_CHECKING:
+    from amplint.analysis import ModuleFacts
+    from amplint.analysis.steps import TrainingStep
+
+FLOAT16_MAX = 65504.0
+
+
+@dataclass(frozen=True)
+class ProgramCode:
+    """One module's code as the analysis reads it: `text` is code only, and
+    `lines` the source lines quoted back to the user."""
+
+    where: str  # "" for the step's own module, else its path from the project root
+    text: str
+    lines: tuple[str, ...]
+
+    def quote(self, offset: int) -> tuple[str, str]:
+        """The source line holding `offset`, stripped, and where it is."""
+        number = self.text.count("\n", 0, offset) + 1
+        line = self.lines[number - 1].strip() if number <= len(self.lines) else ""
+        place = f"{self.where}:{number}" if self.where else f"line {number}"
+        return line, place
+
+
+def program_code(facts: ModuleFacts) -> list[ProgramCode]:
+    """The step's module, then each project module of its program that spells
+    something this analysis looks for (a model module); made once per module
+    (ModuleFacts.program_code)."""
+    found = [ProgramCode("", facts.code_text, tuple(facts.text.splitlines()))]
+    if facts.project is None:
+        return found
+    for source in facts.project.program_modules():
+        if not _MAY_MATTER.search(source.text):
+            continue  # the cheap test first: most modules never spell any of it
+        found.append(
+            ProgramCode(
+                facts.project.relative(source.path),
+                code_only(source.text),
+                tuple(source.text.splitlines()),
+            )
+        )
+    return found
+
+
+_MAY_MATTER = re.compile(
+    r"bfloat16|float16|half|dtype|fp16|bf16|amp|precision|sigmoid|GradScaler|\.float\(|"
+    r"nan_to_num|_\(",
+)
+
+
+# ---------------------------------------------------------------- provenance
+
+# A cast of a whole value to a low-precision dtype: `.half()`, `.bfloat16()`,
+# `.to(torch.bfloat16)`, `.to(device, dtype=torch.float16)`.
+_LOW_DTYPE = r"torch\.(?:bfloat16|float16|half)\b"
+_CAST = re.compile(
+    rf"\.(?:half|bfloat16)\(\s*\)|\.to\((?:[^()\n]|\([^()\n]*\))*?{_LOW_DTYPE}[^()\n]*\)"
+)
+# Parameters made in a dtype of the program's choosing: a layer or tensor
+# built with `dtype=` anything but float32 (a configuration's `cfg["dtype"]`
+# included), a model loaded with `torch_dtype=` other than float32, and a
+# default dtype set for every tensor made after it.
+_NOT_FLOAT32 = r"(?!torch\.float32\b|torch\.float\b|None\b)"
+_LAYER_DTYPE = re.compile(
+    rf"\b(?:nn\.)?(?:Linear|Embedding|Conv[123]d|LayerNorm|RMSNorm|Bilinear|LSTM|GRU|"
+    rf"MultiheadAttention|Parameter)\((?:[^()\n]|\([^()\n]*\))*\bdtype\s*=\s*{_NOT_FLOAT32}[\w\[\].]+"
+)
+_LOADED_DTYPE = re.compile(rf"\btorch_dtype\s*=\s*{_NOT_FLOAT32}[\w\[\].]+")
+_DEFAULT_DTYPE = re.compile(rf"\bset_default_dtype\(\s*{_NOT_FLOAT32}[\w\[\].]+")
+
+# A precision switch of the program's own: a name whose last part is one of
+# these words (`args.fp16`, `self.use_amp`, `cfg.mixed_precision`), tested by
+# an `if` or handed to a call by keyword.  `precision` compared by size is a
+# metric (`if precision > best:`), not a switch.
+_SWITCH_WORDS = {"fp16", "bf16", "amp", "precision", "autocast", "apex"}
+# Parts that make a word a switch only together (`half_precision`,
+# `mixed_precision`; `mixed` alone is PEFT's mixed adapters), and parts that
+# say the switch is about something else: DDP's fp16 gradient compression
+# changes what is communicated, not what the model computes.
+_SWITCH_PAIRS = {("half", "precision"), ("mixed", "precision")}
+_NOT_A_SWITCH = {"compression", "compress", "comm"}
+_DOTTED = re.compile(r"\b[A-Za-z_][\w]*(?:\.[A-Za-z_]\w*)*")
+_IF_TEST = re.compile(r"\bif\b(?P<test>[^:\n]*)(?::|\belse\b)")
+_KEYWORD_ARGUMENT = re.compile(
+    r"[(,]\s*(?P<keyword>\w+)\s*=\s*(?P<value>[A-Za-z_][\w.]*)\s*[,)]"
+)
+_CONSTANTS = {"True", "False", "None"}
+_ORDERING = re.compile(r"[<>]")
+
+# Gradients cleaned by hand (`p.grad.nan_to_num_()`, `torch.nan_to_num(p.grad)`):
+# the inf a GradScaler must see to skip a step is gone before it looks.
+_SANITISED = re.compile(
+    r"\.grad\b[\w.]*\.nan_to_num_?\(|nan_to_num_?\([^()\n]*\.grad\b"
+)
+
+# float32 kept on purpose in a forward pass: a matrix product of `.float()`
+# operands.  Autocast casts a matmul's inputs to float16 whatever they are;
+# only `autocast(enabled=False)` around it keeps it float32.
+_FLOAT_OPERAND = r"[\w.\]\)]*\.(?:float|double)\(\s*\)"
+_FLOAT32_PRODUCT = re.compile(
+    rf"\b(?:matmul|bmm|mm|einsum|baddbmm)\((?:[^()\n]|\([^()\n]*\))*?{_FLOAT_OPERAND}"
+    rf"|{_FLOAT_OPERAND}[^\n@]*?@|@\s*{_FLOAT_OPERAND}"
+)
+
+# A GradScaler an object keeps (`self.scaler = GradScaler(...)`).
+_OWNED_SCALER = re.compile(r"^[ \t]+self\.(?P<attribute>\w+)\s*=\s*[\w.]*GradScaler\(", re.M)
+_CLASS = re.compile(r"^class\s+(?P<name>\w+)", re.M)
+
+
+def provenance(step: TrainingStep, facts: ModuleFacts) -> str | None:
+    """What already manages the step's precision, as the one line AMP001
+    gives for not rewriting it; None where the step is FP32 end to end."""
+    for reason in _provenance_reasons(step, facts):
+        return reason
+    return None
+
+
+def _provenance_reasons(step: TrainingStep, facts: ModuleFacts) -> Iterator[str]:
+    program = facts.program_code
+    own = program[0]
+    apex = _apex_initialised(facts)
+    if apex is not None:
+        yield (
+            f"apex's `{apex}` still sets this program's precision: migrate it first "
+            "(AMP203, `amplint fix --unsafe-fixes`), then fix rewrites what is left"
+        )
+    for code in program:
+        owned = _owned_scaler(code, own, step)
+        if owned is not None:
+            yield owned
+    for code in program:
+        switch = _own_switch(code, own)
+        if switch is not None:
+            name, line, place = switch
+            yield (
+                f"the program has its own precision switch (`{name}` in `{line}`, {place}): "
+                "with it off the step is FP32 on purpose, and autocast written over it "
+                "would run whatever the switch says; use that switch"
+            )
+    for code in program:
+        for pattern in (_LAYER_DTYPE, _LOADED_DTYPE, _DEFAULT_DTYPE):
+            match = pattern.search(code.text)
+            if match is not None:
+                line, place = code.quote(match.start())
+                yield (
+                    f"the parameters are made in the dtype the program chooses (`{line}`, "
+                    f"{place}), not in float32: it runs in that precision already; make "
+                    "them float32 to have autocast pick per operation"
+                )
+    cast = _whole_cast(own, step)
+    if cast is not None:
+        line, place = cast
+        yield (
+            f"the program casts to low precision itself (`{line}`, {place}): its "
+            "parameters or inputs are half precision already, and a GradScaler cannot "
+            "unscale half-precision gradients; keep it, or drop the cast and run fix again"
+        )
+    for code in program:
+        island = _FLOAT32_PRODUCT.search(code.text)
+        if island is not None:
+            line, place = code.quote(island.start())
+            yield (
+                f"`{line}` ({place}) keeps a matrix product in float32 on purpose, and "
+                "autocast runs it in low precision whatever its inputs are: wrap it in "
+                '`torch.autocast("cuda", enabled=False)` first, then fix rewrites the step'
+            )
+    sanitised = _SANITISED.search(own.text)
+    if sanitised is not None:
+        line, place = own.quote(sanitised.start())
+        yield (
+            f"the gradients are sanitised by hand (`{line}`, {place}), which hides the "
+            "inf a GradScaler must see to skip a step: remove it before adding AMP"
+        )
+
+
+def _apex_initialised(facts: ModuleFacts) -> str | None:
+    """`amp.initialize(...)` as spelled where apex's state is made in this
+    module, or None.  A program migrated whole (AMP203) asks no more of it."""
+    for use in facts.apex.uses:
+        if use.target == "apex.amp.initialize" and use.call is not None:
+            return facts.module.code_for_node(use.call.func) + "(...)"
+    return None
+
+
+def _whole_cast(own: ProgramCode, step: TrainingStep) -> tuple[str, str] | None:
+    """The first cast to float16 or bfloat16 in the step's module that can
+    reach the step, quoted: at module level, in a model's `__init__` or
+    `forward`, in the step's function, or in a function that calls it
+    (`main` casting the model it hands to `train`).  A sibling function's
+    cast (another test of a test class) is that function's business."""
+    if "16" not in own.text and ".half(" not in own.text:
+        return None
+    step_function = step.function.name.value if step.function is not None else None
+    for match in _CAST.finditer(own.text):
+        enclosing = _enclosing_function(own.text, match.start())
+        if enclosing is not None:
+            name, body = enclosing
+            calls_step = step_function is not None and re.search(
+                rf"(?<![\w.]){step_function}\(|\.{step_function}\(", body
+            )
+            if name not in ("__init__", "forward", step_function) and not calls_step:
+                continue
+        return own.quote(match.start())
+    return None
+
+
+_DEF = re.compile(r"^(?P<indent>[ \t]*)(?:async[ \t]+)?def[ \t]+(?P<name>\w+)", re.M)
+
+
+def _enclosing_function(text: str, offset: int) -> tuple[str, str] | None:
+    """The name and text of the innermost function whose body holds `offset`."""
+    found = None
+    for match in _DEF.finditer(text, 0, offset):
+        end = _block_end(text, match)
+        if end > offset:
+            found = (match.group("name"), text[match.start() : end])
+    return found
+
+
+def _block_end(text: str, header: re.Match) -> int:
+    """Where the block opened by the `def` line `header` matched ends."""
+    indent = len(header.group("indent"))
+    body = text.find("\n", header.end()) + 1 or len(text)
+    for line in re.finditer(r"^([ \t]*)\S", text[body:], re.M):
+        if len(line.group(1)) <= indent:
+            return body + line.start()
+    return len(text)
+
+
+def _own_switch(code: ProgramCode, own: ProgramCode) -> tuple[str, str, str] | None:
+    """The first precision switch of the program's own in `code`: the name,
+    its line and where.  In another module, only one in a class or function
+    the step's module names reaches the step (a library's other switches do
+    not)."""
+    if not _SWITCH_SPELLED.search(code.text):
+        return None
+    for match in _IF_TEST.finditer(code.text):
+        test = match.group("test")
+        if _ORDERING.search(test) or not _reaches(code, match.start(), own):
+            continue
+        for name in _DOTTED.findall(test):
+            if _is_switch(name):
+                line, place = code.quote(match.start())
+                return name, line, place
+    # By keyword, a value the program decides (`Net(fp16=args.fp16)`); a
+    # constant (`TrainingArguments(fp16=True)`) is a framework's setting.
+    for match in _KEYWORD_ARGUMENT.finditer(code.text):
+        keyword, value = match.group("keyword"), match.group("value")
+        if keyword in ("enabled", "dtype", "opt_level") or value in _CONSTANTS:
+            continue  # autocast's and apex's own arguments: the step is AMP already
+        if not _reaches(code, match.start(), own):
+            continue
+        if _is_switch(keyword) or _is_switch(value):
+            line, place = code.quote(match.start("keyword"))
+            return (value if _is_switch(value) else keyword), line, place
+    return None
+
+
+_SWITCH_SPELLED = re.compile("|".join(sorted(_SWITCH_WORDS)), re.I)
+_TOP_LEVEL_DEFINITION = re.compile(r"^(?:class|def|async def)\s+(?P<name>\w+)", re.M)
+
+
+def _reaches(code: ProgramCode, offset: int, own: ProgramCode) -> bool:
+    """Whether what stands at `offset` of `code` is the step's module's own, or
+    in a top-level class or function of another module that it names."""
+    if code is own:
+        return True
+    definitions = list(_TOP_LEVEL_DEFINITION.finditer(code.text, 0, offset))
+    if not definitions:
+        return False
+    return re.search(rf"\b{definitions[-1].group('name')}\b", own.text) is not None
+
+
+def _is_switch(name: str) -> bool:
+    parts = name.rsplit(".", 1)[-1].lower().split("_")
+    if _NOT_A_SWITCH.intersection(parts):
+        return False
+    return bool(_SWITCH_WORDS.intersection(parts)) or any(
+        pair in zip(parts, parts[1:]) for pair in _SWITCH_PAIRS
+    )
+
+
+def _owned_scaler(code: ProgramCode, own: ProgramCode, step: TrainingStep) -> str | None:
+    """A class of the program that keeps a GradScaler of its own, when the step
+    is not one of its methods: the program runs its AMP through that object."""
+    if "GradScaler" not in code.text:
+        return None
+    own_class = step.class_def.name.value if step.class_def is not None else None
+    for match in _OWNED_SCALER.finditer(code.text):
+        classes = [c for c in _CLASS.finditer(code.text, 0, match.start())]
+        if not classes or (code is own and classes[-1].group("name") == own_class):
+            continue
+        if not _reaches(code, match.start(), own):
+            continue
+        name = classes[-1].group("name")
+        _, place = code.quote(classes[-1].start())
+        return (
+            f"`{name}` ({place}) keeps a GradScaler of its own "
+            f"(`self.{match.group('attribute')}`): the program runs its mixed precision "
+            "through that object; turn AMP on there rather than beside it"
+        )
+    return None
+
+
+# ------------------------------------------------------------ float16 hazards
+
+# The log of a sigmoid written out: float16's sigmoid is 0 below a logit of
+# about -16.6 (its smallest value is 6e-8), so the log is -inf.
+_LOG_OF_SIGMOID = re.compile(
+    r"\blog\(\s*(?:1\s*-\s*)?(?:torch\.|F\.|nn\.functional\.)?sigmoid\("
+    r"|\.sigmoid\(\s*\)\s*\.log\(\s*\)"
+    r"|\bsigmoid\((?:[^()\n]|\([^()\n]*\))*\)\s*\.log\(\s*\)"
+)
+_BOUND_TO_SIGMOID = re.compile(r"^[ \t]*(?P<name>\w+)\s*=\s*[^\n]*\bsigmoid\(", re.M)
+
+# State a forward pass accumulates (a moving-average codebook, updated in
+# place under no_grad) and multiplies by.
+_FORWARD = re.compile(r"^(?P<indent>[ \t]*)def forward\(", re.M)
+_IN_PLACE = re.compile(
+    r"\bself\.(?P<name>\w+)(?:\.data)?\.(?:mul_|add_|copy_|lerp_|addcmul_|div_|sub_)\("
+)
+
+# Fill values past float16's range (`masked_fill(mask, -1e10)`), which raise
+# once the scores they fill are float16.
+_FILL_VALUE = re.compile(r"masked_fill_?\([^()]*,\s*(-?\s*\d[\d.]*(?:[eE][+-]?\d+)?)\s*\)")
+# Gram matrices of style transfer sum products over whole feature maps: in
+# float16 they overflow to inf, every step is skipped and nothing trains.
+_GRAM = re.compile(r"\bgram(?:_matrix|\b)", re.I)
+# The same computed without the word: a feature map reshaped to (channels,
+# pixels) by a statement of its own (`f = f.view(c, h * w)`) times its own
+# transpose (`torch.mm(f, f.t())`).  A product of an embedding with itself
+# (SimCLR's similarities of normalised vectors) is no such reshape, and small.
+_SELF_PRODUCT = re.compile(
+    r"(?:\b(?:torch\.)?(?:mm|bmm|matmul)\(\s*(?P<a>\w+)\s*,\s*(?P=a)"
+    r"|\b(?P<b>\w+)\s*@\s*(?P=b)"
+    r"|\b(?P<c>\w+)\.(?:mm|bmm|matmul)\(\s*(?P=c))"
+    r"\s*\.\s*(?:t\(\s*\)|T\b|mT\b|transpose\([^()]*\))"
+)
+
+
+def float16_hazard(step: TrainingStep, facts: ModuleFacts) -> str | None:
+    """What float16 cannot carry in the step's forward pass or its model, as
+    one line; None where nothing is seen.  bfloat16 has none of these."""
+    if step.unsafe_loss is not None:
+        return (
+            f"{step.unsafe_loss} takes probabilities, which float16 rounds to 0 or 1 near "
+            "the ends (a confident classifier, a discriminator, a decoder's pixels get "
+            "there): BCE's gradient there is 1e12, inf in float16, and the GradScaler skips "
+            "those steps (a GAN collapses); return logits and use nn.BCEWithLogitsLoss, or use "
+            "`--dtype bfloat16`"
+        )
+    for code in facts.program_code:
+        found = float16_obstacle(code.text) or _log_of_sigmoid(code) or _accumulated_state(code)
+        if found is not None:
+            return found
+    return None
+
+
+def _log_of_sigmoid(code: ProgramCode) -> str | None:
+    if "sigmoid" not in code.text:
+        return None
+    match = _LOG_OF_SIGMOID.search(code.text)
+    if match is None:
+        for bound in _BOUND_TO_SIGMOID.finditer(code.text):
+            name = re.escape(bound.group("name"))
+            match = re.compile(
+                rf"\blog\(\s*(?:1\s*-\s*)?{name}\b|(?<![\w.]){name}\.log\(\s*\)"
+            ).search(code.text, bound.end())
+            if match is not None:
+                break
+    if match is None:
+        return None
+    line, place = code.quote(match.start())
+    return (
+        f"`{line}` ({place}) takes the log of a sigmoid, which is 0 in float16 below a "
+        "logit of about -16.6: the loss is inf and the GradScaler skips the step; write "
+        "`F.logsigmoid(x)` (`F.logsigmoid(-x)` for 1 - sigmoid), or use `--dtype bfloat16`"
+    )
+
+
+def _accumulated_state(code: ProgramCode) -> str | None:
+    """A forward pass that updates an attribute in place and multiplies by it."""
+    if "def forward" not in code.text:
+        return None
+    for body_start, body in _forward_bodies(code.text):
+        for update in _IN_PLACE.finditer(body):
+            name = re.escape(update.group("name"))
+            product = re.search(
+                rf"@\s*self\.{name}\b|self\.{name}\s*@|\b(?:matmul|mm|bmm|linear)\([^\n]*self\.{name}\b",
+                body,
+            )
+            if product is None:
+                continue
+            _, place = code.quote(body_start + update.start())
+            return (
+                f"the forward pass updates `self.{update.group('name')}` in place ({place}, "
+                "a running average) and multiplies by it: what it accumulates is not bounded "
+                "by training, and past 65504 the product is inf in float16 (whether it gets "
+                "there depends on the data: `amplint verify` shows it); use `--dtype bfloat16`"
+            )
+    return None
+
+
+def _forward_bodies(text: str) -> Iterator[tuple[int, str]]:
+    """(offset, text) of each `def forward` with its body, by indentation."""
+    for match in _FORWARD.finditer(text):
+        yield match.start(), text[match.start() : _block_end(text, match)]
+
+
+@lru_cache(maxsize=16)
+def float16_obstacle(text: str) -> str | None:
+    """What in a module's own code float16 autocast would break, or None;
+    `text` is code only (comments and strings blanked).  Asked by AMP001 for
+    every step and by the framework rules (AMP002-AMP006), which set no step
+    of their own; answered once per module."""
+    for match in _FILL_VALUE.finditer(text):
+        try:
+            value = float(match.group(1).replace(" ", ""))
+        except ValueError:
+            continue
+        if abs(value) > FLOAT16_MAX:
+            return (
+                f"`masked_fill(..., {match.group(1)})` cannot hold its value in float16 and "
+                "raises under autocast: fill with `torch.finfo(x.dtype).min`, or use "
+                "`--dtype bfloat16`"
+            )
+    feature_map = _gram_product(text)
+    if feature_map is not None or _GRAM.search(text):
+        spelled = f" (`{feature_map}` times its own transpose)" if feature_map else ""
+        return (
+            f"a Gram matrix{spelled} sums products over whole feature maps and overflows "
+            "float16 (every step skipped): compute it in float32, or use `--dtype bfloat16`"
+        )
+    return None
+
+
+def _gram_product(text: str) -> str | None:
+    """The name of the first reshaped feature map multiplied by its own transpose."""
+    for match in _SELF_PRODUCT.finditer(text):
+        name = match.group("a") or match.group("b") or match.group("c")
+        reshaped = rf"^[ \t]*{name}\s*=\s*[\w.]+\.(?:view|reshape)\((?:[^()\n]|\([^()\n]*\))*\)\s*$"
+        if re.search(reshaped, text, re.M):
+            return name
+    return None
