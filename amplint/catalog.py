@@ -2,7 +2,9 @@
 
 A document starts with a ``key: value`` header between ``---`` lines and holds a
 ``before`` and (for fixable rules) an ``after`` code block, fenced as
-```` ```python before ```` and ```` ```python after ````; the test suite runs them.
+```` ```python before ```` and ```` ```python after ````, and any number of
+```` ```python declined ```` blocks: code the rule reports and leaves as it is,
+for a reason the text gives.  The test suite runs them all.
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ from functools import lru_cache
 from pathlib import Path
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
-_FENCE = re.compile(r"^```python[ \t]+(before|after)[ \t]*\n(.*?)^```[ \t]*$", re.M | re.S)
+_FENCE = re.compile(
+    r"^```python[ \t]+(before|after|declined)[ \t]*\n(.*?)^```[ \t]*$", re.M | re.S
+)
 REQUIRED_KEYS = ("code", "name", "summary", "fix", "min-torch")
 
 
@@ -34,6 +38,7 @@ class RuleDoc:
     before: str | None
     after: str | None
     path: Path
+    declined: tuple[str, ...] = ()  # reported, not rewritten
 
     @property
     def body(self) -> str:
@@ -65,7 +70,8 @@ def parse_doc(path: Path) -> RuleDoc:
     missing = [key for key in REQUIRED_KEYS if key not in header]
     if missing:
         raise CatalogError(f"{path}: header lacks {', '.join(missing)}")
-    blocks = {label: body for label, body in _FENCE.findall(text)}
+    found = _FENCE.findall(text)
+    blocks = {label: body for label, body in found if label != "declined"}
     return RuleDoc(
         code=header["code"],
         name=header["name"],
@@ -76,6 +82,7 @@ def parse_doc(path: Path) -> RuleDoc:
         before=blocks.get("before"),
         after=blocks.get("after"),
         path=path,
+        declined=tuple(body for label, body in found if label == "declined"),
     )
 
 

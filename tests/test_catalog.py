@@ -48,6 +48,22 @@ def test_before_reports_exactly_this_code(code: str) -> None:
     assert found == {code}
 
 
+@pytest.mark.parametrize(
+    ("code", "number"),
+    [(code, n) for code in sorted(CATALOG) for n in range(len(CATALOG[code].declined))],
+)
+def test_a_declined_example_is_reported_and_left_as_it_is(code: str, number: int) -> None:
+    example = CATALOG[code].declined[number]
+    findings = lint_text(example, frozenset(ALL_CODES), _settings(code))
+    assert [d.code for d in findings] == [code]
+    assert "not rewritten" in findings[0].message and findings[0].fix is None
+    assert fixed(example, _settings(code), unsafe=True) == example
+
+
+def test_amp001_shows_what_the_precision_analysis_declines() -> None:
+    assert len(CATALOG["AMP001"].declined) >= 4
+
+
 @pytest.mark.parametrize("code", sorted(CATALOG))
 def test_fix_turns_before_into_after(code: str) -> None:
     doc = CATALOG[code]

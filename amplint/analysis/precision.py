@@ -338,8 +338,9 @@ def _owned_scaler(code: ProgramCode, own: ProgramCode, step: TrainingStep) -> st
 _LOG_OF_SIGMOID = re.compile(
     r"\blog\(\s*(?:1\s*-\s*)?(?:torch\.|F\.|nn\.functional\.)?sigmoid\("
     r"|\.sigmoid\(\s*\)\s*\.log\(\s*\)"
-    r"|\bsigmoid\((?:[^()\n]|\([^()\n]*\))*\)\s*\.log\(\s*\)"
 )
+_SIGMOID_CALL = re.compile(r"\bsigmoid\(")
+_THEN_LOG = re.compile(r"\s*\.log\(\s*\)")
 _BOUND_TO_SIGMOID = re.compile(r"^[ \t]*(?P<name>\w+)\s*=\s*[^\n]*\bsigmoid\(", re.M)
 
 # State a forward pass accumulates (a moving-average codebook, updated in
@@ -388,7 +389,7 @@ def float16_hazard(step: TrainingStep, facts: ModuleFacts) -> str | None:
 def _log_of_sigmoid(code: ProgramCode) -> str | None:
     if "sigmoid" not in code.text:
         return None
-    match = _LOG_OF_SIGMOID.search(code.text)
+    match = _LOG_OF_SIGMOID.search(code.text) or _sigmoid_then_log(code.text)
     if match is None:
         for bound in _BOUND_TO_SIGMOID.finditer(code.text):
             name = re.escape(bound.group("name"))
@@ -405,6 +406,19 @@ def _log_of_sigmoid(code: ProgramCode) -> str | None:
         "logit of about -16.6: the loss is inf and the GradScaler skips the step; write "
         "`F.logsigmoid(x)` (`F.logsigmoid(-x)` for 1 - sigmoid), or use `--dtype bfloat16`"
     )
+
+
+def _sigmoid_then_log(text: str) -> re.Match | None:
+    """`torch.sigmoid(<any expression>).log()`: the call's own parentheses
+    matched, however deep its argument nests."""
+    for call in _SIGMOID_CALL.finditer(text):
+        depth, position = 1, call.end()
+        while depth and position < len(text) and text[position] != "\n":
+            depth += {"(": 1, ")": -1}.get(text[position], 0)
+            position += 1
+        if depth == 0 and _THEN_LOG.match(text, position):
+            return call
+    return None
 
 
 def _accumulated_state(code: ProgramCode) -> str | None:
