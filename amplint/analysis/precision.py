@@ -94,7 +94,7 @@ _LAYER_DTYPE = re.compile(
     rf"\b(?:nn\.)?(?:Linear|Embedding|Conv[123]d|LayerNorm|RMSNorm|Bilinear|LSTM|GRU|"
     rf"MultiheadAttention|Parameter)\((?:[^()\n]|\([^()\n]*\))*\bdtype\s*=\s*{_NOT_FLOAT32}[\w\[\].]+"
 )
-_LOADED_DTYPE = re.compile(rf"\btorch_dtype\s*=\s*{_NOT_FLOAT32}[\w\[\].]+")
+_LOADED_DTYPE = re.compile(rf"[(,]\s*torch_dtype\s*=\s*{_NOT_FLOAT32}[\w\[\].]+")
 _DEFAULT_DTYPE = re.compile(rf"\bset_default_dtype\(\s*{_NOT_FLOAT32}[\w\[\].]+")
 
 # A precision switch of the program's own: a name whose last part is one of
@@ -107,7 +107,7 @@ _SWITCH_WORDS = {"fp16", "bf16", "amp", "precision", "autocast", "apex"}
 # say the switch is about something else: DDP's fp16 gradient compression
 # changes what is communicated, not what the model computes.
 _SWITCH_PAIRS = {("half", "precision"), ("mixed", "precision")}
-_NOT_A_SWITCH = {"compression", "compress", "comm"}
+_NOT_A_SWITCH = {"compression", "compress", "comm", "fp32", "tf32", "float32", "matmul"}
 _DOTTED = re.compile(r"\b[A-Za-z_][\w]*(?:\.[A-Za-z_]\w*)*")
 _IF_TEST = re.compile(r"\bif\b(?P<test>[^:\n]*)(?::|\belse\b)")
 _KEYWORD_ARGUMENT = re.compile(
@@ -168,9 +168,12 @@ def _provenance_reasons(step: TrainingStep, facts: ModuleFacts) -> Iterator[str]
             )
     for code in program:
         for pattern in (_LAYER_DTYPE, _LOADED_DTYPE, _DEFAULT_DTYPE):
-            match = pattern.search(code.text)
+            match = next(
+                (m for m in pattern.finditer(code.text) if _reaches(code, m.start(), own)), None
+            )
             if match is not None:
-                line, place = code.quote(match.start())
+                spelled = match.group(0)  # from its keyword, not the comma before it
+                line, place = code.quote(match.end() - len(spelled.lstrip("(, \t\n")))
                 yield (
                     f"the parameters are made in the dtype the program chooses (`{line}`, "
                     f"{place}), not in float32: it runs in that precision already; make "
@@ -185,7 +188,10 @@ def _provenance_reasons(step: TrainingStep, facts: ModuleFacts) -> Iterator[str]
             "unscale half-precision gradients; keep it, or drop the cast and run fix again"
         )
     for code in program:
-        island = _FLOAT32_PRODUCT.search(code.text)
+        island = next(
+            (m for m in _FLOAT32_PRODUCT.finditer(code.text) if _reaches(code, m.start(), own)),
+            None,
+        )
         if island is not None:
             line, place = code.quote(island.start())
             yield (
@@ -277,8 +283,8 @@ def _own_switch(code: ProgramCode, own: ProgramCode) -> tuple[str, str, str] | N
         keyword, value = match.group("keyword"), match.group("value")
         if keyword in ("enabled", "dtype", "opt_level") or value in _CONSTANTS:
             continue  # autocast's and apex's own arguments: the step is AMP already
-        if not _reaches(code, match.start(), own):
-            continue
+        if code is not own:
+            continue  # another module hands on what its caller decides
         if _is_switch(keyword) or _is_switch(value):
             line, place = code.quote(match.start("keyword"))
             return (value if _is_switch(value) else keyword), line, place
