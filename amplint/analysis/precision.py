@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING, Iterator
 
 from amplint.analysis.code_text import code_only
@@ -49,6 +49,11 @@ class ProgramCode:
         line = self.lines[number - 1].strip() if number <= len(self.lines) else ""
         place = f"{self.where}:{number}" if self.where else f"line {number}"
         return line, place
+
+    @cached_property
+    def names(self) -> frozenset[str]:
+        """Every word the code spells: what `_reaches` asks of the step's module."""
+        return frozenset(re.findall(r"\w+", self.text))
 
 
 def program_code(facts: ModuleFacts) -> list[ProgramCode]:
@@ -133,7 +138,6 @@ _FLOAT32_PRODUCT = re.compile(
 
 # A GradScaler an object keeps (`self.scaler = GradScaler(...)`).
 _OWNED_SCALER = re.compile(r"^[ \t]+self\.(?P<attribute>\w+)\s*=\s*[\w.]*GradScaler\(", re.M)
-_CLASS = re.compile(r"^class\s+(?P<name>\w+)", re.M)
 
 
 def provenance(step: TrainingStep, facts: ModuleFacts) -> str | None:
@@ -168,9 +172,7 @@ def _provenance_reasons(step: TrainingStep, facts: ModuleFacts) -> Iterator[str]
             )
     for code in program:
         for pattern in (_LAYER_DTYPE, _LOADED_DTYPE, _DEFAULT_DTYPE):
-            match = next(
-                (m for m in pattern.finditer(code.text) if _reaches(code, m.start(), own)), None
-            )
+            match = _first_reaching(pattern, code, own)
             if match is not None:
                 spelled = match.group(0)  # from its keyword, not the comma before it
                 line, place = code.quote(match.end() - len(spelled.lstrip("(, \t\n")))
@@ -188,10 +190,7 @@ def _provenance_reasons(step: TrainingStep, facts: ModuleFacts) -> Iterator[str]
             "unscale half-precision gradients; keep it, or drop the cast and run fix again"
         )
     for code in program:
-        island = next(
-            (m for m in _FLOAT32_PRODUCT.finditer(code.text) if _reaches(code, m.start(), own)),
-            None,
-        )
+        island = _first_reaching(_FLOAT32_PRODUCT, code, own)
         if island is not None:
             line, place = code.quote(island.start())
             yield (
@@ -292,7 +291,18 @@ def _own_switch(code: ProgramCode, own: ProgramCode) -> tuple[str, str, str] | N
 
 
 _SWITCH_SPELLED = re.compile("|".join(sorted(_SWITCH_WORDS)), re.I)
-_TOP_LEVEL_DEFINITION = re.compile(r"^(?:class|def|async def)\s+(?P<name>\w+)", re.M)
+_TOP_LEVEL_DEFINITION = re.compile(
+    r"^(?P<kind>class|def|async def)\s+(?P<name>\w+)", re.M
+)
+
+
+def _top_level_definition(code: ProgramCode, offset: int) -> re.Match | None:
+    """The last top-level `class` or `def` above `offset`: the one holding it,
+    unless it stands in module-level code below that definition."""
+    found = None
+    for found in _TOP_LEVEL_DEFINITION.finditer(code.text, 0, offset):
+        pass
+    return found
 
 
 def _reaches(code: ProgramCode, offset: int, own: ProgramCode) -> bool:
@@ -300,10 +310,13 @@ def _reaches(code: ProgramCode, offset: int, own: ProgramCode) -> bool:
     in a top-level class or function of another module that it names."""
     if code is own:
         return True
-    definitions = list(_TOP_LEVEL_DEFINITION.finditer(code.text, 0, offset))
-    if not definitions:
-        return False
-    return re.search(rf"\b{definitions[-1].group('name')}\b", own.text) is not None
+    definition = _top_level_definition(code, offset)
+    return definition is not None and definition.group("name") in own.names
+
+
+def _first_reaching(pattern: re.Pattern, code: ProgramCode, own: ProgramCode) -> re.Match | None:
+    """The first match of `pattern` in `code` that reaches the step (`_reaches`)."""
+    return next((m for m in pattern.finditer(code.text) if _reaches(code, m.start(), own)), None)
 
 
 def _is_switch(name: str) -> bool:
@@ -322,13 +335,13 @@ def _owned_scaler(code: ProgramCode, own: ProgramCode, step: TrainingStep) -> st
         return None
     own_class = step.class_def.name.value if step.class_def is not None else None
     for match in _OWNED_SCALER.finditer(code.text):
-        classes = [c for c in _CLASS.finditer(code.text, 0, match.start())]
-        if not classes or (code is own and classes[-1].group("name") == own_class):
+        holder = _top_level_definition(code, match.start())
+        if holder is None or holder.group("kind") != "class":
             continue
-        if not _reaches(code, match.start(), own):
+        name = holder.group("name")
+        if (code is own and name == own_class) or not _reaches(code, match.start(), own):
             continue
-        name = classes[-1].group("name")
-        _, place = code.quote(classes[-1].start())
+        _, place = code.quote(holder.start())
         return (
             f"`{name}` ({place}) keeps a GradScaler of its own "
             f"(`self.{match.group('attribute')}`): the program runs its mixed precision "
@@ -351,7 +364,6 @@ _BOUND_TO_SIGMOID = re.compile(r"^[ \t]*(?P<name>\w+)\s*=\s*[^\n]*\bsigmoid\(", 
 
 # State a forward pass accumulates (a moving-average codebook, updated in
 # place under no_grad) and multiplies by.
-_FORWARD = re.compile(r"^(?P<indent>[ \t]*)def forward\(", re.M)
 _IN_PLACE = re.compile(
     r"\bself\.(?P<name>\w+)(?:\.data)?\.(?:mul_|add_|copy_|lerp_|addcmul_|div_|sub_)\("
 )
@@ -452,8 +464,9 @@ def _accumulated_state(code: ProgramCode) -> str | None:
 
 def _forward_bodies(text: str) -> Iterator[tuple[int, str]]:
     """(offset, text) of each `def forward` with its body, by indentation."""
-    for match in _FORWARD.finditer(text):
-        yield match.start(), text[match.start() : _block_end(text, match)]
+    for match in _DEF.finditer(text):
+        if match.group("name") == "forward":
+            yield match.start(), text[match.start() : _block_end(text, match)]
 
 
 @lru_cache(maxsize=16)
