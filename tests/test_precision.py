@@ -150,6 +150,8 @@ def test_each_spelling_of_managed_precision_is_seen(setup: str, reason: str) -> 
         "ddp = create_ddp_model(model0, fp16_compression=args.fp16_compression)",
         "args = TrainingArguments(fp16=True)",  # a framework's constant setting
         "if mixed:\n    pass",  # PEFT's mixed adapters
+        "if not torch.cuda.is_bf16_supported():\n    pass",  # asks the machine
+        "if not torch.ops.mkldnn._is_mkldnn_bf16_supported():\n    pass",
         "x = batch.float()",
         "model0 = Net().to(torch.float32)",
         "torch.set_default_dtype(torch.float32)",

@@ -272,10 +272,13 @@ def _own_switch(code: ProgramCode, own: ProgramCode) -> tuple[str, str, str] | N
         test = match.group("test")
         if _ORDERING.search(test) or not _reaches(code, match.start(), own):
             continue
-        for name in _DOTTED.findall(test):
-            if _is_switch(name):
+        for name in _DOTTED.finditer(test):
+            # A call asks the machine (`torch.cuda.is_bf16_supported()`); a
+            # switch is a value the program set.
+            called = test[name.end() :].lstrip().startswith("(")
+            if not called and _is_switch(name.group(0)):
                 line, place = code.quote(match.start())
-                return name, line, place
+                return name.group(0), line, place
     # By keyword, a value the program decides (`Net(fp16=args.fp16)`); a
     # constant (`TrainingArguments(fp16=True)`) is a framework's setting.
     for match in _KEYWORD_ARGUMENT.finditer(code.text):
