@@ -1184,6 +1184,66 @@ def test_a_clip_on_every_micro_step_under_accumulation_takes_the_scale() -> None
     assert codes_of(migrated) == []
 
 
+# apex's O1 without `amp.scale_loss` (an optional apex, its losses never
+# scaled) still ran the step in mixed precision: the migration completes that
+# step too, so what stops AMP001 from completing it stops the migration.
+_O1_UNSCALED = """
+    import torch
+
+    try:
+        from apex import amp
+    except ImportError:
+        amp = None
+
+
+    def clip_gradient(optimizer, limit):
+        for group in optimizer.param_groups:
+            for param in group["params"]:
+                param.grad.data.clamp_(-limit, limit)
+
+
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.Adam(model.parameters())
+    if amp is not None:
+        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    seen = []
+    for i, (x, y) in enumerate(loader):
+        output = model(x)
+        seen.append(output.detach().cpu().numpy())
+        loss = torch.nn.functional.cross_entropy(output, y)
+        loss.backward()
+        {touch}
+        if (i + 1) % 2 == 0:
+            optimizer.step()
+            optimizer.zero_grad()
+    """
+
+
+def test_an_unscaled_o1_step_is_migrated_only_where_amp001_could_complete_it() -> None:
+    """Found by `make shapes`: a clamp on every micro-step got one unscale_ per
+    micro-step ("unscale_() has already been called"); bfloat16 handed NumPy
+    the forward pass's bfloat16 outputs."""
+    clamped = dedent(_O1_UNSCALED).replace("{touch}", "clip_gradient(optimizer, 0.01)")
+    assert fixed_unsafe(clamped) == clamped
+    (reason,) = _apex_not_fixed_because(clamped, Settings())
+    assert reason.startswith("`clip_gradient(optimizer, 0.01)` hands the gradients")
+    plain = dedent(_O1_UNSCALED).replace("        {touch}\n", "")
+    migrated = fixed_unsafe(plain)
+    assert "apex" not in migrated and "scaler.scale(loss).backward()" in migrated
+    bfloat16 = Settings(dtype="bfloat16")
+    assert fixed(plain, bfloat16, unsafe=True) == plain
+    (reason,) = _apex_not_fixed_because(plain, bfloat16)
+    assert reason.startswith("`output.detach().cpu().numpy()` hands NumPy a tensor")
+
+
+def _apex_not_fixed_because(text: str, settings: Settings) -> set[str]:
+    return {
+        d.message.split("(not fixed: ", 1)[1]
+        for d in lint_text(text, ALL, settings)
+        if d.code == "AMP203"
+    }
+
+
 def test_a_try_importing_other_apex_modules_with_amp_stays() -> None:
     """Only a `try` that imports apex.amp alone goes with its fallback: one that
     also imports apex's fp16 utilities still guards names the code uses."""

@@ -223,6 +223,82 @@ def test_state_updated_in_forward_but_never_multiplied_is_no_hazard() -> None:
     assert "updates `self.running_mean` in place" in message
 
 
+def test_a_cast_in_a_function_that_reaches_the_step_through_others_counts() -> None:
+    """`main` casts the model it hands to a trainer whose `fit` calls the
+    step: the cast reaches the step at two removes (found by `make shapes`)."""
+    source = dedent("""
+        import torch
+        import torch.nn.functional as F
+
+
+        class Trainer:
+            def __init__(self, model):
+                self.model = model
+                self.optimizer = torch.optim.Adam(model.parameters())
+
+            def train_step(self, x, y):
+                loss = F.cross_entropy(self.model(x), y)
+                loss.backward()
+                self.optimizer.step()
+                self.optimizer.zero_grad()
+
+            def fit(self, loader):
+                for x, y in loader:
+                    self.train_step(x.cuda(), y.cuda())
+
+
+        def main():
+            model = Net().cuda().to(torch.bfloat16)
+            Trainer(model).fit(loader)
+
+
+        def export(model):
+            return model.to(torch.bfloat16)
+        """)
+    for settings in (CUDA_FP16, CPU_BF16):
+        (message,) = _amp001(source, settings)
+        assert "casts to low precision itself (`model = Net().cuda().to(torch.bfloat16)`" in message
+        assert fixed(source, settings) == source
+    # `export` calls nothing that trains: its cast is its own business.
+    plain = source.replace(".to(torch.bfloat16)", "")
+    assert "self.scaler.scale(loss).backward()" in fixed(plain)
+
+
+# `if accumulate:` arms that compute the loss from the outputs of one model
+# call above them; the loss written out calls no model itself (`make shapes`
+# found such steps silent).
+ARMS = """
+    import torch
+
+    model = Net().cuda()
+    optimizer = torch.optim.Adam(model.parameters())
+    for i, (x, y) in enumerate(loader):
+        output = model(x.cuda())
+        if ACCUMULATION > 1:
+            loss = {loss} / ACCUMULATION
+            loss.backward()
+            if (i + 1) % ACCUMULATION == 0:
+                optimizer.step()
+                optimizer.zero_grad()
+        else:
+            loss = {loss}
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    """
+
+
+def test_arms_computing_a_written_out_loss_from_the_outputs_above_are_a_step() -> None:
+    squared = dedent(ARMS).replace("{loss}", "((output - y.cuda()) ** 2).mean()")
+    rewritten = fixed(squared)
+    assert rewritten.count("scaler.scale(loss).backward()") == 2
+    assert 'with torch.autocast("cuda", dtype=torch.float16):\n        output = model(' in rewritten
+    log_sigmoid = dedent(ARMS).replace("{loss}", "-torch.log(torch.sigmoid(output)).mean()")
+    (message,) = _amp001(log_sigmoid, CUDA_FP16)
+    assert "takes the log of a sigmoid" in message
+    assert "dtype=torch.bfloat16" in fixed(log_sigmoid, Settings(dtype="bfloat16"))
+
+
 def test_a_switch_in_another_module_counts_where_the_step_uses_it(tmp_path: Path) -> None:
     """The model module's `if self.fp16:` reaches a step that builds that
     model; a library module's unrelated switch does not."""

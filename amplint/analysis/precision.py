@@ -25,7 +25,11 @@ from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING, Iterator
 
+import libcst as cst
+
 from amplint.analysis.code_text import code_only
+from amplint.analysis.statements import method_name, name_use
+from amplint.analysis.visitor import Visitor
 
 if TYPE_CHECKING:
     from amplint.analysis import ModuleFacts
@@ -154,8 +158,9 @@ def _provenance_reasons(step: TrainingStep, facts: ModuleFacts) -> Iterator[str]
     apex = _apex_initialised(facts)
     if apex is not None:
         yield (
-            f"apex's `{apex}` still sets this program's precision: migrate it first "
-            "(AMP203, `amplint fix --unsafe-fixes`), then fix rewrites what is left"
+            f"apex's `{apex}` still sets this program's precision: migrate it to "
+            "torch.amp first (AMP203 does, or says what stops it), then fix rewrites "
+            "what is left"
         )
     for code in program:
         owned = _owned_scaler(code, own, step)
@@ -219,23 +224,37 @@ def _apex_initialised(facts: ModuleFacts) -> str | None:
 def _whole_cast(own: ProgramCode, step: TrainingStep) -> tuple[str, str] | None:
     """The first cast to float16 or bfloat16 in the step's module that can
     reach the step, quoted: at module level, in a model's `__init__` or
-    `forward`, in the step's function, or in a function that calls it
-    (`main` casting the model it hands to `train`).  A sibling function's
-    cast (another test of a test class) is that function's business."""
+    `forward`, in the step's function, or in a function that calls it, at
+    any remove (`main` casting the model it hands to a trainer whose `fit`
+    calls the step).  A sibling function's cast (another test of a test
+    class) is that function's business."""
     if "16" not in own.text and ".half(" not in own.text:
         return None
     step_function = step.function.name.value if step.function is not None else None
+    reaching = {"__init__", "forward"}
+    if step_function is not None:
+        reaching |= _callers(own.text, step_function)
     for match in _CAST.finditer(own.text):
         enclosing = _enclosing_function(own.text, match.start())
-        if enclosing is not None:
-            name, body = enclosing
-            calls_step = step_function is not None and re.search(
-                rf"(?<![\w.]){step_function}\(|\.{step_function}\(", body
-            )
-            if name not in ("__init__", "forward", step_function) and not calls_step:
-                continue
-        return own.quote(match.start())
+        if enclosing is None or enclosing[0] in reaching:
+            return own.quote(match.start())
     return None
+
+
+def _callers(text: str, name: str) -> set[str]:
+    """`name` and the functions of `text` that call it, directly or through
+    others of them (by name: `f(` or `.f(`)."""
+    bodies: dict[str, list[str]] = {}
+    for match in _DEF.finditer(text):
+        bodies.setdefault(match.group("name"), []).append(text[match.end() : _block_end(text, match)])
+    found, frontier = {name}, [name]
+    while frontier:
+        called = re.compile(rf"(?<![\w]){re.escape(frontier.pop())}\(")
+        for caller, texts in bodies.items():
+            if caller not in found and any(called.search(body) for body in texts):
+                found.add(caller)
+                frontier.append(caller)
+    return found
 
 
 _DEF = re.compile(r"^(?P<indent>[ \t]*)(?:async[ \t]+)?def[ \t]+(?P<name>\w+)", re.M)
@@ -507,3 +526,48 @@ def _gram_product(text: str) -> str | None:
         if re.search(reshaped, text, re.M):
             return name
     return None
+
+
+# ------------------------------------------------------------ bfloat16 obstacles
+
+
+def bfloat16_obstacle(step: TrainingStep, facts: ModuleFacts) -> str | None:
+    """What cannot take the bfloat16 a forward pass computes under autocast,
+    as one line; None where nothing is seen."""
+    numpy = _numpy_of_forward(step)
+    if numpy is None:
+        return None
+    return (
+        f"`{facts.module.code_for_node(numpy)}` hands NumPy a tensor the forward pass "
+        "computes, which is bfloat16 under autocast and NumPy cannot hold: call "
+        "`.float()` before `.numpy()`, or use `--dtype float16`"
+    )
+
+
+def _numpy_of_forward(step: TrainingStep) -> cst.Call | None:
+    """A `.numpy()` call in the step on what a forward region computed
+    (`output.detach().cpu().numpy()`), inside the region or after it:
+    NumPy has no bfloat16, so under bfloat16 autocast it raises.  The loss
+    itself is left out: autocast computes losses in float32 (they are on its
+    float32 list), so `loss.data.numpy()` for a log still works."""
+    computed: set[str] = set()
+    for region in step.regions:
+        for statement in region.statements:
+            computed |= name_use(statement).bound
+    for backward in step.backwards:
+        computed -= name_use(backward.loss).read
+    finder = _NumpyCalls()
+    finder.walk(step.block)
+    for call in finder.calls:
+        if name_use(call.func.value).read & computed:
+            return call
+    return None
+
+
+class _NumpyCalls(Visitor):
+    def __init__(self) -> None:
+        self.calls: list[cst.Call] = []
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if method_name(node) == "numpy":
+            self.calls.append(node)

@@ -799,6 +799,8 @@ class _StepFinder(ScopedVisitor):
             else set()
         )
         in_suite = False  # the last backward's region is in an `if` arm, not above it
+        # What model calls above an `if` bind for the losses its arms compute.
+        fed: set[str] = set()
         for index, backward in enumerate(step.backwards):
             previous = step.backwards[index - 1] if index else None
             if (
@@ -820,12 +822,14 @@ class _StepFinder(ScopedVisitor):
                 self.calls.runs_model,
             )
             in_suite = False
+            arm = None
             if isinstance(region, str):
                 # `if i % n_critic == 0:` around the generator's whole step: its
                 # loss is computed in the same suite as its backward.
                 inner = self._forward_region_in_suite(step, backward, parameters)
                 if inner is not None:
                     in_suite = True
+                    arm = inner
                     region = [inner]
                     # `outputs = model(x)`, then each arm of `if accumulate:`
                     # computes its loss from `outputs`: that call too.
@@ -833,6 +837,8 @@ class _StepFinder(ScopedVisitor):
                     feeding = feeding_region(
                         step.block.body, reads, backward.top, lower, self.calls.runs_model
                     )
+                    if feeding is not None:
+                        fed |= set().union(*(name_use(s).bound for s in feeding.statements))
                     if feeding is not None and not any(
                         r.first is feeding.first for r in step.regions
                     ):
@@ -845,7 +851,13 @@ class _StepFinder(ScopedVisitor):
             if isinstance(region, str):
                 return region
             for found in region if isinstance(region, list) else [region]:
-                if not any(self.calls.runs_model(statement) for statement in found.statements):
+                runs_model = any(self.calls.runs_model(s) for s in found.statements)
+                # An arm's loss of the model's outputs (`-log(sigmoid(output))`)
+                # runs no model itself: the call above the `if` does.
+                from_outputs = found is arm and fed & set().union(
+                    *(name_use(s).read for s in found.statements)
+                )
+                if not runs_model and not from_outputs:
                     return self._forward_saved_elsewhere(step, backward) or NO_FORWARD
                 found = self.calls.with_unsafe_loss_after(found)
                 step.unsafe_loss = step.unsafe_loss or found.unsafe_loss

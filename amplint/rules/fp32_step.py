@@ -11,14 +11,10 @@ import re
 from functools import lru_cache
 from typing import Iterator
 
-import libcst as cst
-
 from amplint.analysis import ModuleFacts
 from amplint.analysis.code_text import code_only
-from amplint.analysis.precision import float16_hazard, provenance
-from amplint.analysis.statements import method_name, name_use
+from amplint.analysis.precision import bfloat16_obstacle, float16_hazard, provenance
 from amplint.analysis.steps import SILENT_SKIPS, TrainingStep
-from amplint.analysis.visitor import Visitor
 from amplint.config import Settings
 from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix
 from amplint.rules.base import Rule
@@ -40,35 +36,6 @@ _READS_GRADIENTS_AFTER_STEP = re.compile(r"[\w.]*\.update_and_allocate\(")
 # that trains); with a GradScaler, the first skipped step's inf stays in them
 # and every later step is skipped too.
 _CLEARS_GRADIENTS = re.compile(r"zero_grad|\.grad\s*=\s*None|\.grad(?:\.data)?\.zero_\(")
-
-
-def _numpy_in_region(step: TrainingStep) -> cst.Call | None:
-    """A `.numpy()` call in the step on what a forward region computed
-    (`output.detach().cpu().numpy()`), inside the region or after it:
-    NumPy has no bfloat16, so under bfloat16 autocast it raises.  The loss
-    itself is left out: autocast computes losses in float32 (they are on its
-    float32 list), so `loss.data.numpy()` for a log still works."""
-    computed: set[str] = set()
-    for region in step.regions:
-        for statement in region.statements:
-            computed |= name_use(statement).bound
-    for backward in step.backwards:
-        computed -= name_use(backward.loss).read
-    finder = _NumpyCalls()
-    finder.walk(step.block)
-    for call in finder.calls:
-        if name_use(call.func.value).read & computed:
-            return call
-    return None
-
-
-class _NumpyCalls(Visitor):
-    def __init__(self) -> None:
-        self.calls: list[cst.Call] = []
-
-    def visit_Call(self, node: cst.Call) -> None:
-        if method_name(node) == "numpy":
-            self.calls.append(node)
 
 
 # Recurrent layers: CPU autocast runs them in float16 only where the CPU has
@@ -130,12 +97,8 @@ def _obstacle(
             f"`{recurrent.group(1)}` has no float16 kernel on most CPUs (oneDNN raises "
             '"could not create a primitive descriptor"); `--dtype bfloat16` runs it'
         )
-    if choice.dtype in ("bfloat16", "auto") and (numpy := _numpy_in_region(step)) is not None:
-        return (
-            f"`{facts.module.code_for_node(numpy)}` hands NumPy a tensor the forward pass "
-            "computes, which is bfloat16 under autocast and NumPy cannot hold: call "
-            "`.float()` before `.numpy()`, or use `--dtype float16`"
-        )
+    if choice.dtype in ("bfloat16", "auto") and (found := bfloat16_obstacle(step, facts)):
+        return found
     if choice.dtype in ("float16", "auto") and (found := float16_hazard(step, facts)):
         return found
     problem = next((r.unsafe_problem for r in step.regions if r.unsafe_problem), None)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import libcst as cst
 
 from amplint.analysis import ModuleFacts
+from amplint.analysis.precision import bfloat16_obstacle
 from amplint.diagnostics import Edit
 from amplint.transforms.apex.conditions import conjunction
 from amplint.transforms.apex.common import MigrationBlocked, apex_choice
@@ -51,8 +52,12 @@ class StepCompletion:
                         f"and the GradScaler: {step.skip}"
                     )
                 continue
+            # Completed whether or not apex scaled its loss (O1 without
+            # `amp.scale_loss` still ran the step in mixed precision).
             obstacle = micro_step_edit_obstacle(step, facts.module)
-            if obstacle is not None and scaled_here:
+            if obstacle is None and apex_choice(self.settings).dtype == "bfloat16":
+                obstacle = bfloat16_obstacle(step, facts)
+            if obstacle is not None:
                 raise MigrationBlocked(obstacle)
             insert = InsertAmp(step, facts, self.settings, apex_choice(self.settings))
             insert.use_scaler(scaler, self._autocast_enabled(step.function, scaler, module))
