@@ -1,11 +1,12 @@
 """`make shapes`: generate training scripts, hold amplint to every oracle, shrink
 what fails.
 
-    python -m tests.shapes [-n N] [--seed S] [--keep DIR] [--batch B]
+    python -m tests.shapes [-n N] [--seed S] [--keep DIR] [--batch B] [--with-auto]
 
 Draws N shapes (tests/shapes/grammar.py) from seed S, judges them in batches
 (tests/shapes/oracles.py), and prints how many programs, findings, rewrites
-and failures there were.  Each class of failure (its oracle and message, names
+and failures there were, in all and under each settings (`--with-auto` adds
+`--dtype auto` on the CPU, to compare it with the default float16).  Each class of failure (its oracle and message, names
 left out) is shrunk to the fewest idioms that still fail it; its program goes
 to DIR (default build/shapes) as a reproduction.  Exits 1 when a failure is
 not one of the open classes in tests/shapes/known.py.
@@ -23,18 +24,21 @@ from pathlib import Path
 
 from tests.shapes.grammar import random_shape, render
 from tests.shapes.known import unexpected
-from tests.shapes.oracles import Judged, judge
+from amplint.config import Settings
+from tests.shapes.oracles import AUTO, SETTINGS, Judged, judge
 from tests.shapes.shrink import failure_class, shrink
 
 
-def judge_shapes(count: int, seed: int, batch: int) -> list[Judged]:
+def judge_shapes(
+    count: int, seed: int, batch: int, settings_by_key: dict[str, Settings] = SETTINGS
+) -> list[Judged]:
     rng = random.Random(seed)
     shapes = [random_shape(rng) for _ in range(count)]
     verdicts: list[Judged] = []
     for start in range(0, count, batch):
         programs = [render(shape) for shape in shapes[start : start + batch]]
         with tempfile.TemporaryDirectory(prefix="amplint-shapes-") as scratch:
-            verdicts += judge(programs, Path(scratch))
+            verdicts += judge(programs, Path(scratch), settings_by_key)
         print(f"  {len(verdicts)} of {count} programs judged", file=sys.stderr)
     return verdicts
 
@@ -45,9 +49,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--batch", type=int, default=100, help="programs per child process")
     parser.add_argument("--keep", type=Path, default=Path("build/shapes"))
+    parser.add_argument(
+        "--with-auto", action="store_true", help="also judge `--dtype auto` on the CPU"
+    )
     options = parser.parse_args(argv)
     started = time.monotonic()
-    verdicts = judge_shapes(options.n, options.seed, options.batch)
+    settings_by_key = {**SETTINGS, **(AUTO if options.with_auto else {})}
+    verdicts = judge_shapes(options.n, options.seed, options.batch, settings_by_key)
     classes: dict[str, Judged] = {}
     per_class: Counter[str] = Counter()
     for judged in verdicts:
@@ -61,6 +69,12 @@ def main(argv: list[str] | None = None) -> int:
         f"declines; {sum(1 for j in verdicts if j.failures)} programs failed, "
         f"{len(classes)} classes of failure ({time.monotonic() - started:.0f} s)"
     )
+    for key in settings_by_key:
+        print(
+            f"  {key:>12}: {sum(key in j.rewritten for j in verdicts)} rewrites, "
+            f"{sum(j.declined[key] for j in verdicts)} declines, "
+            f"{sum(j.failed_in(key) for j in verdicts)} programs failed"
+        )
     options.keep.mkdir(parents=True, exist_ok=True)
     surprises = 0
     for number, (key, judged) in enumerate(sorted(classes.items()), 1):

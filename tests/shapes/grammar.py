@@ -40,6 +40,17 @@ cannot go together):
   under the same name (fine-tuning at a lower rate).
 - twin: none, or a deliberate FP32 function beside its AMP twin.
 - notebook: a script, or the same code as notebook cells (top level only).
+- precision: who sets the step's precision: nobody (FP32), the program itself
+  (a model cast to bfloat16, layers made with `dtype=`, its own `FP16`
+  switch that halves the model, apex's `amp.initialize` where apex is
+  installed, at an opt level the environment sets or at O1).  amplint owes
+  such a step a decline that says why, in every dtype, and never an AMP001
+  rewrite (AMP203 may migrate apex's O1 whole, and that must train).
+- hazard: what float16 cannot carry in the forward pass: a sigmoid head
+  trained with BCE (DCGAN's discriminator), the log of a sigmoid (negative
+  sampling; `log(1 - sigmoid)` in a GAN), a buffer updated in the forward pass
+  and multiplied by (an EMA codebook).  Declined in float16, rewritten in
+  bfloat16.
 """
 
 from __future__ import annotations
@@ -81,6 +92,8 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     "phases": ("one", "two"),
     "twin": ("none", "fp32_beside_amp"),
     "notebook": ("no", "yes"),
+    "precision": ("fp32", "bf16_cast", "bf16_layers", "own_switch", "apex_beside", "apex_o1"),
+    "hazard": ("none", "sigmoid_bce", "log_sigmoid", "ema_buffer"),
 }
 
 
@@ -98,6 +111,8 @@ class Shape:
     phases: str = "one"
     twin: str = "none"
     notebook: str = "no"
+    precision: str = "fp32"
+    hazard: str = "none"
 
     @property
     def problems(self) -> list[str]:
@@ -124,7 +139,31 @@ class Shape:
             found.append("twins are functions of a script")
         if self.placement == "gan" and self.touch in ("clipper_object",):
             found.append("the GAN idiom clips its critic in place")
+        if (self.precision != "fp32" or self.hazard != "none") and (
+            self.existing_amp != "none" or self.twin != "none"
+        ):
+            found.append("one precision idiom at a time")
+        if self.bfloat16_model and (self.placement == "gan" or self.after == "numpy_in_loop"):
+            found.append("a bfloat16 model's outputs go to NumPy or meet float32 noise")
+        if self.precision.startswith("apex") and (
+            self.placement not in ("loop", "epoch_function", "inner_accumulation", "top_level")
+            or self.optimizer == "global"
+        ):
+            found.append("apex initialises the model and optimizer where main() makes them")
+        if self.hazard == "ema_buffer" and (
+            self.placement == "gan" or self.precision == "bf16_layers"
+        ):
+            found.append("the EMA model is a classifier made in float32")
         return found
+
+    @property
+    def bfloat16_model(self) -> bool:
+        return self.precision in ("bf16_cast", "bf16_layers")
+
+    @property
+    def managed(self) -> bool:
+        """Whether the program sets its step's precision itself."""
+        return self.precision != "fp32"
 
     def as_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -134,10 +173,21 @@ class Shape:
         return cls(**json.loads(text))
 
 
+# Idioms drawn more often than the others of their family (weight 1): most
+# programs keep an FP32 step without a hazard, so that most draws test a
+# rewrite; the precision idioms are each as common as any other idiom.
+WEIGHTS: dict[str, dict[str, int]] = {"precision": {"fp32": 10}, "hazard": {"none": 5}}
+
+
 def random_shape(rng: random.Random) -> Shape:
-    """A shape drawn uniformly among those whose idioms go together."""
+    """A shape drawn among those whose idioms go together, each family's idiom
+    by its weight (WEIGHTS)."""
     while True:
-        shape = Shape(**{name: rng.choice(options) for name, options in FAMILIES.items()})
+        chosen = {}
+        for name, options in FAMILIES.items():
+            weights = [WEIGHTS.get(name, {}).get(option, 1) for option in options]
+            chosen[name] = rng.choices(options, weights)[0]
+        shape = Shape(**chosen)
         if not shape.problems:
             return shape
 
@@ -164,6 +214,18 @@ class Program:
     # on any of them is the step's (a GAN's two losses are one step).
     fp32_backwards: list[tuple[str, ...]]
     twin_backwards: list[str]  # deliberate FP32 steps beside their AMP twin: left alone
+
+    @property
+    def declined_in(self) -> frozenset[str]:
+        """The dtypes in which the FP32 steps must be declined with a reason,
+        never rewritten: every dtype where the program manages its precision,
+        float16 (and auto, which may pick it) where the forward pass holds a
+        float16 hazard."""
+        if self.shape.managed:
+            return frozenset({"float16", "bfloat16", "auto"})
+        if self.shape.hazard != "none":
+            return frozenset({"float16", "auto"})
+        return frozenset()
 
     def notebook_json(self) -> str:
         cells = [
@@ -200,6 +262,50 @@ class _Renderer:
         self.twin_backwards: list[str] = []
         self.helpers: list[str] = []
         self.twins: list[str] = []  # the FP32 function and its AMP twin, when the shape has them
+
+    # -- the model, its loss and who sets its precision ------------------------
+    def model_expression(self, critic: bool = False) -> str:
+        shape = self.shape
+        if shape.hazard == "ema_buffer":
+            self._helper(EMA_NET)
+            return "EmaNet()"
+        width = 1 if shape.hazard == "sigmoid_bce" or critic else 2
+        dtype = ", dtype=DTYPE" if shape.precision == "bf16_layers" else ""
+        act = "nn.LeakyReLU(0.2)" if critic else "nn.ReLU()"
+        head = ", nn.Sigmoid()" if shape.hazard == "sigmoid_bce" else ""
+        return (
+            f"nn.Sequential(nn.Linear(16, 32{dtype}), {act}, nn.Linear(32, {width}{dtype}){head})"
+        )
+
+    def model_setup(self, on_device: bool = True, name: str = "model") -> str:
+        """The statements that make the model `name` (and set its precision)."""
+        shape = self.shape
+        made = f"{name} = {self.model_expression()}"
+        made += ".to(device)" if on_device else ""
+        made += ".to(torch.bfloat16)" if shape.precision == "bf16_cast" else ""
+        made += "\n"
+        if shape.precision == "own_switch":
+            made += f"if FP16:\n    {name} = {name}.half()\n"
+        return made
+
+    def apex_initialise(self) -> str:
+        precision = self.shape.precision
+        if not precision.startswith("apex"):
+            return ""
+        level = '"O1"' if precision == "apex_o1" else "APEX_OPT_LEVEL"
+        return (
+            "if amp is not None:\n"
+            f"    model, optimizer = amp.initialize(model, optimizer, opt_level={level})\n"
+        )
+
+    def criterion(self, output: str, y: str) -> str:
+        """The loss of `output` against the labels `y`."""
+        hazard = self.shape.hazard
+        if hazard == "sigmoid_bce":
+            return f"F.binary_cross_entropy({output}.squeeze(1), {y}.to({output}.dtype))"
+        if hazard == "log_sigmoid":
+            return f"-torch.log(torch.sigmoid({output}.gather(1, {y}[:, None]))).mean()"
+        return f"F.cross_entropy({output}, {y})"
 
     # -- the pieces a step is made of -----------------------------------------
     def touch(self, m: str, opt: str) -> str:
@@ -249,7 +355,7 @@ class _Renderer:
             lines += "seen.append(output.detach().cpu().numpy().mean())\n"
         if guard is not None and shape.guard == "accumulate_arms":
             return lines + self._accumulation_arms(m, opt, loss, guard)
-        lines += f"{loss} = F.cross_entropy(output, y)\n"
+        lines += f"{loss} = {self.criterion('output', 'y')}\n"
         if shape.text == "amp_comments":
             lines += f"# scaler.scale({loss}).backward()\n"
         backward = f"{loss}.backward()"
@@ -273,10 +379,10 @@ class _Renderer:
     def _accumulation_arms(self, m: str, opt: str, loss: str, guard: str) -> str:
         """Swin-Transformer's step after one model call: accumulating, the touch
         on every micro-step, in one arm; stepping every batch in the other."""
-        accumulate = f"{loss} = F.cross_entropy(output, y) / ACCUMULATION\n"
+        accumulate = f"{loss} = {self.criterion('output', 'y')} / ACCUMULATION\n"
         accumulate += f"{loss}.backward()\n" + self.touch(m, opt)
         accumulate += f"if {guard}:\n" + _indent(f"{opt}.step()\n{opt}.zero_grad()\n", 1)
-        each = f"{loss} = F.cross_entropy(output, y)\n{opt}.zero_grad()\n"
+        each = f"{loss} = {self.criterion('output', 'y')}\n{opt}.zero_grad()\n"
         each += f"{loss}.backward()\n" + self.touch(m, opt) + f"{opt}.step()\n"
         self.fp32_backwards.append((f"{loss}.backward()",))
         lines = "if ACCUMULATION > 1:\n" + _indent(accumulate, 1)
@@ -372,13 +478,20 @@ class _Renderer:
             "gram_words": "Scores n-gram features; the Gram matrix of the features is plotted later.",
             "amp_strings": "A small classifier; prints whether AMP is on.",
         }[shape.text]
-        imports = ["import os"] if shape.checkpoint != "none" else []
+        imports = ["import os"] if shape.checkpoint != "none" or shape.precision == "apex_beside" else []
         if shape.after in ("numpy_in_loop", "numpy_after"):
             imports.append("import numpy as np")
         imports += ["import torch", "import torch.nn as nn", "import torch.nn.functional as F"]
         head = f'"""{doc}"""\n\n' + "\n".join(imports) + "\n\n"
+        if shape.precision.startswith("apex"):
+            head += "try:\n    from apex import amp\nexcept ImportError:  # apex is optional\n"
+            head += "    amp = None\n\n"
         head += 'CHECKPOINT = "checkpoint.pt"\n' if shape.checkpoint != "none" else ""
         head += "EPOCHS = 2\n"
+        head += "DTYPE = torch.bfloat16\n" if shape.precision == "bf16_layers" else ""
+        if shape.precision == "apex_beside":
+            head += 'APEX_OPT_LEVEL = os.environ.get("APEX_OPT_LEVEL", "O1")\n'
+        head += "FP16 = False  # half precision: the model is cast to float16\n" if shape.precision == "own_switch" else ""
         head += "ACCUMULATION = 2\n" if shape.guard == "accumulate_arms" else ""
         if shape.optimizer == "conditional":
             head += "use_lbfgs = False\n"
@@ -389,7 +502,12 @@ class _Renderer:
         if shape.text == "gram_words":
             head += '# n-gram counts come from the tokenizer; "gram" below means Gram matrix\n'
         head += "\n\ndef make_data(count=64, width=16):\n"
-        head += "    features = torch.randn(count, width)\n"
+        if shape.precision == "bf16_layers":
+            head += "    features = torch.randn(count, width, dtype=DTYPE)\n"
+        elif shape.precision == "bf16_cast":
+            head += "    features = torch.randn(count, width).to(torch.bfloat16)\n"
+        else:
+            head += "    features = torch.randn(count, width)\n"
         head += "    labels = (features[:, :3].sum(dim=1) > 0).long()\n"
         head += (
             "    return [(features[i : i + 16], labels[i : i + 16]) for i in range(0, count, 16)]\n"
@@ -409,12 +527,12 @@ class _Renderer:
         setup = SETUP
         if placement == "gan":
             return self._gan_main()
-        setup += (
-            "model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 2)).to(device)\n"
-        )
+        model_setup = self.model_setup()
+        setup += model_setup
         module_optimizer = shape.optimizer == "global"
         if not module_optimizer:
             setup += f"optimizer = {self.optimizer_expression('model.parameters()')}\n"
+            setup += self.apex_initialise()
         if shape.touch == "clipper_object":
             self._helper(GRADIENT_CLIPPER)
             setup += "clipper = GradientClipper(0.5)\n"
@@ -441,13 +559,10 @@ class _Renderer:
             # The optimizer is a module global the step function reads.
             prefix = (
                 "torch.manual_seed(0)\n"
-                "model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 2))\n"
-                f"optimizer = {self.optimizer_expression('model.parameters()')}\n\n\n"
+                + self.model_setup(on_device=False)
+                + f"optimizer = {self.optimizer_expression('model.parameters()')}\n\n\n"
             )
-            main = main.replace(
-                "    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 2)).to(device)\n",
-                "    model.to(device)\n",
-            )
+            main = main.replace(_indent(model_setup, 1), "    model.to(device)\n", 1)
             if shape.phases == "two":
                 main = main.replace("def main():\n", "def main():\n    global optimizer\n", 1)
         functions = self._functions()
@@ -477,7 +592,7 @@ class _Renderer:
             inner = "output = model(x)\n"
             if shape.after == "numpy_in_loop":
                 inner += "seen.append(output.detach().cpu().numpy().mean())\n"
-            inner += f"{loss} = F.cross_entropy(output, y) / 2\n"
+            inner += f"{loss} = {self.criterion('output', 'y')} / 2\n"
             backward = f"{loss}.backward()"
             self.fp32_backwards.append((backward,))
             inner += backward + "\n"
@@ -600,7 +715,7 @@ class _Renderer:
         forward = "self.output = self.net(self.x)\n"
         if shape.after == "numpy_in_loop":
             forward += "self.seen.append(self.output.detach().cpu().numpy().mean())\n"
-        backward = "self.loss_G = F.cross_entropy(self.output, self.y)\n"
+        backward = f"self.loss_G = {self.criterion('self.output', 'self.y')}\n"
         if shape.text == "amp_comments":
             backward += "# scaler.scale(self.loss_G).backward()\n"
         backward += "self.loss_G.backward()\n"
@@ -633,7 +748,7 @@ class _Renderer:
     def _class_main(self, made: str, fit: str, m: str, opt: str) -> str:
         shape = self.shape
         body = SETUP
-        body += "model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 2)).to(device)\n"
+        body += self.model_setup()
         body += f"trainer = {made}\n"
         body += self.checkpoint_before(m, opt)
         body += fit + "\n"
@@ -654,7 +769,9 @@ class _Renderer:
         body += (
             "generator = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 16)).to(device)\n"
         )
-        body += "critic = nn.Sequential(nn.Linear(16, 32), nn.LeakyReLU(0.2), nn.Linear(32, 1)).to(device)\n"
+        body += self.model_setup(name="critic").replace(
+            self.model_expression(), self.model_expression(critic=True), 1
+        )
         body += f"optimizer_G = torch.optim.{opt_class}(generator.parameters(), {options})\n"
         body += f"optimizer_D = torch.optim.{opt_class}(critic.parameters(), {options})\n"
         if shape.after == "numpy_in_loop":
@@ -670,12 +787,12 @@ class _Renderer:
         step += "zeros = torch.zeros(real.size(0), 1, device=device)\n"
         if shape.text == "amp_comments":
             step += "# with torch.autocast('cuda'): (not yet)\n"
-        step += "loss_D = F.binary_cross_entropy_with_logits(critic(real), ones) + F.binary_cross_entropy_with_logits(critic(fake.detach()), zeros)\n"
+        step += self._gan_losses()[0]
         step += "optimizer_D.zero_grad()\n"
         step += "loss_D.backward()\n"
         step += self.touch("critic", "optimizer_D")
         step += "optimizer_D.step()\n" + self.after_step("critic")
-        step += "loss_G = F.binary_cross_entropy_with_logits(critic(fake), ones)\n"
+        step += self._gan_losses()[1]
         step += "optimizer_G.zero_grad()\n"
         step += "loss_G.backward()\n"
         step += "optimizer_G.step()\n"
@@ -694,16 +811,29 @@ class _Renderer:
             body += 'print("mean fake", float(np.mean(seen)))\n'
         return "def main():\n" + _indent(body, 1) + '\n\nif __name__ == "__main__":\n    main()\n'
 
+    def _gan_losses(self) -> tuple[str, str]:
+        """The critic's loss and the generator's, as statements."""
+        hazard = self.shape.hazard
+        if hazard == "log_sigmoid":  # the minimax loss written out
+            return (
+                "loss_D = -(torch.log(torch.sigmoid(critic(real))) + torch.log(1 - torch.sigmoid(critic(fake.detach())))).mean()\n",
+                "loss_G = -torch.log(torch.sigmoid(critic(fake))).mean()\n",
+            )
+        bce = "F.binary_cross_entropy" if hazard == "sigmoid_bce" else "F.binary_cross_entropy_with_logits"
+        return (
+            f"loss_D = {bce}(critic(real), ones) + {bce}(critic(fake.detach()), zeros)\n",
+            f"loss_G = {bce}(critic(fake), ones)\n",
+        )
+
     # -- top level, or a notebook's cells ----------------------------------------
     def _top_level(self) -> tuple[str, list[str]]:
         shape = self.shape
         cells = []
         setup = SETUP
-        setup += (
-            "model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 2)).to(device)\n"
-        )
+        setup += self.model_setup()
         cells.append(setup)
         made = f"optimizer = {self.optimizer_expression('model.parameters()')}\n"
+        made += self.apex_initialise()
         if shape.touch == "clipper_object":
             self._helper(GRADIENT_CLIPPER)
             made += "clipper = GradientClipper(0.5)\n"
@@ -767,6 +897,26 @@ GRADIENT_CLIPPER = '''class GradientClipper:
         factor = min(1.0, self.max_norm / (float(total) + 1e-6))
         for p in parameters:
             p.grad.detach().mul_(factor)
+'''
+
+
+EMA_NET = '''class EmaNet(nn.Module):
+    """A classifier over features centred by a codebook that follows their
+    moving average (a VQ-VAE's EMA codebook, small)."""
+
+    def __init__(self, decay=0.9):
+        super().__init__()
+        self.decay = decay
+        self.body = nn.Sequential(nn.Linear(16, 32), nn.ReLU())
+        self.head = nn.Linear(32, 2)
+        self.register_buffer("embed", torch.eye(32))
+
+    def forward(self, x):
+        h = self.body(x)
+        if self.training:
+            with torch.no_grad():
+                self.embed.mul_(self.decay).add_(h.t() @ h / len(h), alpha=1 - self.decay)
+        return self.head(h @ self.embed)
 '''
 
 

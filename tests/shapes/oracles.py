@@ -7,6 +7,9 @@ bfloat16), the static oracles:
 - no traceback, no internal error;
 - every FP32 step owes a finding: a rewrite, or a decline that says why;
 - a deliberate FP32 twin of an AMP step is left alone;
+- a step whose precision the program sets itself is declined in every dtype,
+  one with a float16 hazard in float16, each with a reason ("not rewritten"),
+  and a bfloat16 model is never called FP32;
 - the rewrite parses, a second fix changes nothing, and it has no finding of
   ours and no undefined, unused or possibly unbound name that the original
   did not have;
@@ -28,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import traceback
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,6 +50,12 @@ SETTINGS: dict[str, Settings] = {
     "cpu-float16": Settings(device_type="cpu", dtype="float16"),
     "cpu-bfloat16": Settings(device_type="cpu", dtype="bfloat16"),
 }
+# `--dtype auto`: CUDA autocast in the dtype the GPU suits (bfloat16 from
+# compute capability 8.0, float16 with a GradScaler before), so it must decline
+# what float16 cannot carry.  Its rewrite runs on this CPU as the default's does
+# (CUDA autocast off): judged on request (`python -m tests.shapes --with-auto`),
+# to compare what it writes with the default.
+AUTO = {"auto": Settings(dtype="auto")}
 # A generated program takes at most a few dozen steps: the cap only guards a
 # rewrite that loops.
 STEP_LIMIT = 200
@@ -70,15 +80,26 @@ class Judged:
     program: Program
     failures: list[Failure] = field(default_factory=list)
     findings: int = 0  # findings of `check`, over the settings
-    rewrites: int = 0  # settings under which fix changed the program
-    declines: int = 0  # AMP001 findings without a fix
+    rewritten: set[str] = field(default_factory=set)  # settings under which fix changed it
+    declined: Counter[str] = field(default_factory=Counter)  # AMP001 findings without a fix
+
+    @property
+    def rewrites(self) -> int:
+        return len(self.rewritten)
+
+    @property
+    def declines(self) -> int:
+        return sum(self.declined.values())
+
+    def failed_in(self, settings: str) -> bool:
+        return any(failure.settings == settings for failure in self.failures)
 
 
 @dataclass
 class _Rewrite:
     settings: str
     code: str  # the rewritten code that runs (a notebook's cells joined)
-    adds_amp: bool  # AMP001 was fixed: the rewrite trains under autocast
+    adds_amp: bool  # the rewrite trains under autocast where the original did not
 
 
 def _name(program: Program) -> str:
@@ -111,13 +132,15 @@ def _positions(program: Program, statement: str) -> set[tuple[int | None, int]]:
     return found
 
 
-def judge_statically(program: Program, directory: Path) -> tuple[Judged, list[_Rewrite]]:
+def judge_statically(
+    program: Program, directory: Path, settings_by_key: dict[str, Settings] = SETTINGS
+) -> tuple[Judged, list[_Rewrite]]:
     judged = Judged(program)
     path = directory / _name(program)
     path.write_text(_file_text(program), encoding="utf-8")
     source = source_from_bytes(path, path.read_bytes())
     rewrites = []
-    for key, settings in SETTINGS.items():
+    for key, settings in settings_by_key.items():
         try:
             rewrite = _judge_settings(judged, program, source, key, settings)
         except Exception:  # noqa: BLE001 - a traceback is the finding
@@ -137,7 +160,7 @@ def _judge_settings(judged, program, source, key, settings) -> _Rewrite | None:
         return None
     found = report.found or []
     judged.findings += len(found)
-    judged.declines += sum(1 for d in found if d.code == "AMP001" and d.fix is None)
+    judged.declined[key] += sum(1 for d in found if d.code == "AMP001" and d.fix is None)
     at = {(d.span.cell, d.span.line) for d in found}
     for backwards in program.fp32_backwards:
         places = set().union(*(_positions(program, statement) for statement in backwards))
@@ -152,9 +175,10 @@ def _judge_settings(judged, program, source, key, settings) -> _Rewrite | None:
             judged.failures.append(
                 Failure("FP32 twin reported", key, f"AMP001 on the deliberate `{backward}`")
             )
+    _judge_declines(judged, program, key, settings, found, report.applied)
     if report.fixed_text is None:
         return None
-    judged.rewrites += 1
+    judged.rewritten.add(key)
     code = _runnable(program, report.fixed_text)
     original_code = _runnable(program, source.text)
     try:
@@ -181,7 +205,35 @@ def _judge_settings(judged, program, source, key, settings) -> _Rewrite | None:
     names = new_name_problems(name_problems(original_code), code)
     if names:
         judged.failures.append(Failure("names", key, "; ".join(names)))
-    return _Rewrite(key, code, any(d.code == "AMP001" for d in report.applied))
+    # AMP001's rewrite, or a migration (apex's O1 to torch.amp), enters autocast.
+    adds_amp = code.count("autocast(") > original_code.count("autocast(")
+    return _Rewrite(key, code, adds_amp)
+
+
+def _judge_declines(judged, program, key, settings, found, applied) -> None:
+    """The precision oracles: what the program's own precision or a float16
+    hazard forbids is declined, with the reason, and not rewritten."""
+    if settings.dtype not in program.declined_in:
+        return
+    if any(d.code == "AMP001" for d in applied):
+        why = "a step whose precision the program sets" if program.shape.managed else (
+            "a step with a float16 hazard"
+        )
+        judged.failures.append(Failure("rewrote a declined step", key, f"AMP001 fixed {why}"))
+    at_steps = set().union(
+        *(_positions(program, statement) for backwards in program.fp32_backwards for statement in backwards)
+    )
+    for finding in found:
+        if finding.code != "AMP001" or (finding.span.cell, finding.span.line) not in at_steps:
+            continue
+        if "not rewritten" not in finding.message:
+            judged.failures.append(
+                Failure("decline without a reason", key, finding.message.splitlines()[0])
+            )
+        if program.shape.bfloat16_model and "FP32" in finding.message:
+            judged.failures.append(
+                Failure("bfloat16 model called FP32", key, finding.message.splitlines()[0])
+            )
 
 
 def _function_text(code: str, name: str) -> str | None:
@@ -226,7 +278,7 @@ def judge_runs(
         if run["error"] is not None:
             judged.failures.append(Failure("rewrite crashed", key, _last_line(run)))
             continue
-        if key == "default" or not adds_amp:
+        if key in ("default", *AUTO) or not adds_amp:
             # CUDA autocast and GradScaler are disabled on this CPU, or the
             # rewrite only saves a scaler's state: the same training.
             if run["losses"] != original["losses"] or run["updates"] != original["updates"]:
@@ -271,15 +323,18 @@ def _first_difference(original: dict, run: dict) -> str:
     return f"{run['steps']} steps where the original took {original['steps']}, or other updates"
 
 
-def judge(programs: list[Program], workdir: Path) -> list[Judged]:
-    """Every oracle on every program; the runs in one child process."""
+def judge(
+    programs: list[Program], workdir: Path, settings_by_key: dict[str, Settings] = SETTINGS
+) -> list[Judged]:
+    """Every oracle on every program, under each of `settings_by_key`; the runs
+    in one child process."""
     verdicts = []
     jobs: list[dict] = []
     plans: list[tuple[Judged, int, int, dict[str, int]]] = []
     for number, program in enumerate(programs):
         directory = workdir / f"program{number}"
         directory.mkdir(parents=True)
-        judged, rewrites = judge_statically(program, directory)
+        judged, rewrites = judge_statically(program, directory, settings_by_key)
         verdicts.append(judged)
 
         def job(run: str, code: str, seed: int = 0) -> int:
