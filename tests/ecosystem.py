@@ -59,6 +59,19 @@ _PYFLAKES = ("undefined", "unused", "redefine", "shadow", "before it is assigned
 
 # Why a step was not rewritten, by what its message says.
 _SKIP_REASONS = (
+    # analysis/precision.py: the program sets its precision itself, or float16
+    # cannot carry its forward pass.
+    (
+        "precision the program sets itself",
+        re.compile(
+            r"^training step not rewritten: |steps the Trainer's optimizer by hand"
+            r"|casts to float16 under the program's own switch"
+        ),
+    ),
+    (
+        "float16 hazard (BCE on probabilities, log of a sigmoid, accumulated state)",
+        re.compile(r"takes probabilities|takes the log of a sigmoid|updates `[^`]*` in place"),
+    ),
     ("closure", re.compile(r"closure")),
     ("gradient penalty", re.compile(r"gradient penalty")),
     ("gradients read after the step", re.compile(r"reads the gradients after the step")),

@@ -161,6 +161,53 @@ def test_two_scripts_sharing_a_module_without_apex_migrate_each_on_its_own(
     assert "amp.initialize" in (tmp_path / "finetune.py").read_text(encoding="utf-8")
 
 
+EVALUATE = """
+import torch
+
+
+def evaluate(model, batch, args):
+    with torch.no_grad():
+        x = batch.half() if args.fp16 else batch
+        return model(x)
+"""
+
+
+@pytest.mark.parametrize(
+    ("cast", "migrates"),
+    [
+        ("batch.half() if args.fp16 else batch", False),
+        ("batch.to(torch.float16) if args.fp16 else batch", False),
+        ("batch.half() if half else batch", True),  # cast beside `model.half()`: its own
+        ("batch.half() if batch.is_cuda else batch", True),
+    ],
+)
+def test_a_cast_to_float16_under_the_programs_switch_beside_the_steps_holds_back_apex(
+    tmp_path: Path, cast: str, migrates: bool
+) -> None:
+    """XLM's evaluator casts its encoder's output with `.half() if params.fp16`:
+    under apex (O1's casts of every call, O2's half model) that met float16
+    weights; after the migration the evaluation runs outside autocast, and
+    meets float32 ones.  The entry script imports the evaluator beside the step."""
+    (tmp_path / "pyproject.toml").write_text("", encoding="utf-8")
+    (tmp_path / "models.py").write_text(
+        "import torch\n\n\ndef make_model():\n    return torch.nn.Linear(4, 2)\n", encoding="utf-8"
+    )
+    (tmp_path / "evaluation.py").write_text(
+        EVALUATE.lstrip().replace("batch.half() if args.fp16 else batch", cast), encoding="utf-8"
+    )
+    entry = ENTRY.lstrip().replace(
+        "from models import make_model\n", "from evaluation import evaluate\nfrom models import make_model\n"
+    )
+    (tmp_path / "train.py").write_text(entry, encoding="utf-8")
+    result = run_cli("fix", "--apply", "--no-cache", tmp_path / "train.py")
+    migrated = "apex" not in (tmp_path / "train.py").read_text(encoding="utf-8")
+    assert migrated is migrates, result.output
+    if not migrates:
+        assert f"(not fixed: `x = {cast}` (evaluation.py:6) casts to float16 under the " in (
+            result.output
+        )
+
+
 def test_two_scripts_sharing_an_apex_module_migrate_together(tmp_path: Path) -> None:
     project = _copy(tmp_path)
     (project / "eval_train.py").write_text(

@@ -264,6 +264,86 @@ def test_a_cast_in_a_function_that_reaches_the_step_through_others_counts() -> N
     assert "self.scaler.scale(loss).backward()" in fixed(plain)
 
 
+# A loop by hand over the optimizer a framework's trainer made and prepares
+# (a course notebook's "overfit one batch" check after `trainer.train()`).
+TRAINER_LOOP = """
+    import torch
+    {imports}
+
+    trainer = {made}
+    trainer.train()
+    for _ in range(20):
+        loss = trainer.model(**batch).loss
+        loss.backward()
+        {optimizer}.step()
+        {optimizer}.zero_grad()
+    """
+
+
+@pytest.mark.parametrize(
+    ("imports", "made", "optimizer", "framework"),
+    [
+        (
+            "from transformers import Trainer",
+            "Trainer(model, args, train_dataset=train)",
+            "trainer.optimizer",
+            "a transformers `trainer`",
+        ),
+        (
+            "import transformers",
+            "transformers.Seq2SeqTrainer(model, args)",
+            "trainer.optimizer",
+            "a transformers `trainer`",
+        ),
+    ],
+)
+def test_a_step_of_a_framework_trainers_optimizer_is_declined(
+    imports: str, made: str, optimizer: str, framework: str
+) -> None:
+    source = (
+        dedent(TRAINER_LOOP)
+        .replace("{imports}", imports)
+        .replace("{made}", made)
+        .replace("{optimizer}", optimizer)
+    )
+    (message,) = _amp001(source, CUDA_FP16)
+    assert message.startswith(f"training step not rewritten: `{optimizer}` is the optimizer of {framework}")
+    assert "unscale its gradients twice" in message
+    assert fixed(source) == source and fixed(source, CPU_BF16) == source
+
+
+def test_fp16_is_not_switched_on_for_a_trainer_whose_optimizer_the_program_steps() -> None:
+    """AMP004's side of the same class: `fp16=True` would have the Trainer
+    prepare its optimizer with Accelerate's GradScaler, and the loop by hand
+    after `trainer.train()` would then step unscaled gradients through it."""
+    source = (
+        dedent(TRAINER_LOOP)
+        .replace("{imports}", "from transformers import Trainer, TrainingArguments")
+        .replace("{made}", 'Trainer(model, TrainingArguments("out"))')
+        .replace("{optimizer}", "trainer.optimizer")
+    )
+    (amp004,) = [d for d in findings_of(source, CUDA_FP16) if d.code == "AMP004"]
+    assert amp004.fix is None
+    assert "(not fixed: `trainer.optimizer.step()` steps the Trainer's optimizer by hand" in (
+        amp004.message
+    )
+    assert "bf16=True" in fixed(source, Settings(dtype="bfloat16"))  # no scaler in bfloat16
+    alone = source.replace("trainer.optimizer.step()", "pass").replace(
+        "trainer.optimizer.zero_grad()", "pass"
+    )
+    assert "fp16=True" in fixed(alone)
+
+
+def test_the_optimizer_of_a_trainer_of_the_programs_own_is_rewritten() -> None:
+    source = (
+        dedent(TRAINER_LOOP)
+        .replace("{imports}", "from mytrainer import Trainer")
+        .replace("{made}", "Trainer(model)")
+        .replace("{optimizer}", "trainer.optimizer")
+    )
+    assert "scaler.step(trainer.optimizer)" in fixed(source)
+
+
 # `if accumulate:` arms that compute the loss from the outputs of one model
 # call above them; the loss written out calls no model itself (`make shapes`
 # found such steps silent).

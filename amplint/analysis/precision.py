@@ -28,6 +28,8 @@ from typing import TYPE_CHECKING, Iterator
 import libcst as cst
 
 from amplint.analysis.code_text import code_only
+from amplint.analysis.imports import ImportMap, dotted_name
+from amplint.analysis.scopes import ScopedVisitor
 from amplint.analysis.statements import method_name, name_use
 from amplint.analysis.visitor import Visitor
 
@@ -166,6 +168,9 @@ def _provenance_reasons(step: TrainingStep, facts: ModuleFacts) -> Iterator[str]
         owned = _owned_scaler(code, own, step)
         if owned is not None:
             yield owned
+    trainer = _trainer_optimizer(step, facts)
+    if trainer is not None:
+        yield trainer
     for code in program:
         switch = _own_switch(code, own)
         if switch is not None:
@@ -212,6 +217,75 @@ def _provenance_reasons(step: TrainingStep, facts: ModuleFacts) -> Iterator[str]
         )
 
 
+def _trainer_optimizer(step: TrainingStep, facts: ModuleFacts) -> str | None:
+    """A step of the optimizer a transformers (or TRL) Trainer owns, by hand
+    (`trainer.optimizer.step()`): the Trainer prepares it with its own mixed
+    precision (Accelerate's AcceleratedOptimizer steps through its own
+    GradScaler), so a second scaler around it unscales twice.  (A module that
+    makes a Lightning Trainer is the framework's: its steps are not rewritten.)"""
+    if "Trainer" not in facts.text:
+        return None
+    trainers = _TrainerNames(facts.imports)
+    trainers.walk(facts.module)
+    for optimizer_step in step.steps:
+        spelled = dotted_name(optimizer_step.optimizer) or facts.module.code_for_node(
+            optimizer_step.optimizer
+        )
+        head, _, rest = spelled.partition(".")
+        if head in trainers.made and rest.startswith("optimizer"):
+            return (
+                f"`{spelled}` is the optimizer of a transformers `{head}` "
+                f"(line {facts.span(trainers.made[head]).line}), "
+                "which prepares it with its own mixed precision (through its own GradScaler "
+                "when fp16 is on): a second GradScaler would unscale its gradients twice; "
+                "train with the trainer, or make an optimizer of your own for this loop"
+            )
+    return None
+
+
+def trainer_optimizer_stepped_by_hand(facts: ModuleFacts) -> str | None:
+    """Why a transformers Trainer of the module must not get float16 mixed
+    precision: the module also steps the Trainer's optimizer by hand
+    (`trainer.optimizer.step()`, a debugging loop after `trainer.train()`),
+    where Accelerate's GradScaler would unscale gradients no one scaled."""
+    if "Trainer" not in facts.text:
+        return None
+    trainers = _TrainerNames(facts.imports)
+    trainers.walk(facts.module)
+    for name in trainers.made:
+        stepped = re.search(rf"(?<![\w.]){re.escape(name)}\.optimizer\.step\(", facts.code_text)
+        if stepped is not None:
+            return (
+                f"`{name}.optimizer.step()` steps the Trainer's optimizer by hand: with fp16 on "
+                "the Trainer prepares it with Accelerate's GradScaler, whose step unscales "
+                "gradients that loop never scaled (1/65,536 of each update)"
+            )
+    return None
+
+
+class _TrainerNames(ScopedVisitor):
+    """The names bound to a transformers Trainer (`trainer = Trainer(...)`),
+    each with its assignment."""
+
+    def __init__(self, imports: ImportMap) -> None:
+        from amplint.analysis.frameworks import HF_TRAINERS  # on demand: few files ask
+
+        super().__init__()
+        self.imports = imports
+        self.trainers = HF_TRAINERS
+        self.made: dict[str, cst.Assign] = {}
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if not isinstance(node.value, cst.Call):
+            return
+        called = self.imports.resolve(node.value.func, self.scope)
+        if called not in self.trainers:
+            return
+        for target in node.targets:
+            if isinstance(target.target, cst.Name):
+                self.made[target.target.value] = node
+
+
 def _apex_initialised(facts: ModuleFacts) -> str | None:
     """`amp.initialize(...)` as spelled where apex's state is made in this
     module, or None.  A program migrated whole (AMP203) asks no more of it."""
@@ -219,6 +293,62 @@ def _apex_initialised(facts: ModuleFacts) -> str | None:
         if use.target == "apex.amp.initialize" and use.call is not None:
             return facts.module.code_for_node(use.call.func) + "(...)"
     return None
+
+
+# A cast to float16 alone: apex's own low precision.
+_FLOAT16_CAST = re.compile(
+    r"\.half\(\s*\)|\.to\((?:[^()\n]|\([^()\n]*\))*?torch\.(?:float16|half)\b[^()\n]*\)"
+)
+
+
+def switched_float16_cast(text: str) -> tuple[int, str] | None:
+    """The first cast to float16 in `text` that the program's own precision
+    switch decides (`enc = enc.half() if params.fp16 else enc`, or under `if
+    args.fp16:`), as (line number, line); None where there is none.  Under
+    apex such a cast met apex's casts wherever it ran (O1 patched every call,
+    O2 made the model half); autocast, covering only the training steps, does
+    not meet it in evaluation."""
+    if ".half(" not in text and "float16" not in text and "torch.half" not in text:
+        return None
+    code = code_only(text)
+    lines = code.splitlines()
+    for match in _FLOAT16_CAST.finditer(code):
+        number = code.count("\n", 0, match.start()) + 1
+        if any(_names_switch(test) for test in _tests_over(lines, number - 1)):
+            return number, text.splitlines()[number - 1].strip()
+    return None
+
+
+def _tests_over(lines: list[str], index: int) -> Iterator[str]:
+    """The conditions that decide line `index`: its own (`x if test else y`)
+    and those of the `if`/`elif` headers enclosing it, innermost first."""
+    line = lines[index]
+    for match in _IF_TEST.finditer(line):
+        yield match.group("test")
+    indent = len(line) - len(line.lstrip())
+    for above in reversed(lines[:index]):
+        stripped = above.lstrip()
+        if not stripped:
+            continue
+        depth = len(above) - len(stripped)
+        if depth < indent:
+            indent = depth
+            header = re.match(r"(?:el)?if\b(?P<test>.*):\s*$", stripped)
+            if header is not None:
+                yield header.group("test")
+            if depth == 0:
+                return
+
+
+def _names_switch(test: str) -> bool:
+    """Whether a condition reads a precision switch (not a call that asks the
+    machine, not an ordering of a metric)."""
+    if _ORDERING.search(test):
+        return False
+    return any(
+        _is_switch(name.group(0)) and not test[name.end() :].lstrip().startswith("(")
+        for name in _DOTTED.finditer(test)
+    )
 
 
 def _whole_cast(own: ProgramCode, step: TrainingStep) -> tuple[str, str] | None:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from amplint.analysis.precision import switched_float16_cast
 from amplint.names import SCALER_NAMES, free_name
 from amplint.project import ProjectIndex, ProjectView, bindings, reexported
 from amplint.project.source import TEXT_PATH, ModuleSource, dotted_expression
@@ -61,6 +62,10 @@ class ApexProgram:
     # Why the scaler cannot reach a taker: a call from a module without apex,
     # or from module level of a module that does not make the scaler.
     obstacles: tuple[str, ...] = ()
+    # Why a training migration cannot leave apex: casts to float16 that the
+    # program's own switch makes beside its steps (an inference-only migration,
+    # whose model becomes half, keeps them true).
+    switched_casts: tuple[str, ...] = ()
     # The builders that return the scaler, and the defs (`""`: module level)
     # that receive it from a call of one.
     builders: frozenset[Taker] = frozenset()
@@ -200,7 +205,11 @@ def apex_program(view: ProjectView) -> ApexProgram | None:
     facts = {path: found for path, found in every_facts.items() if path in component}
     for path in component:  # with the callers of takers without apex
         view.note(path)
-    return _assembled(index, facts, component, lambda path: index.module(path).text)
+    # What the program's entry scripts import runs beside its steps (an evaluator).
+    beside = set().union(*(_reachable(imports, path) for path in component))
+    return _assembled(
+        index, facts, component, lambda path: index.module(path).text, beside
+    )
 
 
 def text_program(text: str) -> ApexProgram | None:
@@ -217,9 +226,11 @@ def _assembled(
     facts: dict[Path, _ApexFacts],
     component: set[Path],
     text_of: Callable[[Path], str],
+    beside: set[Path] | None = None,
 ) -> ApexProgram:
     """The program of the apex modules `facts` and the other modules of
-    `component`, whose texts `text_of` gives."""
+    `component`, whose texts `text_of` gives; `beside` holds every module that
+    runs with it (default: `component`)."""
     takers, obstacles, builders, receivers = _takers(index, facts, component)
     return ApexProgram(
         modules=tuple(sorted(facts)),
@@ -246,9 +257,34 @@ def _assembled(
         takers=frozenset(takers),
         scaler_names={path: free_name(SCALER_NAMES, text_of(path)) for path in facts},
         obstacles=tuple(obstacles),
+        switched_casts=tuple(_switched_casts(index, beside or component, text_of)),
         builders=frozenset(builders),
         receivers=frozenset(receivers),
     )
+
+
+def _switched_casts(
+    index: ProjectIndex | None, modules: set[Path], text_of: Callable[[Path], str]
+) -> list[str]:
+    """Why the program cannot leave apex: a cast to float16 its own switch makes
+    (analysis/precision.py) in any of `modules`."""
+    found = []
+    for path in sorted(modules):
+        if index is not None and index.module(path) is None:
+            continue
+        cast = switched_float16_cast(text_of(path))
+        if cast is None:
+            continue
+        number, line = cast
+        where = f"{index.relative(path)}:{number}" if index is not None else f"line {number}"
+        found.append(
+            f"`{line}` ({where}) casts to float16 under the program's own switch, "
+            "where apex's casts met it (O1 cast every call, O2 made the model half); "
+            "autocast covers only the training steps, so outside them (evaluation) it "
+            "meets float32 weights: remove the cast (autocast casts per operation), then "
+            "migrate"
+        )
+    return found
 
 
 def _scales_given_loss(class_def: ast.ClassDef, member_of: Callable[[ast.AST], str | None]) -> bool:

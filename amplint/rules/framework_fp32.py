@@ -23,7 +23,7 @@ import libcst as cst
 from amplint.analysis.code_text import code_only
 from amplint.analysis import ModuleFacts
 from amplint.analysis.autocast import keyword_value
-from amplint.analysis.precision import float16_obstacle
+from amplint.analysis.precision import float16_obstacle, trainer_optimizer_stepped_by_hand
 from amplint.analysis.forward import takes_gradients_in_forward
 from amplint.analysis.frameworks import FrameworkSetup, Precision
 from amplint.analysis.statements import assigned_name
@@ -117,7 +117,9 @@ class _FrameworkInFp32(Rule):
                 if found is None:
                     continue
                 obstacle = _dtype(setup, settings) != "bfloat16" and (
-                    float16_obstacle(facts.code_text) or _differentiates(facts)
+                    float16_obstacle(facts.code_text)
+                    or _differentiates(facts)
+                    or trainer_optimizer_stepped_by_hand(facts)
                 )
                 if obstacle and found.fix is not None:
                     # The switch would run the module's float16 breakers too.

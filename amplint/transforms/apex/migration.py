@@ -229,6 +229,8 @@ class _Migrator(ApexBranches, ApexInference, AutocastSwitch, ScalerPlacement, St
                     self.losses.append(loss)
         if self.program is not None and self.program.obstacles:
             raise MigrationBlocked(self.program.obstacles[0])
+        if self.program is not None and self.program.switched_casts and not self.inference_only:
+            raise MigrationBlocked(self.program.switched_casts[0])
         if self.inference_only and not self.initializations and not self.scaler_scopes:
             pass  # a model cast for inference: no scaler to make
         elif not self.initializations and not (self.program and self.program.initializers):
