@@ -796,7 +796,15 @@ def test_harness_records_what_autocast_and_scalers_did(tmp_path: Path) -> None:
         {"device": "cpu", "dtype": "bfloat16", "enabled": False, "asked": False, "regions": 1},
         {"device": "cpu", "dtype": "bfloat16", "enabled": True, "asked": True, "regions": 3},
     ]
-    assert result["scalers"] == [{"device": "cpu", "enabled": False, "asked": False}]
+    assert result["scalers"] == [
+        {
+            "device": "cpu",
+            "enabled": False,
+            "asked": False,
+            "init_scale": None,  # a disabled scaler keeps none
+            "growth_interval": None,
+        }
+    ]
 
 
 def test_harness_reads_tf32_settings_a_script_made_with_the_new_api(tmp_path: Path) -> None:
@@ -909,7 +917,10 @@ def test_comparison_fails_on_nan_and_on_a_slow_rewrite() -> None:
     comparison = Comparison([baseline], [amp], thresholds, speed_meaningful=True)
     assert not comparison.parity_ok and not comparison.passed
     reasons = comparison.reasons()
-    assert reasons[0] == "the AMP loss is not finite (NaN or inf)"
+    assert reasons[0] == (
+        "the AMP run did not train: its loss is not finite at 1 of 3 steps, first at step 2, "
+        "the baseline's at none: the forward pass overflows, which no loss scale mends"
+    )
     assert reasons[1] == "speedup 1.00x is below --min-speedup 1.5"
 
 
@@ -929,6 +940,102 @@ def test_an_amp_run_whose_every_step_was_skipped_fails_and_says_so() -> None:
     ]
 
 
+def _skipping(losses: list, skipped_at: list[int], **scaler) -> dict:
+    run = _run(losses, [1.0] * (len(losses) - 1))
+    run["skipped_at"], run["skipped_steps"] = skipped_at, len(skipped_at)
+    run["scalers"] = [{"device": "cpu", "enabled": True, **scaler}]
+    return run
+
+
+FALLING = [20.0 - step * 0.5 for step in range(20)]
+
+
+@pytest.mark.parametrize(
+    ("skipped_at", "scaler", "trained"),
+    [
+        # Each skip halves the scale: at most log2(65,536) = 16 from 65,536 to
+        # 1, plus one for a spike, plus one per growth interval gone through.
+        ([], {}, True),
+        (list(range(5)), {}, True),
+        ([1, 2, 3, 4], {}, True),  # the search starts late: the first update grew the gradients
+        (list(range(17)), {}, True),
+        (list(range(18)), {}, False),  # the scale fell below 1
+        (list(range(11)), {"init_scale": 2.0**10}, True),
+        (list(range(12)), {"init_scale": 2.0**10}, False),
+        (list(range(1, 19)), {"growth_interval": 5}, True),  # four intervals: four more
+        # The issue's case: one update, then every step skipped.
+        (list(range(1, 20)), {}, False),
+    ],
+)
+def test_a_run_trained_when_its_scaler_skipped_no_more_than_a_healthy_scaler(
+    skipped_at: list[int], scaler: dict, trained: bool
+) -> None:
+    thresholds = Thresholds(steps=20, warmup=1, last=3, rtol=0.05, min_speedup=None)
+    baseline = _run(FALLING, [1.0] * 19)
+    # The losses at the updates follow the baseline's: parity alone would pass.
+    losses, updates = [], iter(FALLING)
+    current = next(updates)
+    for step in range(20):
+        losses.append(current)
+        if step not in skipped_at:
+            current = next(updates, current)
+    amp = _skipping(losses, skipped_at, **scaler)
+    comparison = Comparison([baseline], [amp], thresholds, speed_meaningful=False)
+    assert comparison.passed is trained, comparison.reasons()
+    if not trained:
+        (reason,) = comparison.reasons()
+        assert reason.startswith(
+            f"the AMP run did not train: its GradScaler skipped {len(skipped_at)} of 20 steps, "
+            "more than a healthy scaler's"
+        )
+        assert f"first held inf or NaN at step {skipped_at[0]}" in reason
+
+
+def test_nineteen_of_twenty_steps_skipped_with_an_infinite_loss_fails_naming_them() -> None:
+    """The verdict that said "passed": one update (step 0, as the baseline's),
+    then a float16 forward pass that is -inf at every step.  The losses at
+    updates were one, identical; now the skipped steps and the loss decide."""
+    thresholds = Thresholds(steps=20, warmup=1, last=3, rtol=0.05, min_speedup=None)
+    baseline = _run(FALLING, [1.0] * 19)
+    amp = _skipping([FALLING[0]] + ["-inf"] * 19, list(range(1, 20)))
+    amp["first_non_finite"] = {"step": 2, "module": "Net()", "inputs_finite": True}
+    comparison = Comparison([baseline], [amp], thresholds, speed_meaningful=False)
+    assert not comparison.passed
+    assert comparison.reasons()[0] == (
+        "the AMP run did not train: its GradScaler skipped 19 of 20 steps; its loss is not "
+        "finite at 19 of 20 steps, first at step 1, the baseline's at none: the forward pass "
+        "overflows, which no loss scale mends; the first inf/NaN of the forward pass came out "
+        "of `Net()` at step 2"
+    )
+
+
+def test_a_non_finite_loss_the_baseline_has_too_is_no_sign_against_amp() -> None:
+    thresholds = Thresholds(steps=4, warmup=1, last=2, rtol=0.05, min_speedup=None)
+    baseline = _run([4, "inf", 2, 1.0], [1.0] * 3)
+    amp = _skipping([4, "inf", 2, 1.0], [1])
+    comparison = Comparison([baseline], [amp], thresholds, speed_meaningful=False)
+    assert comparison.inconclusive is not None
+    assert not any("did not train" in reason for reason in comparison.reasons())
+
+
+def test_an_overflow_driven_by_the_data_fails_naming_the_skipped_steps_and_the_layer() -> None:
+    """Nothing in the code shows it (amplint rewrites it): counts up to 1e5
+    overflow float16 in the first Linear from the second batch on."""
+    result = run_cli(
+        "verify", VERIFY / "overflows_fp16.py", "--device-type", "cpu", "--dtype", "float16",
+        "--steps", "20", "--json",
+    )
+    report = json.loads(result.stdout)
+    assert result.exit_code == 1 and report["passed"] is False
+    (reason,) = report["problems"]
+    assert reason.startswith("the AMP run did not train: its GradScaler skipped 20 of 20 steps;")
+    assert "its loss is not finite at 19 of 20 steps, first at step 1" in reason
+    assert (
+        "the first inf/NaN of the forward pass came out of "
+        "`Linear(in_features=512, out_features=64, bias=True)` at step 1"
+    ) in reason
+
+
 def test_ranks_are_compared_one_by_one_and_timed_by_the_slowest() -> None:
     thresholds = Thresholds(steps=4, warmup=1, last=2, rtol=0.05, min_speedup=None)
     baseline = [_run([4, 3, 2, 1.0], [1.0, 2.0, 2.0]), _run([4, 3, 2, 2.0], [1.0, 3.0, 3.0])]
@@ -943,7 +1050,9 @@ def test_ranks_are_compared_one_by_one_and_timed_by_the_slowest() -> None:
         "the baseline's by 10.0% (allowed: 5.0%, --rtol)"
     ]
     amp[0]["losses"][-1] = "nan"
-    assert "the AMP loss is not finite (NaN or inf) on rank 0" in comparison.reasons()
+    assert comparison.reasons()[0].startswith(
+        "the AMP run did not train on rank 0: its loss is not finite at 1 of 4 steps"
+    )
 
 
 def test_the_tf32_run_stands_beside_the_comparison_without_deciding_it() -> None:

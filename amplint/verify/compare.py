@@ -223,6 +223,77 @@ def median_step_s(run: dict, warmup: int) -> float | None:
     return statistics.median(times) if times else None
 
 
+# A GradScaler's defaults: the scale it starts from, and how many steps without
+# an overflow it waits before doubling it.
+DEFAULT_INIT_SCALE = 65536.0
+DEFAULT_GROWTH_INTERVAL = 2000
+
+
+def _scaler_settings(run: dict) -> tuple[float, int]:
+    """The initial scale and growth interval of the run's first enabled scaler."""
+    for made in run.get("scalers", ()):
+        if made.get("enabled"):
+            return (
+                float(made.get("init_scale") or DEFAULT_INIT_SCALE),
+                int(made.get("growth_interval") or DEFAULT_GROWTH_INTERVAL),
+            )
+    return DEFAULT_INIT_SCALE, DEFAULT_GROWTH_INTERVAL
+
+
+def untrained(run: dict, baseline: dict) -> str | None:
+    """Why an AMP run did not train as a healthy one does, or None.
+
+    A GradScaler skips a step when the scaled gradients hold inf or NaN, and
+    halves its scale.  Healthy, the scale falls from its initial value
+    (65,536) to one the gradients fit under, at the start or as they grow
+    early in training, then doubles after each growth interval (2,000 steps)
+    without an overflow, which may overflow once more.  So a healthy scaler
+    skips at most log2(initial scale) steps (16: below a scale of 1 the
+    gradients overflow float16 unscaled, which no scaling mends), plus one
+    per growth interval the run went through, plus one for a rare spike.
+    More than that, the float16 run does not train, whatever the few updates
+    left say (the losses at updates are what parity compares).  A loss that is
+    not finite is never the scale's doing (scaling does not touch the forward
+    pass), so any in the AMP run fails it where the baseline's were finite."""
+    losses = _losses(run)
+    steps = run.get("steps", len(losses))
+    skipped = sorted(run.get("skipped_at", ()))
+    init_scale, interval = _scaler_settings(run)
+    halvings = max(0, math.ceil(math.log2(init_scale))) if init_scale >= 1 else 0
+    allowed = halvings + 1 + steps // interval
+    non_finite = [step for step, loss in enumerate(losses) if not math.isfinite(loss)]
+    if not all(map(math.isfinite, _losses(baseline))):
+        non_finite = []  # the baseline diverged too: inconclusive, said apart
+    if len(skipped) <= allowed and not non_finite:
+        return None
+    parts = []
+    if skipped:
+        shown = f"its GradScaler skipped {len(skipped)} of {steps} steps"
+        if not non_finite:  # else the forward pass overflows: said below
+            shown += (
+                f", more than a healthy scaler's {allowed} (the {halvings} halvings from "
+                f"{init_scale:g} to a scale of 1, below which the gradients overflow float16 "
+                "unscaled, one per growth interval and one for a spike)"
+            )
+        parts.append(shown)
+    if non_finite:
+        parts.append(
+            f"its loss is not finite at {len(non_finite)} of {steps} steps, first at step "
+            f"{non_finite[0]}, the baseline's at none: the forward pass overflows, which no "
+            "loss scale mends"
+        )
+    elif skipped:
+        parts.append(f"the scaled gradients first held inf or NaN at step {skipped[0]}")
+    first = run.get("first_non_finite")
+    if first:
+        parts.append(
+            f"the first inf/NaN of the forward pass came out of `{first['module']}` at step "
+            f"{first['step']}"
+            + ("" if first.get("inputs_finite", True) else " (its inputs held them already)")
+        )
+    return "the AMP run did not train: " + "; ".join(parts)
+
+
 def _last_losses(run: dict, other: dict, last: int) -> list[float]:
     """`run`'s losses over the last `last` of the updates both runs made."""
     updates = min(len(_losses_per_update(run)), len(_losses_per_update(other)))
@@ -441,8 +512,19 @@ class Comparison:
             )
         return reasons
 
+    def _untrained(self) -> list[str]:
+        """Why an AMP rank did not train (`untrained`), one line per rank."""
+        found = []
+        for rank, (base, amp) in enumerate(zip(self.baseline, self.amp)):
+            why = untrained(amp, base)
+            if why is not None:
+                where = f" on rank {rank}" if len(self.baseline) > 1 else ""
+                found.append(why.replace("did not train:", f"did not train{where}:", 1))
+        return found
+
     def _not_finite(self) -> list[str]:
-        """ "the AMP loss is not finite (NaN or inf)", one per run and rank it holds for."""
+        """ "the AMP loss is not finite (NaN or inf)", one per run and rank it
+        holds for (an AMP run that did not train is said by `_untrained`)."""
         found = []
         for rank, (base, amp) in enumerate(zip(self.baseline, self.amp)):
             where = f" on rank {rank}" if len(self.baseline) > 1 else ""
@@ -450,6 +532,7 @@ class Comparison:
                 name
                 for name, run, other in (("baseline", base, amp), ("AMP", amp, base))
                 if not all(map(math.isfinite, _last_losses(run, other, self.thresholds.last)))
+                and not (name == "AMP" and untrained(amp, base) is not None)
             ]
             if runs:
                 found.append(f"the {' and '.join(runs)} loss is not finite (NaN or inf){where}")
@@ -462,6 +545,8 @@ class Comparison:
         for name, run in (("baseline", self.baseline[rank]), ("AMP", self.amp[rank])):
             if _losses_per_update(run):
                 continue
+            if name == "AMP" and untrained(run, self.baseline[rank]) is not None:
+                continue  # said by _untrained, with why
             steps = run.get("steps", 0)
             if steps and run.get("skipped_steps", 0) >= steps:
                 found.append(
@@ -487,11 +572,17 @@ class Comparison:
 
     @property
     def passed(self) -> bool:
-        return self.parity_ok and self.update_parity_ok and self.speed_ok and not self.problems
+        return (
+            self.parity_ok
+            and self.update_parity_ok
+            and self.speed_ok
+            and not self.problems
+            and not self._untrained()
+        )
 
     def reasons(self) -> list[str]:
         """Why it did not pass, one line each."""
-        reasons = list(self.problems) + self._not_finite()
+        reasons = list(self.problems) + self._untrained() + self._not_finite()
         for rank, gap in enumerate(self.rank_gaps):
             where = f" on rank {rank}" if len(self.baseline) > 1 else ""
             if gap is None:

@@ -99,6 +99,12 @@ class Recorder:
         # The device types of the parameters the optimizers stepped: an
         # autocast for another device casts none of their operations.
         self.parameter_devices: set[str] = set()
+        # After a step its scaler skipped, the next forward pass is watched
+        # (a global module forward hook that reads each output, a
+        # synchronisation per module on CUDA, so only then) for the first
+        # module whose output holds inf or NaN: where the overflow is.
+        self._watch = None  # the hook's handle while watching
+        self.first_non_finite: dict | None = None
 
     # -- events ------------------------------------------------------------------
     def backward(self, tensor) -> None:
@@ -158,6 +164,31 @@ class Recorder:
             )
         self._received.append(record)
 
+    def _watch_forward(self, on: bool) -> None:
+        if on and self._watch is None:
+            self._watch = self.torch.nn.modules.module.register_module_forward_hook(
+                self.forward_output
+            )
+        elif not on and self._watch is not None:
+            self._watch.remove()
+            self._watch = None
+
+    def forward_output(self, module, inputs, output) -> None:
+        """A watched module's forward pass ended: the first module whose output
+        holds inf or NaN is recorded, with whether its inputs did already
+        (then the overflow came from code outside modules)."""
+        if self.first_non_finite is not None:
+            return
+        torch = self.torch
+        if not any(not bool(torch.isfinite(t).all()) for t in _float_tensors(output)):
+            return
+        self.first_non_finite = {
+            "step": self.steps,
+            "module": _described(module),
+            "inputs_finite": all(bool(torch.isfinite(t).all()) for t in _float_tensors(inputs)),
+        }
+        self._watch_forward(False)
+
     def _scale(self):
         """The scale of the last enabled GradScaler made, copied on its device
         (no synchronisation), or None."""
@@ -186,6 +217,9 @@ class Recorder:
         if skipped:
             self.skipped += 1
             self.skipped_at.append(self.steps - 1)
+        # Watch the forward pass after a skipped step; one that was finite
+        # ends the watch (the skip was the scale search's, in the backward).
+        self._watch_forward(skipped and self.first_non_finite is None)
         means = {
             made: self.torch.stack(losses).mean()
             for made, losses in sorted(self._iteration_losses.items())
@@ -227,6 +261,7 @@ class Recorder:
     # -- the result --------------------------------------------------------------
     def result(self, finished: str) -> dict:
         torch = self.torch
+        self._watch_forward(False)  # the hook is global: never left behind
         if self._events:
             torch.cuda.synchronize()
             self.step_times = [
@@ -271,11 +306,36 @@ class Recorder:
             ],
             "scalers": self.scalers_made,
             "parameter_devices": sorted(self.parameter_devices),
+            "first_non_finite": self.first_non_finite,
             "updates": [
                 None if records is None else [record.as_json() for record in records]
                 for records in self.updates
             ],
         }
+
+
+def _float_tensors(value, depth: int = 0) -> list:
+    """The floating-point tensors in a module's inputs or output (a tensor, or
+    tuples, lists and dicts of them, a few levels deep)."""
+    if hasattr(value, "is_floating_point"):
+        return [value] if value.is_floating_point() else []
+    if depth > 3:
+        return []
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (list, tuple)):
+        return [t for item in value for t in _float_tensors(item, depth + 1)]
+    return []
+
+
+def _described(module) -> str:
+    """A module as the verdict names it: its class and its settings."""
+    try:
+        extra = module.extra_repr()
+    except Exception:  # noqa: BLE001 - a user's module: its repr is a courtesy
+        extra = ""
+    shown = f"{type(module).__name__}({extra})"
+    return shown if len(shown) <= 100 else shown[:97] + "...)"
 
 
 def _json_float(value: float) -> float | str:
@@ -508,7 +568,15 @@ def _wrap_scaler(cls, recorder: Recorder, in_scaler_step: list[int]) -> None:
             recorder.scalers.append(self)
             device, enabled = getattr(self, "_device", "cuda"), self.is_enabled()
             asked = _enabled_argument(original_init, self, args, kwargs)
-            recorder.scalers_made.append({"device": device, "enabled": enabled, "asked": asked})
+            recorder.scalers_made.append(
+                {
+                    "device": device,
+                    "enabled": enabled,
+                    "asked": asked,
+                    "init_scale": _number(getattr(self, "_init_scale", None)),
+                    "growth_interval": getattr(self, "_growth_interval", None),
+                }
+            )
 
     cls.__init__ = __init__
     if "scale" in own:
