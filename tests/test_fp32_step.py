@@ -686,8 +686,8 @@ def test_a_write_by_tensor_index_into_a_float32_tensor_keeps_autocast_out() -> N
     assert fixed(DQN) == DQN
     assert fixed(DQN, Settings(dtype="bfloat16")) == DQN
     # The same writes by an int, a slice or a range counter copy, which converts;
-    # into a tensor the region computes (`zeros_like` of its values, as cleanrl's
-    # C51 projects its target) the dtypes agree: those steps are rewritten.
+    # an assignment of the region's values into a tensor made like them
+    # (`zeros_like`) keeps their dtype: those steps are rewritten.
     for write in (
         "next_values[0] = target_net(next_states).max(1).values[0]",
         "next_values[:] = target_net(next_states).max(1).values",
@@ -702,6 +702,42 @@ def test_a_write_by_tensor_index_into_a_float32_tensor_keeps_autocast_out() -> N
         assert "torch.autocast" in fixed(text), write
 
 
+C51 = dedent("""
+    import torch
+
+
+    def train(q_network, target_network, optimizer, rb, args):
+        q_network, target_network = q_network.cuda(), target_network.cuda()
+        for step in range(args.steps):
+            data = rb.sample(args.batch_size)
+            with torch.no_grad():
+                _, next_pmfs = target_network.get_action(data.next_observations)
+                next_atoms = data.rewards + args.gamma * target_network.atoms
+                b = (next_atoms.clamp(args.v_min, args.v_max) - args.v_min) / args.delta_z
+                l, u = b.floor(), b.ceil()
+                d_m_l = (u - b) * next_pmfs
+                target_pmfs = torch.zeros_like(next_pmfs)
+                for i in range(target_pmfs.size(0)):
+                    target_pmfs[i].index_add_(0, l[i].long(), d_m_l[i])
+            _, old_pmfs = q_network.get_action(data.observations, data.actions)
+            loss = (-(target_pmfs * old_pmfs.clamp(min=1e-5).log()).sum(-1)).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    """)
+
+
+def test_an_index_add_of_what_the_region_computes_keeps_autocast_out() -> None:
+    """cleanrl's C51 and Rainbow project their target with `index_add_` into
+    `zeros_like(next_pmfs)`: rewritten, both crashed on the CPU in float16 and
+    bfloat16 (`make ecosystem`'s runnable subset): the value, promoted by the
+    float32 atoms, is float32 where the tensor is low precision."""
+    (message,) = _messages(C51)
+    assert "`target_pmfs[i].index_add_(...)` writes what the forward pass computes" in message
+    for settings in (Settings(), Settings(dtype="bfloat16", device_type="cpu")):
+        assert fixed(C51, settings) == C51
+
+
 def test_index_put_of_a_low_precision_value_into_float32_raises_under_autocast() -> None:
     # What the decline above rests on, in torch itself (CPU autocast, bfloat16).
     torch = pytest.importorskip("torch")
@@ -713,6 +749,10 @@ def test_index_put_of_a_low_precision_value_into_float32_raises_under_autocast()
         target[0:2] = values[0:2]  # a slice copies, converting
         with pytest.raises(RuntimeError, match="Index put requires the source and destination"):
             target[mask] = values[mask]
+        # C51's projection: a tensor made like the outputs, a value promoted to float32.
+        projected = torch.zeros_like(values)
+        with pytest.raises(RuntimeError, match="must have the same scalar type"):
+            projected.index_add_(0, torch.tensor([0, 1]), values[:2].float() * 0.5)
 
 
 WGAN = dedent("""

@@ -378,9 +378,13 @@ class ModelCalls:
             isinstance(node, cst.Call)
             and method_name(node) in _INDEX_WRITES
             and isinstance(node.func, cst.Attribute)
-            and _may_be_float32(node.func.value, computed, made)
             and any(_may_compute(argument.value, computed) for argument in node.args[1:])
         ):
+            # Whatever the tensor written into: a value computed from the
+            # region's outputs and float32 data (C51's projection, `(u - b) *
+            # next_pmfs`) is float32 by promotion while the tensor, made like
+            # the outputs (`zeros_like(next_pmfs)`), is low precision, or the
+            # other way round; these methods raise on either.
             return f"{self.module.code_for_node(node.func)}(...)"
         return None
 

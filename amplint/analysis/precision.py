@@ -10,7 +10,9 @@ owning a GradScaler.  `float16_hazard` names what float16 cannot carry in the
 code autocast would cover: the log of a sigmoid, probabilities fed to BCELoss,
 state the forward pass accumulates and multiplies by, fill values and Gram
 matrices past float16's range.  bfloat16, with float32's range, is still
-written where only a float16 hazard stands in the way.
+written where only a float16 hazard stands in the way; `low_precision_hazard`
+names what neither carries (the log of 1 - tanh², where tanh rounds to 1), and
+`bfloat16_obstacle` what bfloat16 alone cannot (NumPy, which has no bfloat16).
 
 Everything is read from code (comments and strings blanked, so positions and
 lines stay: analysis/code_text.py), in the step's module and in the modules
@@ -554,6 +556,50 @@ def float16_hazard(step: TrainingStep, facts: ModuleFacts) -> str | None:
         if found is not None:
             return found
     return None
+
+
+def low_precision_hazard(step: TrainingStep, facts: ModuleFacts) -> str | None:
+    """What neither float16 nor bfloat16 carries in the step's forward pass,
+    as one line; None where nothing is seen."""
+    for code in facts.program_code:
+        if "tanh" in code.text:
+            found = _log_of_tanh_complement(code)
+            if found is not None:
+                return found
+    return None
+
+
+# The log-probability correction of a tanh-squashed Gaussian (SAC's actor):
+# `log(1 - tanh(x)**2 + eps)`.  tanh rounds to 1 beyond |x| ~ 3 in bfloat16
+# and ~ 4.2 in float16, so the log is log(eps).
+_TANH_BOUND = re.compile(r"^[ \t]*(?P<name>\w+)\s*=\s*[^\n]*\btanh\(", re.M)
+_LOG_OF_TANH_COMPLEMENT = re.compile(
+    r"\blog\([^\n]*\b1\s*-\s*(?:torch\.|F\.)?tanh\((?:[^()\n]|\([^()\n]*\))*\)"
+    r"\s*(?:\.pow\(\s*2\s*\)|\*\*\s*2)"
+)
+
+
+def _log_of_tanh_complement(code: ProgramCode) -> str | None:
+    match = _LOG_OF_TANH_COMPLEMENT.search(code.text)
+    if match is None:
+        for bound in _TANH_BOUND.finditer(code.text):
+            name = re.escape(bound.group("name"))
+            square = rf"{name}(?:\.pow\(\s*2\s*\)|\s*\*\*\s*2|\s*\*\s*{name}\b)"
+            match = re.compile(rf"\blog\([^\n]*\b1\s*-\s*{square}").search(
+                code.text, bound.end()
+            )
+            if match is not None:
+                break
+    if match is None:
+        return None
+    line, place = code.quote(match.start())
+    return (
+        f"`{line}` ({place}) takes the log of 1 - tanh², and tanh rounds to 1 in low "
+        "precision (beyond |x| of about 3 in bfloat16, 4.2 in float16): the log is then "
+        "the log of its epsilon, a bias of some 14 in the log-probability that SAC's "
+        "entropy tuning follows; compute it in float32 (`.float()` before the tanh), or "
+        "as `2 * (math.log(2) - x - F.softplus(-2 * x))`"
+    )
 
 
 def _log_of_sigmoid(code: ProgramCode) -> str | None:

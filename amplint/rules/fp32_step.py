@@ -13,7 +13,12 @@ from typing import Iterator
 
 from amplint.analysis import ModuleFacts
 from amplint.analysis.code_text import code_only
-from amplint.analysis.precision import bfloat16_obstacle, float16_hazard, provenance
+from amplint.analysis.precision import (
+    bfloat16_obstacle,
+    float16_hazard,
+    low_precision_hazard,
+    provenance,
+)
 from amplint.analysis.steps import SILENT_SKIPS, TrainingStep
 from amplint.config import Settings
 from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix
@@ -101,6 +106,8 @@ def _obstacle(
         return found
     if choice.dtype in ("float16", "auto") and (found := float16_hazard(step, facts)):
         return found
+    if (found := low_precision_hazard(step, facts)) is not None:
+        return found
     problem = next((r.unsafe_problem for r in step.regions if r.unsafe_problem), None)
     if choice.device == "cuda" and step.unsafe_loss is not None and problem is not None:
         return (
@@ -110,9 +117,10 @@ def _obstacle(
     if step.index_write is not None:
         return (
             f"`{step.index_write}` writes what the forward pass computes into a tensor by "
-            "a tensor index, which needs the value in the tensor's dtype: under autocast a "
-            "float32 tensor given a low-precision value raises; cast the value to the "
-            "tensor's dtype (`.to(t.dtype)`) or compute it before the forward pass"
+            "a tensor index, which needs the value in the tensor's dtype: under autocast one "
+            "may be low precision and the other float32 (by promotion, or CPU autocast's "
+            "low-precision softmax), and the write raises; cast the value to the tensor's "
+            "dtype (`.to(t.dtype)`) or compute it before the forward pass"
         )
     if choice.uses_scaler and step.gradient_penalty is not None:
         return (
