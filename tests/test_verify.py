@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from amplint.config import Settings
-from amplint.verify import runs
+from amplint.verify import EXIT_ERROR, VerifyError, runs
 from amplint.verify.compare import (
     MAX_BAND,
     MIN_BAND,
@@ -238,16 +238,16 @@ def _measured(name: str, *, tf32_on: bool = False) -> dict:
     }
 
 
-def _on_fake_cuda(monkeypatch: pytest.MonkeyPatch, measured=_measured) -> list:
-    """runs.verify on a made-up CUDA machine whose runs report `measured(name)`;
-    the (run, harness options) started, in order."""
+def _on_fake_cuda(monkeypatch: pytest.MonkeyPatch, measured=_measured, devices: int = 1) -> list:
+    """runs.verify on a made-up CUDA machine with `devices` GPUs whose runs
+    report `measured(name)`; the (run, harness options) started, in order."""
     started: list[tuple[str, list[str]]] = []
 
     def run_child(name, text, request, progress, workdir, modules=None, harness_options=()):
         started.append((name, list(harness_options)))
         return [measured(name)]
 
-    monkeypatch.setattr(runs, "_cuda_available", lambda: True)
+    monkeypatch.setattr(runs, "_cuda_devices", lambda: devices)
     monkeypatch.setattr(runs, "run_child", run_child)
     return started
 
@@ -262,6 +262,19 @@ def _request(script: str = "gpt_style.py", **fields) -> runs.Request:
         timeout_s=300,
         **fields,
     )
+
+
+def test_more_processes_than_gpus_is_said_before_any_run_starts(monkeypatch) -> None:
+    started = _on_fake_cuda(monkeypatch, devices=2)
+    with pytest.raises(VerifyError) as raised:
+        runs.verify(_request(nproc_per_node=4))
+    assert raised.value.exit_code == EXIT_ERROR and started == []
+    assert str(raised.value) == (
+        "--nproc-per-node 4 starts a process per GPU, and this machine has 2 CUDA devices: "
+        "use --nproc-per-node 2 or fewer"
+    )
+    runs.verify(_request(nproc_per_node=2))
+    assert [name for name, _ in started][:2] == ["baseline", "AMP"]
 
 
 @pytest.mark.parametrize("tf32_run", [True, False])

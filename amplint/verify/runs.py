@@ -248,12 +248,20 @@ def verify(request: Request, progress: Progress | None = None) -> Outcome:
     dtype = request.settings.dtype
     # Only a CUDA rewrite needs the probe (a second torch import, about a
     # second); on the CPU a missing torch is the harness's to report.
-    if device_type == "cuda" and not _cuda_available():
+    devices = _cuda_devices() if device_type == "cuda" else 0
+    if device_type == "cuda" and not devices:
         raise VerifyError(
             EXIT_NOTHING,
             "nothing to verify: the rewrite uses CUDA autocast, and this machine has no "
             "CUDA device, so AMP would be inactive; on a CPU, check parity with "
             "--device-type cpu --dtype bfloat16",
+        )
+    if device_type == "cuda" and request.nproc_per_node > devices:
+        raise VerifyError(
+            EXIT_ERROR,
+            f"--nproc-per-node {request.nproc_per_node} starts a process per GPU, and this "
+            f"machine has {devices} CUDA device{'s' if devices > 1 else ''}: use "
+            f"--nproc-per-node {devices} or fewer",
         )
     notes: list[str] = []
     with tempfile.TemporaryDirectory(prefix="amplint-verify-") as scratch:
@@ -496,13 +504,18 @@ def _require_active_amp(baseline: dict, amp: dict, request: Request, codes: list
     raise VerifyError(EXIT_NOTHING, message)
 
 
-def _cuda_available() -> bool:
-    """Asked of a child: importing torch here would cost the parent a second."""
+def _cuda_devices() -> int:
+    """How many CUDA devices torch sees (0 without CUDA).  Asked of a child:
+    importing torch here would cost the parent a second."""
     probe = subprocess.run(
-        [sys.executable, "-c", "import torch; print(torch.cuda.is_available())"],
+        [
+            sys.executable,
+            "-c",
+            "import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)",
+        ],
         capture_output=True,
         text=True,
     )
     if probe.returncode != 0:
         raise VerifyError(EXIT_ERROR, NEEDS_TORCH)
-    return probe.stdout.strip() == "True"
+    return int(probe.stdout.strip() or 0)
