@@ -1354,6 +1354,9 @@ def test_make_verify_gpu_makes_a_dry_run_on_the_cpu(tmp_path: Path) -> None:
         "no CUDA device here: a dry run of the same code path on the CPU, not figures"
     )
     assert "| `resnet_style.py` | bfloat16 |" in run.stdout
+    # The overflow only the data shows, in float16: verify fails it, as it must.
+    assert "| `overflows_fp16.py` | float16 |" in run.stdout
+    assert "| failed (must fail) |" in run.stdout
     assert (tmp_path / "table.md").exists() and (tmp_path / "gpt_style.json").exists()
     assert "samples/s |" in run.stdout and "tokens/s |" in run.stdout  # the throughput
     if importlib.util.find_spec("matplotlib") is not None:

@@ -9,7 +9,9 @@ timed after 10, in 3 interleaved rounds: the table gives each median step time
 with the spread (IQR) of the rounds' medians.  On a machine without CUDA it
 says so in one line and makes a dry run of the same code path on the CPU (small
 sizes, `--device-type cpu --dtype bfloat16`, 10 steps, 2 rounds), exiting 0
-when that passes: the suite runs it so.  Extra options go to `amplint verify`;
+when that passes: the suite runs it so.  A float16 overflow only the data shows
+(`overflows_fp16.py`) is the row verify must fail, on the GPU and on the CPU
+(in float16 there too).  Extra options go to `amplint verify`;
 `--small` picks the CPU sizes.  The table and each example's JSON are written
 to `--out` (default build/verify-gpu), each JSON as soon as its example is done.
 """
@@ -34,7 +36,11 @@ RUNS = {
         (),
         ("--layers", "2", "--d-model", "64", "--heads", "4", "--seq-len", "32", "--vocab", "256"),
     ),
+    "overflows_fp16.py": ((), ()),
 }
+# Scripts verify must fail, with the options that show why: a float16
+# overflow only the data shows (amplint rewrites it; float16 on a CPU dry run too).
+MUST_FAIL = {"overflows_fp16.py": ("--dtype", "float16")}
 # script -> what verify needs for its throughput, at full size and small: the
 # batch (images), or the batch and sequence length (tokens).
 THROUGHPUT = {
@@ -43,6 +49,7 @@ THROUGHPUT = {
         ("--batch-size", "16", "--seq-len", "1024"),
         ("--batch-size", "16", "--seq-len", "32"),
     ),
+    "overflows_fp16.py": ((), ()),
 }
 
 
@@ -82,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     for script, (full_size, small) in RUNS.items():
         command = [sys.executable, "-m", "amplint", "verify", str(EXAMPLES / script)]
         command += ["--steps", str(options.steps), "--repeat", str(options.repeat)]
-        command += ["--json", *verify_options]
+        command += ["--json", *verify_options, *MUST_FAIL.get(script, ())]
         command += THROUGHPUT[script][1 if options.small else 0]
         if plots:
             command += ["--plot", str(options.out / f"{Path(script).stem}.png")]
@@ -93,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError:
             print(result.stderr, file=sys.stderr)
             return result.returncode or 2
-        if "error" in document:
+        if "error" in document:  # not a verdict: the run could not be made
             print(f"{script}: {document['error']}", file=sys.stderr)
             return document["exit_code"]
         documents[script] = document
@@ -114,12 +121,20 @@ def main(argv: list[str] | None = None) -> int:
             else "- | -"
         )
         unit = document["throughput_unit"]
-        rate = f"{base['throughput']:,.0f} -> {amp['throughput']:,.0f} {unit}"
+        rate = (
+            f"{base['throughput']:,.0f} -> {amp['throughput']:,.0f} {unit}"
+            if base["throughput"] and amp["throughput"]
+            else "-"
+        )
+        gap = "-" if document["loss_gap"] is None else f"{document['loss_gap']:.2%}"
+        verdict = "passed" if document["passed"] else "failed"
+        if script in MUST_FAIL:
+            verdict += " (must fail)" if not document["passed"] else " (must fail: WRONG)"
         rows.append(
             f"| `{script}` | {document['dtype']} | {_step_ms(base, spread.get('baseline'))} | "
             f"{tf32_cells} | {_step_ms(amp, spread.get('AMP'))} | "
-            f"**{document['speedup']:.2f}x** | {rate} | {peak} | {document['loss_gap']:.2%} | "
-            f"{amp['skipped_steps']} | {'passed' if document['passed'] else 'failed'} |"
+            f"**{document['speedup']:.2f}x** | {rate} | {peak} | {gap} | "
+            f"{amp['skipped_steps']} | {verdict} |"
         )
     first = next(iter(documents.values()))
     settings = first["settings"]
@@ -147,7 +162,10 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(table + [""] + notes))
     (options.out / "table.md").write_text("\n".join(table + [""] + notes) + "\n", encoding="utf-8")
     print(f"table, JSON{' and plots' if plots else ''} in {options.out}")
-    return 0 if all(document["passed"] for document in documents.values()) else 1
+    expected = all(
+        document["passed"] is (script not in MUST_FAIL) for script, document in documents.items()
+    )
+    return 0 if expected else 1
 
 
 if __name__ == "__main__":
