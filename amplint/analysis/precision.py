@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 import libcst as cst
 
@@ -580,16 +580,12 @@ _LOG_OF_TANH_COMPLEMENT = re.compile(
 
 
 def _log_of_tanh_complement(code: ProgramCode) -> str | None:
-    match = _LOG_OF_TANH_COMPLEMENT.search(code.text)
-    if match is None:
-        for bound in _TANH_BOUND.finditer(code.text):
-            name = re.escape(bound.group("name"))
-            square = rf"{name}(?:\.pow\(\s*2\s*\)|\s*\*\*\s*2|\s*\*\s*{name}\b)"
-            match = re.compile(rf"\blog\([^\n]*\b1\s*-\s*{square}").search(
-                code.text, bound.end()
-            )
-            if match is not None:
-                break
+    match = _LOG_OF_TANH_COMPLEMENT.search(code.text) or _used_after_binding(
+        code.text,
+        _TANH_BOUND,
+        lambda name: rf"\blog\([^\n]*\b1\s*-\s*{name}"
+        rf"(?:\.pow\(\s*2\s*\)|\s*\*\*\s*2|\s*\*\s*{name}\b)",
+    )
     if match is None:
         return None
     line, place = code.quote(match.start())
@@ -602,18 +598,31 @@ def _log_of_tanh_complement(code: ProgramCode) -> str | None:
     )
 
 
+def _used_after_binding(
+    text: str, binding: re.Pattern, use: Callable[[str], str]
+) -> re.Match | None:
+    """The first use (the pattern `use` makes of a name, escaped) of a name
+    that `binding` binds (its group `name`), after the binding: `p =
+    torch.sigmoid(x)` then `torch.log(p)`."""
+    for bound in binding.finditer(text):
+        found = re.compile(use(re.escape(bound.group("name")))).search(text, bound.end())
+        if found is not None:
+            return found
+    return None
+
+
 def _log_of_sigmoid(code: ProgramCode) -> str | None:
     if "sigmoid" not in code.text:
         return None
-    match = _LOG_OF_SIGMOID.search(code.text) or _sigmoid_then_log(code.text)
-    if match is None:
-        for bound in _BOUND_TO_SIGMOID.finditer(code.text):
-            name = re.escape(bound.group("name"))
-            match = re.compile(
-                rf"\blog\(\s*(?:1\s*-\s*)?{name}\b|(?<![\w.]){name}\.log\(\s*\)"
-            ).search(code.text, bound.end())
-            if match is not None:
-                break
+    match = (
+        _LOG_OF_SIGMOID.search(code.text)
+        or _sigmoid_then_log(code.text)
+        or _used_after_binding(
+            code.text,
+            _BOUND_TO_SIGMOID,
+            lambda name: rf"\blog\(\s*(?:1\s*-\s*)?{name}\b|(?<![\w.]){name}\.log\(\s*\)",
+        )
+    )
     if match is None:
         return None
     line, place = code.quote(match.start())
