@@ -19,6 +19,10 @@ or the GPU it was written for.  An adapter holds no copy of the script: only
     DECLINED     {column: words of the finding}: settings amplint must decline
                  to rewrite the script for, with a finding saying so (float16
                  autocast of an LSTM on a CPU without float16 kernels)
+    REWRITE      the project modules the script imports whose training step
+                 it runs (a driver of a trainer package): `fix` rewrites them
+                 with the script, each run uses their rewrite, and verify
+                 gets them with --rewrite; each is in the corpus
 
 The datasets come from small stand-ins for torchvision and matplotlib
 (tests/ecosystem/runnable/stubs/, put on PYTHONPATH), neither of which is
@@ -102,6 +106,7 @@ class Adapter:
     steps: int = 30
     declined: Mapping[str, str] = field(default_factory=dict)
     rtol: float | None = None
+    rewrite: tuple[str, ...] = ()
 
     def adapt(self, text: str) -> str:
         for number, (old, new) in enumerate(self.edits, 1):
@@ -119,6 +124,7 @@ _FIELDS |= {
     "STEPS": "steps",
     "DECLINED": "declined",
     "RTOL": "rtol",
+    "REWRITE": "rewrite",
 }
 
 
@@ -142,8 +148,9 @@ def load_adapters(directory: Path = ADAPTERS) -> list[Adapter]:
         if unknown := declared - _FIELDS.keys():  # a misspelt field would be ignored
             raise AdapterError(f"{path.name}: unknown {', '.join(sorted(unknown))}")
         adapter = Adapter(path.stem, **{_FIELDS[name]: getattr(module, name) for name in declared})
-        if adapter.path not in corpus.get(adapter.repo, {}).get("files", ()):
-            raise AdapterError(f"{path.name}: {adapter.repo}:{adapter.path} is not in the corpus")
+        for named in (adapter.path, *adapter.rewrite):
+            if named not in corpus.get(adapter.repo, {}).get("files", ()):
+                raise AdapterError(f"{path.name}: {adapter.repo}:{named} is not in the corpus")
         adapters.append(adapter)
     return adapters
 
@@ -174,6 +181,8 @@ class Plan:
     tree: Path
     programs: dict[str, str]
     row: Row
+    # By column: the rewrite of each module of REWRITE that fix changed.
+    modules: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 def _first_line(text: str) -> str:
@@ -201,27 +210,37 @@ def prepare(adapter: Adapter, clones: Path, commit: str, scratch: Path) -> Plan:
     except AdapterError as error:
         row.fail("original", f"the adapter does not fit the original: {error}")
         return plan
+    paths = [script, *(plan.tree / module for module in adapter.rewrite)]
     for column, options in REWRITES.items():
-        report = run([script], Settings(root=plan.tree, **options), fixing=True)[0]
+        report, *others = run(paths, Settings(root=plan.tree, **options), fixing=True)
+        modules = {
+            module: other.fixed_text
+            for module, other in zip(adapter.rewrite, others)
+            if other.fixed_text is not None
+        }
+        error = report.error or next((other.error for other in others if other.error), None)
         if column in adapter.declined:
             words = adapter.declined[column]
-            if report.fixed_text is None and any(
-                words in finding.message for finding in report.diagnostics
+            findings = [finding for one in (report, *others) for finding in one.diagnostics]
+            if report.fixed_text is None and not modules and any(
+                words in finding.message for finding in findings
             ):
                 row.cells[column] = "declined, as expected"
             else:
                 row.fail(column, f"fix was expected to decline it, saying {words!r}")
             continue
-        if report.fixed_text is None:
-            if column in VERIFIED or report.error:
-                row.fail(column, f"fix did not rewrite it ({report.error or 'nothing to fix'})")
+        if (report.fixed_text is None and not modules) or error:
+            if column in VERIFIED or error:
+                row.fail(column, f"fix did not rewrite it ({error or 'nothing to fix'})")
             else:  # fix leaves a script that never leaves the CPU alone under CUDA settings
                 row.cells[column] = "not rewritten"
             continue
         try:
-            plan.programs[column] = adapter.adapt(report.fixed_text)
+            plan.programs[column] = adapter.adapt(report.fixed_text or original)
         except AdapterError as error:
             row.fail(column, f"an edit that fits the original does not fit the rewrite: {error}")
+            continue
+        plan.modules[column] = modules
     _check_same_rewrite(plan, scratch / adapter.name / "adapted")
     return plan
 
@@ -231,25 +250,39 @@ def _check_same_rewrite(plan: Plan, directory: Path) -> None:
     adapted rewrite of the original, made in the exported tree)."""
     if "original" not in plan.programs:
         return
-    directory.mkdir(parents=True)
-    script = directory / Path(plan.adapter.path).name
-    script.write_text(plan.programs["original"], encoding="utf-8")
+    adapter = plan.adapter
+    if adapter.rewrite:  # the script with the modules it imports, in the tree
+        script = _workspace(adapter, plan.tree, plan.programs["original"], directory)
+        directory = script.parents[len(Path(adapter.path).parts) - 1]
+    else:
+        directory.mkdir(parents=True)
+        script = directory / Path(adapter.path).name
+        script.write_text(plan.programs["original"], encoding="utf-8")
+    modules = [directory / module for module in adapter.rewrite]
     differences = []
     for column in VERIFIED:
-        if column not in plan.programs or column in plan.adapter.declined:
+        if column not in plan.programs or column in adapter.declined:
             continue
         try:
             settings = Settings(root=directory, **REWRITES[column])
-            verified = rewritten(script, settings, False).script
+            verified = rewritten(script, settings, False, modules)
         except VerifyError as error:
             differences.append(f"{column}: verify cannot rewrite it: {error}")
             continue
-        if verified != plan.programs[column]:
+        ran = {directory / module: text for module, text in plan.modules[column].items()}
+        pairs = [(adapter.path, plan.programs[column], verified.script)]
+        pairs += [
+            (str(path.relative_to(directory)), ran.get(path, ""), verified.modules.get(path.resolve(), ""))
+            for path in modules
+        ]
+        for name, what_ran, what_verify_runs in pairs:
+            if what_ran == what_verify_runs:
+                continue
             diff = difflib.unified_diff(
-                plan.programs[column].splitlines(True),
-                verified.splitlines(True),
-                f"adapted rewrite ({column})",
-                f"rewrite of the adapted original ({column})",
+                what_ran.splitlines(True),
+                what_verify_runs.splitlines(True),
+                f"adapted rewrite of {name} ({column})",
+                f"rewrite of the adapted original's {name} ({column})",
             )
             differences.append("".join(diff))
     if differences:
@@ -264,7 +297,8 @@ def execute(plan: Plan, scratch: Path) -> Row:
     started = time.monotonic()
     results = {}
     for column, text in plan.programs.items():
-        result = _run_program(adapter, plan.tree, text, scratch / adapter.name / column)
+        into = scratch / adapter.name / column
+        result = _run_program(adapter, plan.tree, text, into, plan.modules.get(column, {}))
         if isinstance(result, str):
             row.fail(column, result)
             continue
@@ -300,11 +334,14 @@ def _inactive_amp_differs(original: dict, default: dict) -> str | None:
     return f"AMP is off without CUDA, yet it ran {default['steps']} steps, not {original['steps']}"
 
 
-def _workspace(adapter: Adapter, tree: Path, text: str, into: Path) -> Path:
-    """A copy of the tree with `text` at the script's path and the adapter's files
-    beside it, so that no run sees what another left; returns the script."""
+def _workspace(
+    adapter: Adapter, tree: Path, text: str, into: Path, modules: Mapping[str, str] = {}
+) -> Path:
+    """A copy of the tree with `text` at the script's path, `modules` (relative
+    path -> text) at theirs and the adapter's files beside them, so that no run
+    sees what another left; returns the script."""
     shutil.copytree(tree, into)
-    for relative, content in adapter.files.items():
+    for relative, content in {**adapter.files, **modules}.items():
         (into / relative).parent.mkdir(parents=True, exist_ok=True)
         (into / relative).write_text(content, encoding="utf-8")
     script = into / adapter.path
@@ -351,10 +388,12 @@ def _tail(text: str, lines: int = 12) -> str:
     return "\n".join("    " + line for line in text.splitlines()[-lines:])
 
 
-def _run_program(adapter: Adapter, tree: Path, text: str, into: Path) -> dict | str:
+def _run_program(
+    adapter: Adapter, tree: Path, text: str, into: Path, modules: Mapping[str, str]
+) -> dict | str:
     """Run one program under verify's harness: what the harness measured (its
     JSON), or why the run failed."""
-    script = _workspace(adapter, tree, text, into)
+    script = _workspace(adapter, tree, text, into, modules)
     out = into.with_suffix(".json")
     command = [sys.executable, "-m", "amplint.verify.harness", "--source", str(script)]
     command += ["--script", str(script), "--steps", str(adapter.steps), "--out", str(out)]
@@ -394,6 +433,9 @@ def _verify(
     command = [sys.executable, "-m", "amplint", "verify", str(script), "--json"]
     command += ["--device-type", options["device_type"], "--dtype", options["dtype"]]
     command += ["--steps", str(steps), "--timeout", str(TIMEOUT_S / 2)]
+    root = script.parents[len(Path(adapter.path).parts) - 1]
+    for module in adapter.rewrite:
+        command += ["--rewrite", str(root / module)]
     if adapter.rtol is not None:
         command += ["--rtol", str(adapter.rtol)]
     command += ["--", *adapter.argv]

@@ -1,0 +1,20 @@
+"""vwxyzjn/cleanrl sac_continuous_action: SAC on Hopper-v4 (the gymnasium
+stub's linear stand-in, with its 11 observations and 3 actions), learning from
+step 100 rather than 5e3."""
+
+import os
+from pathlib import Path
+
+REPO = "vwxyzjn/cleanrl"
+PATH = "cleanrl/sac_continuous_action.py"
+# Arguments through the tyro stub; a replay buffer of 10,000 rather than a million.
+ARGV = ("--no-cuda", "--learning-starts", "100", "--buffer-size", "10000")
+# cleanrl_utils sits at the repository's root, which `pip install -e .` puts on
+# the path: the root (the script's parent directory) goes on PYTHONPATH, after the stubs.
+ENV = {"PYTHONPATH": os.pathsep.join([str(Path(__file__).parent / "stubs"), ".."])}
+STEPS = 20
+# The actor's log-probability takes the log of 1 - tanh², which low precision
+# rounds to log(1e-6): declined in every dtype (rewritten, bfloat16's Q losses
+# were 150 % off FP32's).
+_TANH = "takes the log of 1 - tanh"
+DECLINED = {"default": _TANH, "bf16": _TANH, "fp16": _TANH}

@@ -1,0 +1,1 @@
+"""Part of the tensorboard stub (see tensorboard/__init__.py)."""
