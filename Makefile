@@ -12,7 +12,7 @@
 #               the triggers (the prefilter) drop no finding (~5 min on 2 CPUs)
 #   make shapes generate training scripts from real code's idioms (tests/shapes/), hold every
 #               check and fix to every oracle, update parity included (N=300; CI runs 300)
-#   make verify-gpu  amplint verify on the bundled GPU examples: the README's table (needs CUDA)
+#   make verify-gpu  amplint verify on the bundled GPU examples and a float16 overflow it must fail: the README's table (needs CUDA)
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
