@@ -63,7 +63,7 @@ if TYPE_CHECKING:
     from amplint.analysis.fsdp_policy import PolicyConflict
     from amplint.analysis.half_model import HalfModel
     from amplint.analysis.manual_half import ManualHalf
-    from amplint.analysis.precision import ProgramCode
+    from amplint.analysis.precision import ProgramCode, ProgramPrecision
 
 
 class ModuleFacts:
@@ -251,6 +251,14 @@ class ModuleFacts:
         from amplint.analysis.precision import program_code
 
         return program_code(self)
+
+    @cached_property
+    def program_precision(self) -> ProgramPrecision:
+        """The precision analysis's answers that no single step decides, each
+        found once for the module (analysis/precision.py)."""
+        from amplint.analysis.precision import ProgramPrecision
+
+        return ProgramPrecision(self)
 
     @cached_property
     def project_loss_helpers(self) -> dict[str, LossHelper]:

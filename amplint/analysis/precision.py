@@ -150,73 +150,169 @@ _OWNED_SCALER = re.compile(r"^[ \t]+self\.(?P<attribute>\w+)\s*=\s*[\w.]*GradSca
 
 def provenance(step: TrainingStep, facts: ModuleFacts) -> str | None:
     """What already manages the step's precision, as the one line AMP001
-    gives for not rewriting it; None where the step is FP32 end to end."""
-    for reason in _provenance_reasons(step, facts):
-        return reason
-    return None
-
-
-def _provenance_reasons(step: TrainingStep, facts: ModuleFacts) -> Iterator[str]:
-    program = facts.program_code
-    own = program[0]
-    apex = _apex_initialised(facts)
-    if apex is not None:
-        yield (
-            f"apex's `{apex}` still sets this program's precision: migrate it to "
-            "torch.amp first (AMP203 does, or says what stops it), then fix rewrites "
-            "what is left"
-        )
-    for code in program:
-        owned = _owned_scaler(code, own, step)
+    gives for not rewriting it; None where the step is FP32 end to end.  The
+    first reason found, in this order: apex, an object's own scaler, a
+    Trainer's optimizer, the program's own switch or dtype, a cast reaching
+    the step, float32 kept on purpose or gradients sanitised."""
+    program = facts.program_precision
+    if program.apex is not None:
+        return program.apex
+    for code in program.code:
+        owned = _owned_scaler(code, program.own, step)
         if owned is not None:
-            yield owned
+            return owned
     trainer = _trainer_optimizer(step, facts)
     if trainer is not None:
-        yield trainer
-    for code in program:
-        switch = _own_switch(code, own)
-        if switch is not None:
-            name, line, place = switch
-            yield (
-                f"the program has its own precision switch (`{name}` in `{line}`, {place}): "
-                "with it off the step is FP32 on purpose, and autocast written over it "
-                "would run whatever the switch says; use that switch"
-            )
-    for code in program:
-        for pattern in (_LAYER_DTYPE, _LOADED_DTYPE, _DEFAULT_DTYPE):
-            match = _first_reaching(pattern, code, own)
-            if match is not None:
-                spelled = match.group(0)  # from its keyword, not the comma before it
-                line, place = code.quote(match.end() - len(spelled.lstrip("(, \t\n")))
-                yield (
-                    f"the parameters are made in the dtype the program chooses (`{line}`, "
-                    f"{place}), not in float32: it runs in that precision already; make "
-                    "them float32 to have autocast pick per operation"
-                )
-    cast = _whole_cast(own, step)
+        return trainer
+    if program.chosen is not None:
+        return program.chosen
+    cast = _whole_cast(program, step)
     if cast is not None:
         line, place = cast
-        yield (
+        return (
             f"the program casts to low precision itself (`{line}`, {place}): its "
             "parameters or inputs are half precision already, and a GradScaler cannot "
             "unscale half-precision gradients; keep it, or drop the cast and run fix again"
         )
-    for code in program:
-        island = _first_reaching(_FLOAT32_PRODUCT, code, own)
-        if island is not None:
-            line, place = code.quote(island.start())
-            yield (
-                f"`{line}` ({place}) keeps a matrix product in float32 on purpose, and "
-                "autocast runs it in low precision whatever its inputs are: wrap it in "
-                '`torch.autocast("cuda", enabled=False)` first, then fix rewrites the step'
-            )
-    sanitised = _SANITISED.search(own.text)
-    if sanitised is not None:
-        line, place = own.quote(sanitised.start())
-        yield (
+    return program.kept
+
+
+class ProgramPrecision:
+    """What the analysis finds of a module's program whatever the step: made
+    once per module (ModuleFacts.program_precision), each part when first
+    asked, however many steps the module holds (asked per step, a file of
+    400 training functions took eight times as long to check)."""
+
+    def __init__(self, facts: ModuleFacts) -> None:
+        self.facts = facts
+        self.code = facts.program_code
+        self.own = self.code[0]
+
+    @cached_property
+    def apex(self) -> str | None:
+        """apex's `amp.initialize` still run here."""
+        apex = _apex_initialised(self.facts)
+        if apex is None:
+            return None
+        return (
+            f"apex's `{apex}` still sets this program's precision: migrate it to "
+            "torch.amp first (AMP203 does, or says what stops it), then fix rewrites "
+            "what is left"
+        )
+
+    @cached_property
+    def chosen(self) -> str | None:
+        """The program's own precision switch, else parameters made in a dtype
+        it chooses."""
+        for code in self.code:
+            switch = _own_switch(code, self.own)
+            if switch is not None:
+                name, line, place = switch
+                return (
+                    f"the program has its own precision switch (`{name}` in `{line}`, "
+                    f"{place}): with it off the step is FP32 on purpose, and autocast "
+                    "written over it would run whatever the switch says; use that switch"
+                )
+        for code in self.code:
+            for pattern in (_LAYER_DTYPE, _LOADED_DTYPE, _DEFAULT_DTYPE):
+                match = _first_reaching(pattern, code, self.own)
+                if match is not None:
+                    spelled = match.group(0)  # from its keyword, not the comma before it
+                    line, place = code.quote(match.end() - len(spelled.lstrip("(, \t\n")))
+                    return (
+                        f"the parameters are made in the dtype the program chooses (`{line}`, "
+                        f"{place}), not in float32: it runs in that precision already; make "
+                        "them float32 to have autocast pick per operation"
+                    )
+        return None
+
+    @cached_property
+    def kept(self) -> str | None:
+        """float32 kept on purpose around a matrix product, else gradients
+        sanitised by hand."""
+        for code in self.code:
+            island = _first_reaching(_FLOAT32_PRODUCT, code, self.own)
+            if island is not None:
+                line, place = code.quote(island.start())
+                return (
+                    f"`{line}` ({place}) keeps a matrix product in float32 on purpose, and "
+                    "autocast runs it in low precision whatever its inputs are: wrap it in "
+                    '`torch.autocast("cuda", enabled=False)` first, then fix rewrites the step'
+                )
+        sanitised = _SANITISED.search(self.own.text)
+        if sanitised is None:
+            return None
+        line, place = self.own.quote(sanitised.start())
+        return (
             f"the gradients are sanitised by hand (`{line}`, {place}), which hides the "
             "inf a GradScaler must see to skip a step: remove it before adding AMP"
         )
+
+    @cached_property
+    def casts(self) -> list[tuple[int, str | None]]:
+        """Each cast to float16 or bfloat16 in the step's module: its offset and
+        the function holding it (None at module level)."""
+        text = self.own.text
+        if "16" not in text and ".half(" not in text:
+            return []
+        found = []
+        for match in _CAST.finditer(text):
+            enclosing = _enclosing_function(text, match.start())
+            found.append((match.start(), None if enclosing is None else enclosing[0]))
+        return found
+
+    @cached_property
+    def _bodies(self) -> dict[str, list[str]]:
+        """The step's module's functions by name: each body's text."""
+        text = self.own.text
+        bodies: dict[str, list[str]] = {}
+        for match in _DEF.finditer(text):
+            bodies.setdefault(match.group("name"), []).append(
+                text[match.end() : _block_end(text, match)]
+            )
+        return bodies
+
+    def callers(self, name: str) -> set[str]:
+        """`name` and the functions of the step's module that call it, directly
+        or through others of them (by name: `f(` or `.f(`)."""
+        found, frontier = {name}, [name]
+        while frontier:
+            called = re.compile(rf"(?<![\w]){re.escape(frontier.pop())}\(")
+            for caller, texts in self._bodies.items():
+                if caller not in found and any(called.search(body) for body in texts):
+                    found.add(caller)
+                    frontier.append(caller)
+        return found
+
+    @cached_property
+    def float16_hazard(self) -> str | None:
+        """What float16 cannot carry in the program's code."""
+        for code in self.code:
+            found = (
+                float16_obstacle(code.text) or _log_of_sigmoid(code) or _accumulated_state(code)
+            )
+            if found is not None:
+                return found
+        return None
+
+    @cached_property
+    def low_precision_hazard(self) -> str | None:
+        """What neither float16 nor bfloat16 carries in the program's code."""
+        for code in self.code:
+            if "tanh" in code.text:
+                found = _log_of_tanh_complement(code)
+                if found is not None:
+                    return found
+        return None
+
+    @cached_property
+    def trainers(self) -> dict[str, cst.Assign]:
+        """The names the module binds to a transformers Trainer."""
+        if "Trainer" not in self.facts.text:
+            return {}
+        names = _TrainerNames(self.facts.imports)
+        names.walk(self.facts.module)
+        return names.made
 
 
 def _trainer_optimizer(step: TrainingStep, facts: ModuleFacts) -> str | None:
@@ -225,19 +321,18 @@ def _trainer_optimizer(step: TrainingStep, facts: ModuleFacts) -> str | None:
     precision (Accelerate's AcceleratedOptimizer steps through its own
     GradScaler), so a second scaler around it unscales twice.  (A module that
     makes a Lightning Trainer is the framework's: its steps are not rewritten.)"""
-    if "Trainer" not in facts.text:
+    trainers = facts.program_precision.trainers
+    if not trainers:
         return None
-    trainers = _TrainerNames(facts.imports)
-    trainers.walk(facts.module)
     for optimizer_step in step.steps:
         spelled = dotted_name(optimizer_step.optimizer) or facts.module.code_for_node(
             optimizer_step.optimizer
         )
         head, _, rest = spelled.partition(".")
-        if head in trainers.made and rest.startswith("optimizer"):
+        if head in trainers and rest.startswith("optimizer"):
             return (
                 f"`{spelled}` is the optimizer of a transformers `{head}` "
-                f"(line {facts.span(trainers.made[head]).line}), "
+                f"(line {facts.span(trainers[head]).line}), "
                 "which prepares it with its own mixed precision (through its own GradScaler "
                 "when fp16 is on): a second GradScaler would unscale its gradients twice; "
                 "train with the trainer, or make an optimizer of your own for this loop"
@@ -250,11 +345,7 @@ def trainer_optimizer_stepped_by_hand(facts: ModuleFacts) -> str | None:
     precision: the module also steps the Trainer's optimizer by hand
     (`trainer.optimizer.step()`, a debugging loop after `trainer.train()`),
     where Accelerate's GradScaler would unscale gradients no one scaled."""
-    if "Trainer" not in facts.text:
-        return None
-    trainers = _TrainerNames(facts.imports)
-    trainers.walk(facts.module)
-    for name in trainers.made:
+    for name in facts.program_precision.trainers:
         stepped = re.search(rf"(?<![\w.]){re.escape(name)}\.optimizer\.step\(", facts.code_text)
         if stepped is not None:
             return (
@@ -316,7 +407,7 @@ def switched_float16_cast(text: str) -> tuple[int, str] | None:
     lines = code.splitlines()
     for match in _FLOAT16_CAST.finditer(code):
         number = code.count("\n", 0, match.start()) + 1
-        if any(_names_switch(test) for test in _tests_over(lines, number - 1)):
+        if any(_switch_in(test) for test in _tests_over(lines, number - 1)):
             return number, text.splitlines()[number - 1].strip()
     return None
 
@@ -342,51 +433,35 @@ def _tests_over(lines: list[str], index: int) -> Iterator[str]:
                 return
 
 
-def _names_switch(test: str) -> bool:
-    """Whether a condition reads a precision switch (not a call that asks the
-    machine, not an ordering of a metric)."""
+def _switch_in(test: str) -> str | None:
+    """The precision switch a condition reads, as spelled, or None.  A call
+    asks the machine (`torch.cuda.is_bf16_supported()`), a switch is a value
+    the program set; an ordering compares a metric (`if precision > best:`)."""
     if _ORDERING.search(test):
-        return False
-    return any(
-        _is_switch(name.group(0)) and not test[name.end() :].lstrip().startswith("(")
-        for name in _DOTTED.finditer(test)
-    )
+        return None
+    for name in _DOTTED.finditer(test):
+        called = test[name.end() :].lstrip().startswith("(")
+        if not called and _is_switch(name.group(0)):
+            return name.group(0)
+    return None
 
 
-def _whole_cast(own: ProgramCode, step: TrainingStep) -> tuple[str, str] | None:
+def _whole_cast(program: ProgramPrecision, step: TrainingStep) -> tuple[str, str] | None:
     """The first cast to float16 or bfloat16 in the step's module that can
     reach the step, quoted: at module level, in a model's `__init__` or
     `forward`, in the step's function, or in a function that calls it, at
     any remove (`main` casting the model it hands to a trainer whose `fit`
     calls the step).  A sibling function's cast (another test of a test
     class) is that function's business."""
-    if "16" not in own.text and ".half(" not in own.text:
+    if not program.casts:
         return None
-    step_function = step.function.name.value if step.function is not None else None
     reaching = {"__init__", "forward"}
-    if step_function is not None:
-        reaching |= _callers(own.text, step_function)
-    for match in _CAST.finditer(own.text):
-        enclosing = _enclosing_function(own.text, match.start())
-        if enclosing is None or enclosing[0] in reaching:
-            return own.quote(match.start())
+    if step.function is not None:
+        reaching |= program.callers(step.function.name.value)
+    for offset, enclosing in program.casts:
+        if enclosing is None or enclosing in reaching:
+            return program.own.quote(offset)
     return None
-
-
-def _callers(text: str, name: str) -> set[str]:
-    """`name` and the functions of `text` that call it, directly or through
-    others of them (by name: `f(` or `.f(`)."""
-    bodies: dict[str, list[str]] = {}
-    for match in _DEF.finditer(text):
-        bodies.setdefault(match.group("name"), []).append(text[match.end() : _block_end(text, match)])
-    found, frontier = {name}, [name]
-    while frontier:
-        called = re.compile(rf"(?<![\w]){re.escape(frontier.pop())}\(")
-        for caller, texts in bodies.items():
-            if caller not in found and any(called.search(body) for body in texts):
-                found.add(caller)
-                frontier.append(caller)
-    return found
 
 
 _DEF = re.compile(r"^(?P<indent>[ \t]*)(?:async[ \t]+)?def[ \t]+(?P<name>\w+)", re.M)
@@ -420,16 +495,10 @@ def _own_switch(code: ProgramCode, own: ProgramCode) -> tuple[str, str, str] | N
     if not _SWITCH_SPELLED.search(code.text):
         return None
     for match in _IF_TEST.finditer(code.text):
-        test = match.group("test")
-        if _ORDERING.search(test) or not _reaches(code, match.start(), own):
-            continue
-        for name in _DOTTED.finditer(test):
-            # A call asks the machine (`torch.cuda.is_bf16_supported()`); a
-            # switch is a value the program set.
-            called = test[name.end() :].lstrip().startswith("(")
-            if not called and _is_switch(name.group(0)):
-                line, place = code.quote(match.start())
-                return name.group(0), line, place
+        name = _switch_in(match.group("test"))
+        if name is not None and _reaches(code, match.start(), own):
+            line, place = code.quote(match.start())
+            return name, line, place
     # By keyword, a value the program decides (`Net(fp16=args.fp16)`); a
     # constant (`TrainingArguments(fp16=True)`) is a framework's setting.
     for match in _KEYWORD_ARGUMENT.finditer(code.text):
@@ -551,22 +620,13 @@ def float16_hazard(step: TrainingStep, facts: ModuleFacts) -> str | None:
             "those steps (a GAN collapses); return logits and use nn.BCEWithLogitsLoss, or use "
             "`--dtype bfloat16`"
         )
-    for code in facts.program_code:
-        found = float16_obstacle(code.text) or _log_of_sigmoid(code) or _accumulated_state(code)
-        if found is not None:
-            return found
-    return None
+    return facts.program_precision.float16_hazard
 
 
-def low_precision_hazard(step: TrainingStep, facts: ModuleFacts) -> str | None:
-    """What neither float16 nor bfloat16 carries in the step's forward pass,
-    as one line; None where nothing is seen."""
-    for code in facts.program_code:
-        if "tanh" in code.text:
-            found = _log_of_tanh_complement(code)
-            if found is not None:
-                return found
-    return None
+def low_precision_hazard(facts: ModuleFacts) -> str | None:
+    """What neither float16 nor bfloat16 carries in the forward pass of the
+    module's steps, as one line; None where nothing is seen."""
+    return facts.program_precision.low_precision_hazard
 
 
 # The log-probability correction of a tanh-squashed Gaussian (SAC's actor):

@@ -839,10 +839,8 @@ class _StepFinder(ScopedVisitor):
                     )
                     if feeding is not None:
                         fed |= set().union(*(name_use(s).bound for s in feeding.statements))
-                    if feeding is not None and not any(
-                        r.first is feeding.first for r in step.regions
-                    ):
-                        region.insert(0, feeding)
+                        if not any(r.first is feeding.first for r in step.regions):
+                            region.insert(0, feeding)
             if isinstance(region, str) and _given(backward.loss, parameters):
                 # `def optimize(self, loss)`: the forward pass is at its callers.
                 if step.forward_at_callers:

@@ -106,7 +106,7 @@ def _obstacle(
         return found
     if choice.dtype in ("float16", "auto") and (found := float16_hazard(step, facts)):
         return found
-    if (found := low_precision_hazard(step, facts)) is not None:
+    if (found := low_precision_hazard(facts)) is not None:
         return found
     problem = next((r.unsafe_problem for r in step.regions if r.unsafe_problem), None)
     if choice.device == "cuda" and step.unsafe_loss is not None and problem is not None:
