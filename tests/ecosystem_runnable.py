@@ -253,7 +253,6 @@ def _check_same_rewrite(plan: Plan, directory: Path) -> None:
     adapter = plan.adapter
     if adapter.rewrite:  # the script with the modules it imports, in the tree
         script = _workspace(adapter, plan.tree, plan.programs["original"], directory)
-        directory = script.parents[len(Path(adapter.path).parts) - 1]
     else:
         directory.mkdir(parents=True)
         script = directory / Path(adapter.path).name
@@ -433,9 +432,8 @@ def _verify(
     command = [sys.executable, "-m", "amplint", "verify", str(script), "--json"]
     command += ["--device-type", options["device_type"], "--dtype", options["dtype"]]
     command += ["--steps", str(steps), "--timeout", str(TIMEOUT_S / 2)]
-    root = script.parents[len(Path(adapter.path).parts) - 1]
     for module in adapter.rewrite:
-        command += ["--rewrite", str(root / module)]
+        command += ["--rewrite", str(into / module)]
     if adapter.rtol is not None:
         command += ["--rtol", str(adapter.rtol)]
     command += ["--", *adapter.argv]
