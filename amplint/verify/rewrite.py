@@ -83,6 +83,13 @@ def _nothing_to_rewrite(
 ) -> str:
     """Why verify has nothing to compare, and where the training step may be
     instead: a driver script's step often lives in a module it imports."""
+    declined = [(r, d) for r in reports for d in r.remaining if d.code == "AMP001"]
+    if declined:  # a training step found, and judged unsafe to rewrite: the reason is the answer
+        report, finding = declined[0]
+        return (
+            f"nothing to verify: amplint declines to rewrite the training step at "
+            f"{_shown(report.path)}:{finding.range.start.line}: {finding.message}"
+        )
     found = ", ".join(sorted({d.code for r in reports for d in r.remaining})) or "no findings"
     named = "".join(f" or {path}" for path in rewrite_paths)
     message = f"nothing to verify: amplint would not change {script}{named} ({found})"
