@@ -12,7 +12,9 @@
 #               the triggers (the prefilter) drop no finding (~5 min on 2 CPUs)
 #   make shapes generate training scripts from real code's idioms (tests/shapes/), hold every
 #               check and fix to every oracle, update parity included (N=300; CI runs 300)
-#   make verify-gpu  amplint verify on the bundled GPU examples and a float16 overflow it must fail: the README's table (needs CUDA)
+#   make verify-gpu  amplint verify on the bundled GPU examples, a float16 overflow it must fail, a
+#                    sigmoid GAN it must decline and runnable-corpus scripts: the README's table (needs CUDA)
+#   make verify-gpu-corpus  export the runnable-corpus rows of verify-gpu from the clones (no CUDA needed)
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -20,7 +22,7 @@ BIN := $(VENV)/bin
 DEMO_SCRIPTS := fixtures/fp32_steps/nested_loops.py fixtures/deprecated_amp/legacy_train.py
 DEMO_DIR := build/demo
 
-.PHONY: demo test test-fast bench realcode ecosystem trigger-audit fuzz shapes verify-gpu clean
+.PHONY: demo test test-fast bench realcode ecosystem trigger-audit fuzz shapes verify-gpu verify-gpu-corpus clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -83,8 +85,18 @@ SEED ?= 0
 shapes: $(VENV)/.installed-test
 	$(BIN)/python -m tests.shapes -n $(N) --seed $(SEED)
 
-verify-gpu: $(VENV)/.installed-test
-	$(BIN)/python tests/verify_table.py
+# The runnable corpus's GPU rows need their trees, exported where the clones
+# are; on a GPU machine without them, carry build/verify-gpu-corpus there.
+VERIFY_GPU_CORPUS := build/verify-gpu-corpus
+verify-gpu: $(VENV)/.installed-test $(VERIFY_GPU_CORPUS)/.exported
+	$(BIN)/python tests/verify_table.py --corpus $(VERIFY_GPU_CORPUS)
+
+verify-gpu-corpus: $(VERIFY_GPU_CORPUS)/.exported
+
+$(VERIFY_GPU_CORPUS)/.exported: $(VENV)/.installed-test
+	$(BIN)/python -m tests.ecosystem_runnable --export $(VERIFY_GPU_CORPUS) \
+	  $(foreach name,$(shell $(BIN)/python -c "from tests.verify_table import CORPUS_ROWS; print(*sorted({row[0] for row in CORPUS_ROWS}))"),--only $(name))
+	touch $@
 
 clean:
 	rm -rf $(VENV) build dist .pytest_cache

@@ -2,6 +2,7 @@
 them, for a few steps on the CPU; then `amplint verify` them.
 
     python -m tests.ecosystem_runnable [--clones DIR] [--only NAME] [--jobs N]
+    python -m tests.ecosystem_runnable --only NAME... --export DIR
 
 Each module in tests/ecosystem/runnable/ adapts one script of
 tests/ecosystem/corpus.toml so that it runs here in seconds, without its data
@@ -222,8 +223,10 @@ def prepare(adapter: Adapter, clones: Path, commit: str, scratch: Path) -> Plan:
         if column in adapter.declined:
             words = adapter.declined[column]
             findings = [finding for one in (report, *others) for finding in one.diagnostics]
-            if report.fixed_text is None and not modules and any(
-                words in finding.message for finding in findings
+            if (
+                report.fixed_text is None
+                and not modules
+                and any(words in finding.message for finding in findings)
             ):
                 row.cells[column] = "declined, as expected"
             else:
@@ -271,7 +274,11 @@ def _check_same_rewrite(plan: Plan, directory: Path) -> None:
         ran = {directory / module: text for module, text in plan.modules[column].items()}
         pairs = [(adapter.path, plan.programs[column], verified.script)]
         pairs += [
-            (str(path.relative_to(directory)), ran.get(path, ""), verified.modules.get(path.resolve(), ""))
+            (
+                str(path.relative_to(directory)),
+                ran.get(path, ""),
+                verified.modules.get(path.resolve(), ""),
+            )
             for path in modules
         ]
         for name, what_ran, what_verify_runs in pairs:
@@ -450,6 +457,44 @@ def _verify(
     return False, f"exit status {status}: " + "\n".join(problems)
 
 
+# What an exported tree's run needs, beside the tree (tests/verify_table.py reads it).
+RUN_FILE = "amplint-run.json"
+
+
+def export(clones: Path, names: list[str], into: Path) -> list[str]:
+    """The named adapters' adapted originals as trees that a machine without
+    the clones can verify (`make verify-gpu` on a lent GPU): `into/NAME/` holds
+    the exported repository with the adapted script and the adapter's files,
+    and RUN_FILE the script's path in it, its arguments, its environment, its
+    steps and the modules to verify with --rewrite.  The problems (a missing
+    clone, an adapter that no longer fits) are returned, one line each."""
+    adapters = {adapter.name: adapter for adapter in load_adapters()}
+    if unknown := set(names) - adapters.keys():
+        raise AdapterError(f"no adapter named {', '.join(sorted(unknown))}")
+    corpus, problems = _corpus(), []
+    with tempfile.TemporaryDirectory(prefix="amplint-export-") as scratch:
+        for name in names:
+            adapter = adapters[name]
+            plan = prepare(adapter, clones, corpus[adapter.repo]["commit"], Path(scratch))
+            if plan.row.skipped or "original" not in plan.programs:
+                problems.append(f"{name}: {plan.row.skipped or plan.row.failures[0]}")
+                continue
+            target = into / name
+            shutil.rmtree(target, ignore_errors=True)
+            _workspace(adapter, plan.tree, plan.programs["original"], target)
+            run = {
+                "script": adapter.path,
+                "argv": list(adapter.argv),
+                "env": dict(adapter.env),
+                "steps": adapter.steps,
+                "rewrite": list(adapter.rewrite),
+                "repo": adapter.repo,
+                "commit": corpus[adapter.repo]["commit"],
+            }
+            (target / RUN_FILE).write_text(json.dumps(run, indent=2) + "\n", encoding="utf-8")
+    return problems
+
+
 def run_subset(
     clones: Path, only: list[str] | None = None, jobs: int = 1, scratch: Path | None = None
 ) -> list[Row]:
@@ -505,7 +550,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", action="append", help="only this adapter (repeatable)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--keep", type=Path, help="work in this directory and leave it")
+    parser.add_argument(
+        "--export",
+        type=Path,
+        metavar="DIR",
+        help="write the --only adapters' adapted trees to DIR for verify elsewhere; run nothing",
+    )
     options = parser.parse_args(argv)
+    if options.export is not None:
+        if not options.only:
+            parser.error("--export needs --only NAME for each tree to export")
+        try:
+            problems = export(options.clones, options.only, options.export)
+        except AdapterError as error:
+            parser.error(str(error))
+        for problem in problems:
+            print(f"not exported: {problem}", file=sys.stderr)
+        print(
+            f"exported {len(options.only) - len(problems)} of {len(options.only)} to {options.export}"
+        )
+        return 1 if problems else 0
     if options.keep is not None:
         if options.keep.exists() and any(options.keep.iterdir()):
             parser.error(f"--keep {options.keep}: not empty")

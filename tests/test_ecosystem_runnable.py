@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.ecosystem_runnable import AdapterError, load_adapters
+from tests.ecosystem_runnable import AdapterError, export, load_adapters
 
 
 def test_the_runnable_subset_holds_at_least_fifty_scripts_of_the_corpus() -> None:
@@ -33,3 +33,20 @@ def test_a_misspelt_field_or_a_module_outside_the_corpus_is_an_error(tmp_path: P
     with pytest.raises(AdapterError, match="karpathy/minGPT:mingpt/utils.py is not in the corpus"):
         load_adapters(tmp_path)
 
+
+def test_the_gpu_check_s_corpus_rows_are_adapters_and_a_missing_clone_is_not_exported(
+    tmp_path: Path,
+) -> None:
+    """`make verify-gpu` exports its corpus rows' trees where the clones are;
+    each row names an adapter, and a clone that is not here is said, not
+    exported as an empty tree."""
+    from tests.verify_table import CORPUS_ROWS
+
+    names = sorted({name for name, _, _ in CORPUS_ROWS})
+    assert set(names) <= {adapter.name for adapter in load_adapters()}
+    problems = export(tmp_path / "no-clones", names, tmp_path / "out")
+    assert len(problems) == len(names)
+    assert all("no clone of" in problem for problem in problems)
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(AdapterError, match="no adapter named nonesuch"):
+        export(tmp_path / "no-clones", ["nonesuch"], tmp_path / "out")

@@ -1336,31 +1336,56 @@ def test_the_driver_version_is_what_nvidia_smi_says(tmp_path: Path, monkeypatch)
     assert driver_version() is None
 
 
-def test_make_verify_gpu_makes_a_dry_run_on_the_cpu(tmp_path: Path) -> None:
+def test_make_verify_gpu_makes_a_dry_run_on_the_cpu(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """`make verify-gpu` is prepared for the one GPU the project may get: here,
     with no CUDA, it says so in one line, runs the same code path on the CPU,
-    writes its table and JSON, and exits 0."""
+    writes its table and JSON, and exits 0 when every row is as expected.  The
+    corpus rows come from an exported tree (the clones are not here in CI): a
+    GAN with a sigmoid head, as `tests.ecosystem_runnable --export` writes it."""
     if _cuda():
         pytest.skip("a GPU is here: make verify-gpu runs for real")
-    script = Path(__file__).resolve().parent / "verify_table.py"
-    run = subprocess.run(
-        [sys.executable, str(script), "--out", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert run.stdout.splitlines()[0] == (
+    from tests import verify_table
+
+    corpus = tmp_path / "corpus"
+    tree = corpus / "examples_dcgan"
+    (tree / "dcgan").mkdir(parents=True)
+    shutil.copy(FIXTURES / "precision" / "gan_bce.py", tree / "dcgan" / "main.py")
+    run = {"script": "dcgan/main.py", "argv": [], "env": {}, "steps": 20, "rewrite": []}
+    run |= {"repo": "pytorch/examples", "commit": "0" * 40}
+    (tree / verify_table.RUN_FILE).write_text(json.dumps(run), encoding="utf-8")
+    rows = [row for row in verify_table.CORPUS_ROWS if row[0] == "examples_dcgan"]
+    assert {row[2] for row in rows} == {"decline", "pass"}
+    monkeypatch.setattr(verify_table, "CORPUS_ROWS", tuple(rows))
+
+    status = verify_table.main(["--out", str(tmp_path / "out"), "--corpus", str(corpus)])
+    out = capsys.readouterr().out
+    assert status == 0, out[-3000:]
+    assert out.splitlines()[0] == (
         "no CUDA device here: a dry run of the same code path on the CPU, not figures"
     )
-    assert "| `resnet_style.py` | bfloat16 |" in run.stdout
+    assert "| `resnet_style.py` | bfloat16 |" in out
     # The overflow only the data shows, in float16: verify fails it, as it must.
-    assert "| `overflows_fp16.py` | float16 |" in run.stdout
-    assert "| failed (must fail) |" in run.stdout
-    assert (tmp_path / "table.md").exists() and (tmp_path / "gpt_style.json").exists()
-    assert "samples/s |" in run.stdout and "tokens/s |" in run.stdout  # the throughput
+    assert "| `overflows_fp16.py` | float16 |" in out
+    assert "| failed (must fail) |" in out
+    # A sigmoid feeding BCELoss: declined in float16, with the reason; bfloat16 trains.
+    assert "| `precision/gan_bce.py` | float16 |" in out
+    assert "| `examples_dcgan (pytorch/examples@0000000) float16` | float16 |" in out
+    assert out.count("declined (must decline)") == 2
+    assert "(nn.BCELoss) takes probabilities" in out
+    assert re.search(r"\| `examples_dcgan \(pytorch/examples@0000000\) bfloat16` .*\| passed \|", out)
+    assert (tmp_path / "out" / "table.md").exists()
+    assert (tmp_path / "out" / "02-gpt_style.json").exists()
+    assert "samples/s |" in out and "tokens/s |" in out  # the throughput
     if importlib.util.find_spec("matplotlib") is not None:
-        assert (tmp_path / "resnet_style.png").read_bytes()[:4] == b"\x89PNG"
+        assert (tmp_path / "out" / "01-resnet_style.png").read_bytes()[:4] == b"\x89PNG"
+
+    # A row that is not exported is named, and the check does not pass.
+    monkeypatch.setattr(verify_table, "CORPUS_ROWS", (("yunjey_resnet", None, "pass"),))
+    monkeypatch.setattr(verify_table, "bundled", lambda small: [])
+    assert verify_table.main(["--out", str(tmp_path / "none"), "--corpus", str(corpus)]) == 1
+    assert f"`yunjey_resnet`: not exported under {corpus}" in capsys.readouterr().out
 
 
 def test_atol_passes_losses_near_zero_that_rtol_alone_fails() -> None:
@@ -1532,3 +1557,16 @@ def test_tf32_is_recommended_in_the_api_of_the_torch_the_runs_used() -> None:
     )
     assert probe.stdout.strip() == "tf32"
     assert probe.returncode != 0 and "mix of the legacy and new APIs" in probe.stderr
+
+
+def test_a_declined_step_is_nothing_to_verify_and_verify_says_why() -> None:
+    """A training step amplint declines to rewrite (a sigmoid feeding BCELoss,
+    in float16) is nothing to compare: verify exits 3 with fix's reason, not
+    with "it needs a training step"."""
+    script = FIXTURES / "precision" / "gan_bce.py"
+    result = run_cli("verify", script, "--device-type", "cpu", "--dtype", "float16")
+    assert result.exit_code == 3
+    assert "nothing to verify: amplint declines to rewrite the training step at" in result.stderr
+    assert "gan_bce.py:58: training step runs in FP32; not rewritten:" in result.stderr
+    assert "(nn.BCELoss) takes probabilities" in result.stderr
+    assert "it needs a training step" not in result.stderr
