@@ -1035,8 +1035,15 @@ def test_an_overflow_driven_by_the_data_fails_naming_the_skipped_steps_and_the_l
     """Nothing in the code shows it (amplint rewrites it): counts up to 1e5
     overflow float16 in the first Linear from the second batch on."""
     result = run_cli(
-        "verify", VERIFY / "overflows_fp16.py", "--device-type", "cpu", "--dtype", "float16",
-        "--steps", "20", "--json",
+        "verify",
+        VERIFY / "overflows_fp16.py",
+        "--device-type",
+        "cpu",
+        "--dtype",
+        "float16",
+        "--steps",
+        "20",
+        "--json",
     )
     report = json.loads(result.stdout)
     assert result.exit_code == 1 and report["passed"] is False
@@ -1374,7 +1381,9 @@ def test_make_verify_gpu_makes_a_dry_run_on_the_cpu(
     assert "| `examples_dcgan (pytorch/examples@0000000) float16` | float16 |" in out
     assert out.count("declined (must decline)") == 2
     assert "(nn.BCELoss) takes probabilities" in out
-    assert re.search(r"\| `examples_dcgan \(pytorch/examples@0000000\) bfloat16` .*\| passed \|", out)
+    assert re.search(
+        r"\| `examples_dcgan \(pytorch/examples@0000000\) bfloat16` .*\| passed \|", out
+    )
     assert (tmp_path / "out" / "table.md").exists()
     assert (tmp_path / "out" / "02-gpt_style.json").exists()
     assert "samples/s |" in out and "tokens/s |" in out  # the throughput
@@ -1570,3 +1579,107 @@ def test_a_declined_step_is_nothing_to_verify_and_verify_says_why() -> None:
     assert "gan_bce.py:58: training step runs in FP32; not rewritten:" in result.stderr
     assert "(nn.BCELoss) takes probabilities" in result.stderr
     assert "it needs a training step" not in result.stderr
+
+
+def test_the_harness_skips_planned_steps_as_a_grad_scaler_would(tmp_path: Path) -> None:
+    """--skip-steps: the FP32 run that skips what the AMP run's GradScaler
+    skipped.  The planned step of the named optimizer updates nothing (its
+    state neither), the gradients are left as they were, the other optimizer
+    steps, and the skip is recorded as a GradScaler's would be."""
+    result, status = _harness_run(
+        tmp_path,
+        "two.py",
+        """
+        import torch
+
+        torch.manual_seed(0)
+        first, second = torch.nn.Linear(4, 1), torch.nn.Linear(4, 1)
+        a = torch.optim.Adam(first.parameters(), lr=0.1)
+        b = torch.optim.SGD(second.parameters(), lr=0.1)
+        x = torch.randn(8, 4)
+        for step in range(3):
+            a.zero_grad()
+            b.zero_grad()
+            first(x).pow(2).mean().backward()
+            before = first.weight.detach().clone()
+            a.step()
+            kept = first.weight.grad is not None
+            second(x).pow(2).mean().backward()
+            b.step()
+            print(step, bool(torch.equal(before, first.weight)), kept, int(a.state[first.weight]["step"]))
+        """,
+        "--steps",
+        "5",
+        "--skip-steps",
+        json.dumps({"0": [1]}),
+    )
+    printed = [line.split() for line in status.stdout.splitlines()]
+    # Step 1 of the first optimizer changed nothing, Adam's count of steps
+    # neither; its gradients were there after it.
+    assert printed == [
+        ["0", "False", "True", "1"],
+        ["1", "True", "True", "1"],
+        ["2", "False", "True", "2"],
+    ]
+    assert result["skipped_at"] == [1] and result["skipped_steps"] == 1
+    assert result["skipped_calls"] == {"0": [1]}
+    assert result["updates"][1] is None and result["updates"][2] is not None
+
+
+def test_parity_is_held_to_an_fp32_run_skipping_the_amp_run_s_skips() -> None:
+    """A skipped step changes what follows, not only when: held to the
+    baseline, an AMP run one RMSprop step behind fails; held to the FP32 run
+    that skipped the same step, it passes, and a divergence still fails."""
+    thresholds = Thresholds(steps=6, warmup=1, last=3, rtol=0.05, min_speedup=None)
+    baseline = _run([9.0, 6.5, 5.0, 4.0, 3.0, 2.0], [1.0] * 5)
+    amp = _run([9.0, 9.0, 7.5, 6.0, 4.8, 4.0], [1.0] * 5)
+    amp |= {"skipped_at": [0], "skipped_steps": 1, "skipped_calls": {"0": [0]}}
+    matched = _run([9.0, 9.0, 7.5, 6.0, 4.81, 4.0], [1.0] * 5)
+    matched |= {"skipped_at": [0], "skipped_steps": 1, "skipped_calls": {"0": [0]}}
+    assert not Comparison([baseline], [amp], thresholds, speed_meaningful=False).parity_ok
+    comparison = Comparison([baseline], [amp], thresholds, False, matched=[matched])
+    assert comparison.passed and comparison.loss_gap == pytest.approx(0.01 / 3 / 4.937, rel=0.01)
+    assert comparison.matched_run == (
+        "an FP32 run skipping the 1 optimizer step the GradScaler skipped"
+    )
+    diverged = {**amp, "losses": [9.0, 9.0, 7.5, 8.0, 9.0, 10.0]}
+    failing = Comparison([baseline], [diverged], thresholds, False, matched=[matched])
+    assert not failing.passed
+    assert failing.reasons()[0].startswith(
+        "loss parity: the AMP run's mean loss over the last 3 updates differs from that of "
+        "an FP32 run skipping the 1 optimizer step the GradScaler skipped by "
+    )
+
+
+def test_verify_passes_a_run_that_only_lags_its_scale_search_s_skipped_steps() -> None:
+    """skips_scale_search.py: the GradScaler's first scales overflow RMSprop's
+    first gradients, and the AMP run takes its first large step late.  Against
+    the baseline that is a 15 % loss gap (verify used to fail it); against the
+    FP32 run that skipped the same steps, none."""
+    result = run_cli(
+        "verify",
+        VERIFY / "skips_scale_search.py",
+        "--device-type",
+        "cpu",
+        "--dtype",
+        "float16",
+        "--steps",
+        "20",
+        "--json",
+    )
+    assert result.exit_code == 0, result.stdout[-3000:]
+    report = json.loads(result.stdout)
+    skipped = report["amp"]["skipped_steps"]
+    assert skipped >= 1 and report["matched"]["skipped_at"] == report["amp"]["skipped_at"]
+    assert report["parity_reference"] == (
+        f"an FP32 run skipping the {skipped} optimizer step{'s' * (skipped != 1)} "
+        "the GradScaler skipped"
+    )
+    assert report["loss_gap"] < 0.01
+    held_to_baseline = Comparison(
+        [{**report["baseline"], "skipped_at": []}],
+        [report["amp"]],
+        Thresholds(steps=20, warmup=4, last=10, rtol=0.05, min_speedup=None),
+        speed_meaningful=False,
+    )
+    assert held_to_baseline.loss_gap > 0.05

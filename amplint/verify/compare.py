@@ -333,6 +333,30 @@ class Comparison:
     # DataLoader where it made one batch size.  Tokens per sample (--seq-len).
     batch_size: int | None = None
     seq_len: int | None = None
+    # Runs of the original, one per rank, that skipped the optimizer steps the
+    # AMP run's GradScaler skipped (empty when it skipped none): the reference
+    # of loss and update parity, so that the scale search's skips neither fake
+    # a divergence nor hide one.  The baseline stays the reference of speed.
+    matched: list[dict] = field(default_factory=list)
+
+    def reference(self, rank: int) -> dict:
+        """What the rank's AMP run is held to for parity."""
+        return self.matched[rank] if self.matched else self.baseline[rank]
+
+    @property
+    def matched_run(self) -> str | None:
+        """The reference of parity, where it is not the baseline."""
+        if not self.matched:
+            return None
+        skipped = sum(len(calls) for calls in (self.matched[0].get("skipped_calls") or {}).values())
+        return (
+            f"an FP32 run skipping the {skipped} optimizer step{'s' * (skipped != 1)} "
+            "the GradScaler skipped"
+        )
+
+    @property
+    def reference_name(self) -> str:
+        return f"that of {self.matched_run}" if self.matched else "the baseline's"
 
     @property
     def samples_per_step(self) -> tuple[int, str] | None:
@@ -423,8 +447,9 @@ class Comparison:
         return self._ratio(self.peak(self.amp), self.peak(self.baseline))
 
     def mean_last_loss(self, runs: list[dict], rank: int = 0) -> float | None:
-        """The rank's mean loss over the last updates it and the baseline both made."""
-        other = self.amp[rank] if runs is self.baseline else self.baseline[rank]
+        """The rank's mean loss over the last updates it and the run it is
+        compared with both made (the AMP run's: parity's reference)."""
+        other = self.amp[rank] if runs is not self.amp else self.reference(rank)
         return _mean(_last_losses(runs[rank], other, self.thresholds.last))
 
     def _means(self, baseline: dict, other: dict) -> tuple[float, float] | None:
@@ -472,7 +497,7 @@ class Comparison:
 
     @property
     def rank_gaps(self) -> list[float | None]:
-        return [self._gap(base, amp) for base, amp in zip(self.baseline, self.amp)]
+        return [self._gap(self.reference(rank), amp) for rank, amp in enumerate(self.amp)]
 
     @property
     def loss_gap(self) -> float | None:
@@ -488,7 +513,7 @@ class Comparison:
     def update_parity(self, rank: int = 0) -> UpdateParity:
         """The rank's AMP run against its baseline, update by update."""
         calibration = self.calibration[rank] if self.calibration else None
-        return update_parity(self.baseline[rank], self.amp[rank], calibration)
+        return update_parity(self.reference(rank), self.amp[rank], calibration)
 
     @property
     def update_parity_ok(self) -> bool:
@@ -506,7 +531,7 @@ class Comparison:
             calibrated = f", calibrated on {self.calibrated_by}" if self.calibrated_by else ""
             reasons.append(
                 f"update parity{where}: at step {first.step} {first.optimizer}{group} received "
-                f"a {UPDATE_FIGURES[first.figure]} {first.ratio:.3g}x the baseline's (allowed: "
+                f"a {UPDATE_FIGURES[first.figure]} {first.ratio:.3g}x {self.reference_name} (allowed: "
                 f"{1 / band:.3g}x to {band:.3g}x{calibrated}); {parity.steps_outside} of "
                 f"{parity.steps_compared} steps outside"
             )
@@ -563,7 +588,7 @@ class Comparison:
 
     @property
     def parity_ok(self) -> bool:
-        return all(self._within(base, amp) for base, amp in zip(self.baseline, self.amp))
+        return all(self._within(self.reference(rank), amp) for rank, amp in enumerate(self.amp))
 
     @property
     def speed_ok(self) -> bool:
@@ -587,10 +612,10 @@ class Comparison:
             where = f" on rank {rank}" if len(self.baseline) > 1 else ""
             if gap is None:
                 reasons += [f"{why}{where}" for why in self._no_updates(rank)]
-            elif not self._within(self.baseline[rank], self.amp[rank]):
+            elif not self._within(self.reference(rank), self.amp[rank]):
                 reasons.append(
                     f"loss parity{where}: the AMP run's mean loss over the last "
-                    f"{self.thresholds.last} updates differs from the baseline's by {gap:.1%} "
+                    f"{self.thresholds.last} updates differs from {self.reference_name} by {gap:.1%} "
                     f"(allowed: {self.thresholds.rtol:.1%}, --rtol"
                     + (
                         f", or {self.thresholds.atol:g} apart, --atol)"
@@ -644,6 +669,10 @@ class Comparison:
             "baseline": summary(self.baseline),
             "amp": summary(self.amp),
             "tf32": summary(self.tf32),
+            # Where the AMP run's GradScaler skipped steps: the FP32 run that
+            # skipped them too, which loss and update parity compared it with.
+            "parity_reference": self.matched_run,
+            "matched": summary(self.matched),
             "speedup": self.speedup,
             "tf32_speedup": self.tf32_speedup,
             "speed_meaningful": self.speed_meaningful,

@@ -96,6 +96,14 @@ class Recorder:
         self._received: list[UpdateRecord] = []  # optimizer steps since the last step event
         self._before: dict[int, tuple[UpdateRecord, list]] = {}  # id(optimizer) -> parameters
         self._optimizers: dict[int, int] = {}  # id(optimizer) -> its number, in order made
+        # Per optimizer number: how many times it was stepped (updated or
+        # skipped), and which of those steps (from 0) were skipped.  With a
+        # skip plan (--skip-steps), the steps to skip in a run without a
+        # scaler: the FP32 run that skips what the AMP run's GradScaler did.
+        self._calls: dict[int, int] = {}
+        self.skipped_calls: dict[int, list[int]] = {}
+        self.skip_plan: dict[int, set[int]] = {}
+        self.forced_skips: set[int] = set()  # id(optimizer) of a step the plan just skipped
         # The device types of the parameters the optimizers stepped: an
         # autocast for another device casts none of their operations.
         self.parameter_devices: set[str] = set()
@@ -131,6 +139,18 @@ class Recorder:
         """The optimizer's number, in the order the run made them: the same in
         two runs of one script, whichever steps their scalers skipped."""
         return self._optimizers.setdefault(id(optimizer), len(self._optimizers))
+
+    def forced_skip(self, optimizer) -> bool:
+        """Whether the step `optimizer` just took was one the plan skipped (once)."""
+        if id(optimizer) in self.forced_skips:
+            self.forced_skips.discard(id(optimizer))
+            return True
+        return False
+
+    def planned_skip(self, optimizer) -> bool:
+        """Whether the skip plan skips this step of `optimizer`."""
+        number = self.optimizer_made(optimizer)
+        return self._calls.get(number, 0) in self.skip_plan.get(number, ())
 
     def optimizer_stepping(self, optimizer) -> None:
         """Before `optimizer` updates its parameters: the gradients it sees,
@@ -204,6 +224,10 @@ class Recorder:
         each step of the lead optimizer, the first to step in the run: a GAN's
         critic and generator steps are one iteration, not two."""
         number = self.optimizer_made(optimizer)
+        call = self._calls.get(number, 0)
+        self._calls[number] = call + 1
+        if skipped:
+            self.skipped_calls.setdefault(number, []).append(call)
         if self._pending:
             self._iteration_losses.setdefault(number, []).extend(self._pending)
             self._pending = []
@@ -275,6 +299,7 @@ class Recorder:
             "steps": self.steps,
             "skipped_steps": self.skipped,
             "skipped_at": self.skipped_at,
+            "skipped_calls": {str(number): calls for number, calls in self.skipped_calls.items()},
             "losses": [loss if math.isfinite(loss) else str(loss) for loss in losses],
             "loss_scales": [None if scale is None else float(scale) for scale in self.loss_scales],
             "losses_by_optimizer": [
@@ -466,14 +491,35 @@ def _instrument(torch, recorder: Recorder) -> None:
     )
 
     in_scaler_step = [0]
+    # id(optimizer) -> its gradients, withheld from a step the skip plan skips:
+    # without gradients every torch.optim optimizer leaves its parameters and
+    # its state alone, as when a GradScaler does not call step().
+    withheld: dict[int, list] = {}
 
     def before_optimizer_step(optimizer, args, kwargs) -> None:
+        if recorder.planned_skip(optimizer):
+            kept = [
+                (parameter, parameter.grad)
+                for group in optimizer.param_groups
+                for parameter in group["params"]
+                if parameter.grad is not None
+            ]
+            for parameter, _ in kept:
+                parameter.grad = None
+            withheld[id(optimizer)] = kept
+            return
         recorder.optimizer_stepping(optimizer)
 
     def after_optimizer_step(optimizer, args, kwargs) -> None:
-        recorder.optimizer_stepped(optimizer)
+        kept = withheld.pop(id(optimizer), None)
+        if kept is not None:
+            for parameter, grad in kept:
+                parameter.grad = grad
+            recorder.forced_skips.add(id(optimizer))
+        else:
+            recorder.optimizer_stepped(optimizer)
         if not in_scaler_step[0]:
-            recorder.step(optimizer, skipped=False)
+            recorder.step(optimizer, skipped=recorder.forced_skip(optimizer))
 
     register_optimizer_step_pre_hook(before_optimizer_step)
     register_optimizer_step_post_hook(after_optimizer_step)
@@ -607,7 +653,7 @@ def _recording_step(original_step, recorder: Recorder, in_scaler_step: list[int]
         finally:
             in_scaler_step[0] -= 1
             hook.remove()
-        recorder.step(optimizer, skipped=not ran)
+        recorder.step(optimizer, skipped=not ran or recorder.forced_skip(optimizer))
         return result
 
     return step
@@ -714,6 +760,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--progress")
     parser.add_argument("--rewritten", help="JSON: module path -> file holding its rewrite")
     parser.add_argument("--tf32", action="store_true", help="TF32 matmuls and convolutions")
+    parser.add_argument(
+        "--skip-steps",
+        help="JSON: optimizer number -> the steps (from 0) of it to skip, as a GradScaler would",
+    )
     parser.add_argument("script_args", nargs=argparse.REMAINDER)
     options = parser.parse_args(argv)
     script_args = options.script_args
@@ -739,6 +789,9 @@ def main(argv: list[str] | None = None) -> int:
     rank = int(os.environ.get("RANK", "0"))
     progress = options.progress if rank == 0 else None
     recorder = Recorder(torch, options.steps, progress, options.warmup)
+    if options.skip_steps:
+        plan = json.loads(options.skip_steps)
+        recorder.skip_plan = {int(number): set(calls) for number, calls in plan.items()}
     _seed(torch, options.seed)
     if options.tf32:
         allow_tf32(torch)

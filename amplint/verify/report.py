@@ -160,6 +160,8 @@ def text_report(script: Path, outcome: Outcome) -> list[str]:
             )
             + ")"
         )
+    if comparison.matched:
+        gap += " (AMP against the FP32 run below)"
     floor = comparison.noise_floor
     if floor is not None and comparison.calibrated_by:
         gap += f" (noise floor {floor:.2%}: {comparison.calibrated_by})"
@@ -170,6 +172,14 @@ def text_report(script: Path, outcome: Outcome) -> list[str]:
             f"   gap {gap}",
         )
     )
+    if comparison.matched:
+        lines.append(
+            row(
+                "FP32, AMP's skips",
+                ["", _loss(comparison.mean_last_loss(comparison.matched))],
+                f"   {comparison.matched_run}: parity's reference",
+            )
+        )
     lines.append(row("skipped steps", [str(runs[0]["skipped_steps"]) for _, runs in columns]))
     curves = sparklines([runs[0]["losses"] for _, runs in columns])
     for (name, _), curve in zip(columns, curves):
@@ -181,7 +191,9 @@ def text_report(script: Path, outcome: Outcome) -> list[str]:
         row(
             "updates within band",
             ["", f"{inside} of {compared}"],
-            f"   band {1 / band:.3g}x-{band:.3g}x of the baseline's gradients and updates",
+            f"   band {1 / band:.3g}x-{band:.3g}x of the "
+            + ("FP32 run's (AMP's skips)" if comparison.matched else "baseline's")
+            + " gradients and updates",
         )
     )
     lines.append("")

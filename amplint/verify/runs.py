@@ -25,6 +25,7 @@ from amplint.verify.compare import (
     active_autocast,
     inactive_amp,
     slowest_median,
+    untrained,
 )
 from amplint.verify.harness import HARNESS_ERROR, NEEDS_TORCH
 from amplint.verify.rewrite import Rewrite, listed, rewritten, unrewritten_imports
@@ -302,6 +303,22 @@ def verify(request: Request, progress: Progress | None = None) -> Outcome:
                 ),
                 "an FP32 run with another seed",
             )
+        # Loss and update parity hold the AMP run to an FP32 run that skips
+        # the steps its GradScaler skipped: a skipped step changes what
+        # follows (RMSprop's first update is as large as any; a GAN's critic
+        # one update behind moves the generator's losses), which is neither a
+        # divergence nor a thing a divergence may hide behind.
+        matched: list[dict] = []
+        plan = amp[0].get("skipped_calls") or {}
+        if plan and untrained(amp[0], baseline[0]) is None:
+            matched = run_child(
+                "FP32 skipping the same steps",
+                rewrite.original,
+                request,
+                progress,
+                workdir,
+                harness_options=["--skip-steps", json.dumps(plan)],
+            )
         repeats = _repeated(request, rewrite, progress, workdir, bool(tf32), [baseline, amp, tf32])
     fixable, _ = unrewritten_imports(
         request.script, request.settings, request.unsafe, rewrite.covered
@@ -336,6 +353,7 @@ def verify(request: Request, progress: Progress | None = None) -> Outcome:
         repeats,
         request.batch_size,
         request.seq_len,
+        matched,
     )
     notes += _warnings(request, comparison, baseline[0])
     device = baseline[0]["device"] if device_type == "cuda" else device_type
