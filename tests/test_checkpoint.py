@@ -364,3 +364,95 @@ def test_a_conditional_optimizer_state_is_mirrored_for_the_scaler() -> None:
     result = fixed(source)
     assert '"scaler": None if final_epoch else scaler.state_dict()}' in result
     assert "AMP109" not in codes_of(result)
+
+
+TRAINER = """
+from typing import Optional, Union
+
+import torch
+
+
+class Trainer:
+{attribute}
+    def __init__(self, model, optimizer, use_amp=False{parameter}):
+        self.model = model
+        self.optimizer = optimizer
+{binding}
+        if use_amp:
+            self._scaler = torch.amp.GradScaler("cpu")
+
+    def train_step(self, x, y):
+        self.optimizer.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self._scaler is not None):
+            loss = torch.nn.functional.mse_loss(self.model(x), y)
+        if self._scaler is not None:
+            self._scaler.scale(loss).backward()
+            self._scaler.step(self.optimizer)
+            self._scaler.update()
+        else:
+            loss.backward()
+            self.optimizer.step()
+        return loss.item()
+
+    def save(self, path):
+        torch.save({{"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}}, path)
+
+
+def main(path, use_amp):
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1)
+    trainer = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), use_amp)
+    trainer.train_step(torch.randn(8, 4), torch.randn(8, 1))
+    trainer.save(path)
+"""
+
+# Every spelling of "the scaler may be None" (issue 60: the annotated ones
+# got an unguarded `self._scaler.state_dict()`, and every run without AMP
+# crashed at its first checkpoint).
+OPTIONAL_SCALERS = {
+    "plain None": ("", "", "        self._scaler = None"),
+    "Optional[...]": ("", "", "        self._scaler: Optional[torch.amp.GradScaler] = None"),
+    "typing.Optional": ("", "", "        self._scaler: typing.Optional[torch.amp.GradScaler] = None"),
+    "X | None": ("", "", "        self._scaler: torch.amp.GradScaler | None = None"),
+    "Union[X, None]": ("", "", "        self._scaler: Union[torch.amp.GradScaler, None] = None"),
+    "string annotation": ("", "", '        self._scaler: "Optional[torch.amp.GradScaler]" = None'),
+    "class attribute": ("    _scaler: Optional[torch.amp.GradScaler] = None\n", "", "        pass"),
+    "plain class attribute": ("    _scaler = None\n", "", "        pass"),
+    "parameter defaulting to None": ("", ", scaler=None", "        self._scaler = scaler"),
+    "annotated parameter": (
+        "",
+        ", scaler: Optional[torch.amp.GradScaler] = None",
+        "        self._scaler = scaler",
+    ),
+}
+
+
+@pytest.mark.parametrize("spelling", OPTIONAL_SCALERS)
+def test_a_scaler_that_may_be_none_is_guarded_however_it_is_spelled(spelling, tmp_path) -> None:
+    """One class, every spelling: the checkpoint's scaler entry is guarded, and
+    the rewrite runs, with AMP off (the default) and on, saving the state."""
+    attribute, parameter, binding = OPTIONAL_SCALERS[spelling]
+    source = dedent(TRAINER).format(attribute=attribute, parameter=parameter, binding=binding)
+    if "typing.Optional" in source:
+        source = source.replace("from typing import", "import typing\nfrom typing import")
+    result = fixed(source)
+    assert (
+        '"scaler": self._scaler.state_dict() if self._scaler is not None else None}' in result
+    ), result
+    torch = pytest.importorskip("torch")
+    namespace: dict = {}
+    exec(compile(result, "trainer.py", "exec"), namespace)
+    for use_amp in (False, True):
+        namespace["main"](tmp_path / f"{use_amp}.pt", use_amp)
+        saved = torch.load(tmp_path / f"{use_amp}.pt", weights_only=False)
+        assert (saved["scaler"] is not None) is use_amp
+
+
+def test_a_scaler_that_cannot_be_none_is_saved_unguarded() -> None:
+    """An annotation without None, and a scaler always made: no guard."""
+    source = dedent(TRAINER).format(
+        attribute="",
+        parameter="",
+        binding='        self._scaler: torch.amp.GradScaler = torch.amp.GradScaler("cpu")',
+    )
+    assert '"scaler": self._scaler.state_dict()}' in fixed(source)

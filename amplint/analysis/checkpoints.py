@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from amplint.analysis.imports import dotted_name
+from amplint.analysis.nullable import may_be_none, optional_annotation, optional_parameter
 from amplint.analysis.scopes import Scope, ScopedVisitor
 from amplint.analysis.visitor import Analysis
 from amplint.analysis.statements import calls_in_line, method_name, string_value
@@ -142,17 +143,36 @@ class _CheckpointFinder(ScopedVisitor):
                 self.enclosing[scope] = (parent, self._position)
             for param in (*scope.params.params, *scope.params.kwonly_params):
                 bound[param.name.value] = 0
-                if isinstance(param.default, cst.Name) and param.default.value == "None":
+                if optional_parameter(param):
                     self.optional.setdefault(scope, set()).add(param.name.value)
+
+    def _bind(self, target: cst.BaseExpression, value, annotation=None) -> str | None:
+        """Bind `target` (a name or `self.x`) in the scope; note when it may be
+        None.  Returns the name, None for a target that is not one."""
+        name = dotted_name(target)
+        if name is None:
+            return None
+        self.bound[self.scope].setdefault(name, self._position)
+        optional_here = self.optional.get(self.scope, ())
+        if (
+            may_be_none(value)
+            or optional_annotation(annotation)
+            # `self.scaler = scaler`, the scaler a parameter that may be None
+            or (isinstance(value, cst.Name) and value.value in optional_here)
+        ):
+            self.maybe_none.add(name)
+            if isinstance(self.scope, cst.ClassDef):  # a class attribute: `self.x` too
+                self.maybe_none.add(f"self.{name}")
+        return name
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        self._bind(node.target, node.value, node.annotation)
 
     def visit_Assign(self, node: cst.Assign) -> None:
         for target in node.targets:
-            name = dotted_name(target.target)
-            if name is not None:
-                self.bound[self.scope].setdefault(name, self._position)
-                if _may_be_none(node.value):
-                    self.maybe_none.add(name)
-            elif isinstance(target.target, (cst.Tuple, cst.List)):
+            if self._bind(target.target, node.value) is not None:
+                continue
+            if isinstance(target.target, (cst.Tuple, cst.List)):
                 # `model, optimizer, scaler = build(args)`: a builder's scaler.
                 for element in target.target.elements:
                     unpacked = dotted_name(element.value)
@@ -186,15 +206,6 @@ class _CheckpointFinder(ScopedVisitor):
                 and looks_like_optimizer(dotted_name(call.func.value) or "")
             ):
                 self.resumes.append((node, call, self.scope, self._class(), self._position))
-
-
-def _may_be_none(value: cst.BaseExpression) -> bool:
-    """`None`, or a conditional expression with `None` in an arm."""
-    if isinstance(value, cst.Name):
-        return value.value == "None"
-    if isinstance(value, cst.IfExp):
-        return _may_be_none(value.body) or _may_be_none(value.orelse)
-    return False
 
 
 def checkpoints_analysis(module: cst.Module) -> Analysis[CheckpointScan]:

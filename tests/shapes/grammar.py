@@ -30,8 +30,10 @@ cannot go together):
   expression, as a module global; Adam, AdamW or SGD.
 - checkpoint: none, saved after training, resumed when a file exists,
   saved and resumed by closures nested in `main()`.
-- existing_amp: none, or AMP already there behind a flag that is off
-  (`GradScaler() if use_amp else None`).
+- existing_amp: none, or AMP already there behind a flag that is off, its
+  scaler None unless the flag is on: `GradScaler() if use_amp else None`, or
+  annotated and made under `if use_amp:` (`scaler: Optional[GradScaler] =
+  None`, `scaler: GradScaler | None = None`).
 - text: comments, docstrings and strings that mention AMP words, commented-out
   AMP lines, "n-gram" and "Gram".
 - after: what the step's tensors meet next: `.item()`, NumPy inside the loop,
@@ -86,7 +88,7 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     "optimizer": ("direct", "builder", "conditional", "global"),
     "optimizer_class": ("Adam", "AdamW", "SGD"),
     "checkpoint": ("none", "save", "resume", "nested_closures"),
-    "existing_amp": ("none", "optional_scaler"),
+    "existing_amp": ("none", "optional_scaler", "annotated_scaler", "union_scaler"),
     "text": ("none", "amp_comments", "gram_words", "amp_strings"),
     "after": ("none", "item", "numpy_in_loop", "numpy_after"),
     "phases": ("one", "two"),
@@ -481,6 +483,8 @@ class _Renderer:
         imports = ["import os"] if shape.checkpoint != "none" or shape.precision == "apex_beside" else []
         if shape.after in ("numpy_in_loop", "numpy_after"):
             imports.append("import numpy as np")
+        if shape.existing_amp == "annotated_scaler":
+            imports.append("from typing import Optional")
         imports += ["import torch", "import torch.nn as nn", "import torch.nn.functional as F"]
         head = f'"""{doc}"""\n\n' + "\n".join(imports) + "\n\n"
         if shape.precision.startswith("apex"):
@@ -602,7 +606,7 @@ class _Renderer:
             return "for epoch in range(EPOCHS):\n    for x, y in loader:\n" + _indent(body, 2)
         guard = "(i + 1) % 2 == 0" if shape.guard != "none" else None
         head = "running_loss = 0.0\n" if shape.after == "item" else ""
-        if shape.existing_amp == "optional_scaler":
+        if shape.existing_amp != "none":
             return head + self._flagged_amp_loop(loss)
         step = "x, y = x.to(device), y.to(device)\n" + self.classifier_step(
             "model", "optimizer", loss, guard
@@ -611,7 +615,13 @@ class _Renderer:
         return head + "for epoch in range(EPOCHS):\n" + _indent(loop + _indent(step, 1), 1)
 
     def _flagged_amp_loop(self, loss: str) -> str:
-        scaler = 'scaler = torch.amp.GradScaler("cuda") if use_amp else None\n'
+        scaler = {
+            "optional_scaler": 'scaler = torch.amp.GradScaler("cuda") if use_amp else None\n',
+            "annotated_scaler": "scaler: Optional[torch.amp.GradScaler] = None\n",
+            "union_scaler": "scaler: torch.amp.GradScaler | None = None\n",
+        }[self.shape.existing_amp]
+        if self.shape.existing_amp != "optional_scaler":
+            scaler += 'if use_amp:\n    scaler = torch.amp.GradScaler("cuda")\n'
         step = "x, y = x.to(device), y.to(device)\n"
         step += "with torch.autocast(device.type, enabled=use_amp):\n"
         step += f"    {loss} = F.cross_entropy(model(x), y)\n"
