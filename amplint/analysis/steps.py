@@ -375,13 +375,20 @@ class _StepFinder(ScopedVisitor):
         return self.imports.resolve(node, self.scope)
 
     def _is_optimizer(self, receiver: cst.BaseExpression) -> bool:
+        if isinstance(receiver, cst.Subscript):  # `optims["d"]`, `self.optimizers[0]`
+            return _constant_key(receiver) and self._is_optimizer(receiver.value)
         name = dotted_name(receiver)
         if name is None:
             return False
         last = name.rsplit(".", 1)[-1]
         if SCHEDULER_NAME.search(last) or name in self.roles.schedulers:
             return False
-        return name in self.roles.names or bool(OPTIMIZER_NAME.search(last))
+        if name in self.roles.names or OPTIMIZER_NAME.search(last):
+            return True
+        # `optims.discriminator`, `self.optimizers.gen`: a namespace of optimizers
+        # (Munch, SimpleNamespace), each named for its network.
+        parts = name.split(".")
+        return len(parts) > 1 and "optim" in parts[-2].lower()
 
     def _hands_over_gradients(self, call: cst.Call) -> bool:
         """Whether `call` is given what holds gradients (an optimizer, an
@@ -1131,6 +1138,13 @@ class _LoopFinder(Visitor):
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
         return False
+
+
+def _constant_key(subscript: cst.Subscript) -> bool:
+    """`x["d"]`, `x[0]`: one element, by a key the code spells out."""
+    if len(subscript.slice) != 1 or not isinstance(subscript.slice[0].slice, cst.Index):
+        return False
+    return isinstance(subscript.slice[0].slice.value, (cst.SimpleString, cst.Integer))
 
 
 def looks_like_optimizer(name: str) -> bool:

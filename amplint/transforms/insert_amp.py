@@ -482,7 +482,9 @@ class InsertAmp:
         last statement binding one of them before the step runs there, else
         before the step's outermost loop (or, for a step function, its def)."""
         step = self.step
-        names = {name for name in optimizers if "." not in name}
+        # What binds each optimizer: its name, or the container it is taken
+        # from (`optims` of `optims.d`, `optims["d"]`).
+        names = {root for name in optimizers if (root := _bound_root(name)) is not None}
         if step.function is not None and step.owner is not step.function:
             local = name_use(step.function.body).bound | set(parameter_names(step.function))
             if not names & local:
@@ -532,6 +534,8 @@ class InsertAmp:
             (s, name_use(s).bound) for s in candidates if isinstance(s, cst.SimpleStatementLine)
         ]
         holder = self.facts.imports.parent.get(function)
+        if not names:
+            return f"`{function.name.value}` steps optimizers made where amplint cannot see"
         if any(names & names_bound for _, names_bound in bound):
             # After the optimizer and the device the scaler is made for.
             needed = names | self._device_bound()
@@ -936,3 +940,18 @@ def _unscale_anchor(step: TrainingStep, edit: GradEdit, edits: list[GradEdit]) -
     if conditions and any(not conditions <= step.paths[e.order] for e in later):
         return step.block.body[step.tops[edit.order]]
     return edit.statement
+
+
+def _bound_root(optimizer: str) -> str | None:
+    """The name an optimizer expression starts from when that name is bound
+    in some scope: `optimizer`; `optims` of `optims.d` and `optims["d"]`.
+    None for an attribute of `self`, which the instance holds."""
+    try:
+        node = cst.parse_expression(optimizer)
+    except cst.ParserSyntaxError:
+        return None
+    while isinstance(node, (cst.Attribute, cst.Subscript)):
+        node = node.value
+    if not isinstance(node, cst.Name) or node.value == "self":
+        return None
+    return node.value

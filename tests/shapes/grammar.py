@@ -28,6 +28,9 @@ cannot go together):
   which is no gradient edit.
 - optimizer: how it is made: directly, by a builder, by a conditional
   expression, as a module global; Adam, AdamW or SGD.
+- container: where a GAN keeps its two optimizers: in names of their own, in
+  a dict (`optims["D"].step()`), in a namespace (`optims.D.step()`, StarGAN
+  v2's Munch).
 - checkpoint: none, saved after training, resumed when a file exists,
   saved and resumed by closures nested in `main()`.
 - existing_amp: none, or AMP already there behind a flag that is off, its
@@ -87,6 +90,7 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     ),
     "optimizer": ("direct", "builder", "conditional", "global"),
     "optimizer_class": ("Adam", "AdamW", "SGD"),
+    "container": ("none", "dict", "namespace"),
     "checkpoint": ("none", "save", "resume", "nested_closures"),
     "existing_amp": ("none", "optional_scaler", "annotated_scaler", "union_scaler"),
     "text": ("none", "amp_comments", "gram_words", "amp_strings"),
@@ -106,6 +110,7 @@ class Shape:
     touch: str = "none"
     optimizer: str = "direct"
     optimizer_class: str = "Adam"
+    container: str = "none"
     checkpoint: str = "none"
     existing_amp: str = "none"
     text: str = "none"
@@ -131,6 +136,8 @@ class Shape:
             found.append("notebook cells hold top-level code")
         if self.optimizer == "global" and not (in_main or self.placement == "top_level"):
             found.append("a trainer class keeps its optimizer as an attribute")
+        if self.container != "none" and self.placement != "gan":
+            found.append("only the GAN idiom keeps its optimizers in a container")
         if self.existing_amp != "none" and self.placement not in ("loop", "top_level"):
             found.append("the flagged AMP idiom is written in a plain loop")
         if self.existing_amp != "none" and (self.guard != "none" or self.twin != "none"):
@@ -485,6 +492,8 @@ class _Renderer:
             imports.append("import numpy as np")
         if shape.existing_amp == "annotated_scaler":
             imports.append("from typing import Optional")
+        if shape.container == "namespace":
+            imports.append("import types")
         imports += ["import torch", "import torch.nn as nn", "import torch.nn.functional as F"]
         head = f'"""{doc}"""\n\n' + "\n".join(imports) + "\n\n"
         if shape.precision.startswith("apex"):
@@ -819,7 +828,34 @@ class _Renderer:
             body += '    print("sample mean", np.mean(samples))\n'
         if shape.after == "numpy_in_loop":
             body += 'print("mean fake", float(np.mean(seen)))\n'
-        return "def main():\n" + _indent(body, 1) + '\n\nif __name__ == "__main__":\n    main()\n'
+        return "def main():\n" + _indent(self._contained(body), 1) + (
+            '\n\nif __name__ == "__main__":\n    main()\n'
+        )
+
+    def _contained(self, body: str) -> str:
+        """The GAN's body with its optimizers kept in the shape's container."""
+        container = self.shape.container
+        if container == "none":
+            return body
+        lines = body.splitlines(keepends=True)
+        made = [line for line in lines if line.startswith(("optimizer_G = ", "optimizer_D = "))]
+        # "optimizer_G = torch.optim.Adam(...)" -> {"G": "torch.optim.Adam(...)"}
+        values = {line[len("optimizer_")] : line.split(" = ", 1)[1].strip() for line in made}
+        if container == "dict":
+            creation = "optims = {" + ", ".join(f'"{k}": {v}' for k, v in values.items()) + "}\n"
+            spelled = {k: f'optims["{k}"]' for k in values}
+        else:
+            creation = (
+                "optims = types.SimpleNamespace("
+                + ", ".join(f"{k}={v}" for k, v in values.items())
+                + ")\n"
+            )
+            spelled = {k: f"optims.{k}" for k in values}
+        text = "".join(line for line in lines if line not in made[1:])
+        text = text.replace(made[0], creation)
+        for key, expression in spelled.items():
+            text = text.replace(f"optimizer_{key}", expression)
+        return text
 
     def _gan_losses(self) -> tuple[str, str]:
         """The critic's loss and the generator's, as statements."""
