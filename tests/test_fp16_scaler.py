@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers import codes_of, dedent, fixed
+from tests.helpers import codes_of, dedent, findings_of, fixed
 
 TEMPLATE = """
 import torch
@@ -115,3 +115,70 @@ def test_under_fsdp_the_scaler_is_sharded() -> None:
     flat = " ".join(result.split())
     assert 'ShardedGradScaler("cuda") if torch.distributed.is_initialized() else' in flat
     assert fixed(result) == result
+
+
+WARMUP_THEN_SCALED = """
+import torch
+
+model = torch.nn.Linear(4, 1).cuda()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = [(torch.randn(8, 4), torch.randn(8, 1))]
+
+for x, y in loader:
+    with torch.autocast("cuda"):
+        loss = torch.nn.functional.mse_loss(model(x.cuda()), y.cuda())
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+{between}
+scaler = torch.amp.GradScaler("cuda")
+for x, y in loader:
+    with torch.autocast("cuda"):
+        loss = torch.nn.functional.mse_loss(model(x.cuda()), y.cuda())
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad()
+"""
+
+
+def test_a_scaler_made_after_the_loop_does_not_scale_it() -> None:
+    """A name bound later does not exist earlier: the first phase backpropagates
+    float16 unscaled, whatever the second phase does (issue 60)."""
+    source = dedent(WARMUP_THEN_SCALED).format(between="")
+    findings = [d for d in findings_of(source) if d.code == "AMP106"]
+    assert [d.span.line for d in findings] == [10]
+    result = fixed(source)
+    assert "grad_scaler.scale(loss).backward()" in result
+    assert "AMP106" not in codes_of(result) and fixed(result) == result
+
+
+def test_a_scaler_made_after_the_loop_inside_its_function_does_not_scale_it() -> None:
+    body = dedent(WARMUP_THEN_SCALED).format(between="").split("\n", 2)[2]
+    source = "import torch\n\n\ndef main():\n" + "".join(
+        f"    {line}\n" if line else "\n" for line in body.splitlines()
+    )
+    assert "AMP106" in codes_of(source)
+
+
+def test_a_scaler_made_before_the_loop_may_scale_it_where_amplint_cannot_see() -> None:
+    """A scaler named before the loop (or in it, or in another function) may
+    be used by code amplint does not follow: still left alone."""
+    source = dedent(WARMUP_THEN_SCALED).format(between="")
+    scaler_first = source.replace(
+        'scaler = torch.amp.GradScaler("cuda")\n', ""
+    ).replace("loader = [", 'scaler = torch.amp.GradScaler("cuda")\nloader = [')
+    assert "AMP106" not in codes_of(scaler_first)
+
+
+def test_a_scaler_in_a_later_notebook_cell_does_not_scale_an_earlier_one(tmp_path) -> None:
+    from tests.helpers import run_cli
+    from tests.test_notebooks import code_cell, notebook_json
+
+    source = dedent(WARMUP_THEN_SCALED).format(between="")
+    first, second = source.split("scaler = torch.amp.GradScaler", 1)
+    path = tmp_path / "phases.ipynb"
+    cells = [code_cell(first), code_cell("scaler = torch.amp.GradScaler" + second)]
+    path.write_text(notebook_json(cells))
+    result = run_cli("check", "--no-cache", path)
+    assert "AMP106" in result.stdout

@@ -333,7 +333,9 @@ class ModuleFacts:
 
     @cached_property
     def unscaled_float16(self) -> list[UnscaledFloat16]:
-        return find_unscaled_float16(self.training_steps.steps, self.imports, self.code_text)
+        return find_unscaled_float16(
+            self.training_steps.steps, self.imports, self.code_text, self.span
+        )
 
     @cached_property
     def losses_outside_autocast(self) -> list[LossOutsideAutocast]:

@@ -9,8 +9,9 @@ a device or dtype held in a variable is chosen at run time and not guessed at.
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import libcst as cst
 
@@ -20,6 +21,7 @@ from amplint.analysis.statements import calls_in_line, method_name, name_use
 from amplint.analysis.forward import DATA_FUNCTIONS, DATA_METHODS
 from amplint.analysis.steps import TrainingStep
 from amplint.analysis.visitor import Visitor
+from amplint.diagnostics import Span
 
 FLOAT16 = {"torch.float16", "torch.half"}
 
@@ -100,14 +102,21 @@ class UnscaledFloat16:
 
 
 def find_unscaled_float16(
-    steps: list[TrainingStep], imports: ImportMap, text: str
+    steps: list[TrainingStep],
+    imports: ImportMap,
+    text: str,
+    span: Callable[[cst.CSTNode], Span],
 ) -> list[UnscaledFloat16]:
-    if _SCALING.search(text):
-        return []
+    """`text`: the module's code (comments and strings blanked, lines kept);
+    `span`: where a node is in it."""
+    # The lines that name a loss scaler, by any name.
+    scaling = [number for number, line in enumerate(text.splitlines(), 1) if _SCALING.search(line)]
     found = []
     for step in steps:
         if not step.backwards or any(s.has_closure or s.scaler for s in step.steps):
             continue
+        if any(line not in _bound_after(step, span) for line in scaling):
+            continue  # a scaler the step may use where amplint cannot see it
         for region in step_regions(step, imports):
             if selects_cuda_float16(region, imports, step.enclosing_scope) and any(
                 region.order < b.order and not step.exclusive(region.order, b.order)
@@ -116,6 +125,17 @@ def find_unscaled_float16(
                 found.append(UnscaledFloat16(step, region))
                 break
     return found
+
+
+def _bound_after(step: TrainingStep, span: Callable[[cst.CSTNode], Span]) -> range:
+    """The lines after the step's loop to the end of its scope (the function,
+    or the module: a script's rest, a notebook's later cells): a scaler named
+    only there is made after the loop has run, and scales nothing in it."""
+    if step.outermost_loop is None:
+        return range(0)
+    scope = step.function
+    end = span(scope).end_line if scope is not None else sys.maxsize
+    return range(span(step.outermost_loop).end_line + 1, end + 1)
 
 
 # Calls that cast on purpose: a loss computed on `outputs.float()` runs in
