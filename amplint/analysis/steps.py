@@ -107,7 +107,11 @@ FRAMEWORK_SWITCH = "the Accelerator made here decides the precision"
 # two arms of one test.  The FP32 one is the run the author chose for when AMP
 # is off (a tutorial's "default precision" baseline).
 AMP_TWIN = "the function called when AMP is off, beside its mixed-precision twin"
-SILENT_SKIPS = (ALREADY_AMP, NO_FORWARD, AMP_RELATIVE, FRAMEWORK_SWITCH, AMP_TWIN)
+# PyTorch's AMP recipe times "Default precision", then the same loop with
+# autocast and a GradScaler: the first is the baseline the second is measured
+# against, and rewriting it would time AMP against AMP.
+AMP_TWIN_LOOP = "an FP32 loop beside its mixed-precision twin, the baseline it is compared with"
+SILENT_SKIPS = (ALREADY_AMP, NO_FORWARD, AMP_RELATIVE, FRAMEWORK_SWITCH, AMP_TWIN, AMP_TWIN_LOOP)
 # A loss multiplied by a scale of the script's own (`loss * scaler.loss_scale`,
 # `loss * 2 ** self.lg_loss_scale`): loss scaling written by hand.
 _HAND_SCALED_LOSS = re.compile(r"\*\s*(?:[\w.]*\.)?\w*loss_scale\b|\b\w*loss_scale\s*\*")
@@ -1256,6 +1260,7 @@ def _mark_amp_twins(module: cst.Module, steps: list[TrainingStep]) -> None:
     same optimizer that is mixed precision already.  Decided from calls the
     user wrote: a fix never adds such a test, so the fix rounds, which see a
     loop amplint rewrote beside one it has yet to rewrite, decide the same."""
+    _mark_amp_twin_loops(steps)
     amp = [s for s in steps if s.skip == ALREADY_AMP and s.function is not None]
     if not amp:
         return
@@ -1279,6 +1284,44 @@ def _mark_amp_twins(module: cst.Module, steps: list[TrainingStep]) -> None:
             ):
                 step.skip = AMP_TWIN
                 break
+
+
+# Calls every loop makes, which say nothing about what it trains.
+_COMMON_CALLS = frozenset({"print", "range", "enumerate", "zip", "len", "iter", "next", "float"})
+
+
+def _mark_amp_twin_loops(steps: list[TrainingStep]) -> None:
+    """Skip, as AMP_TWIN_LOOP, each FP32 loop of a scope that holds another
+    loop stepping the same optimizer (by name) with mixed precision already,
+    and calling every function and model the FP32 loop calls: the same
+    training written twice, once as the baseline (PyTorch's AMP recipe)."""
+    amp = [s for s in steps if s.skip == ALREADY_AMP and s.outermost_loop is not None]
+    for step in steps:
+        if step.skip is not None or step.outermost_loop is None:
+            continue
+        calls = _loop_calls(step.outermost_loop)
+        if not calls:
+            continue
+        for other in amp:
+            if (
+                other.function is step.function
+                and other.outermost_loop is not step.outermost_loop
+                and _optimizer_names_of(step) & _optimizer_names_of(other)
+                and calls <= _loop_calls(other.outermost_loop)
+            ):
+                step.skip = AMP_TWIN_LOOP
+                break
+
+
+def _loop_calls(loop: cst.CSTNode) -> set[str]:
+    """What a loop calls by name, or on `self`: its models, losses and helpers
+    (methods of tensors, optimizers and scalers left out)."""
+    return {
+        name
+        for node in descendants(loop)
+        if isinstance(node, cst.Call) and (name := dotted_name(node.func)) is not None
+        if ("." not in name or name.startswith("self.")) and name not in _COMMON_CALLS
+    }
 
 
 def _called_in_arms(module: cst.Module) -> list[tuple[set[str], set[str]]]:

@@ -43,7 +43,9 @@ cannot go together):
   NumPy after training.
 - phases: one training phase, or a second one that makes a new optimizer
   under the same name (fine-tuning at a lower rate).
-- twin: none, or a deliberate FP32 function beside its AMP twin.
+- twin: none, a deliberate FP32 function beside its AMP twin, or an FP32 loop
+  beside its AMP twin in one scope (PyTorch's AMP recipe times "Default
+  precision", then the same loop with autocast and a GradScaler).
 - notebook: a script, or the same code as notebook cells (top level only).
 - precision: who sets the step's precision: nobody (FP32), the program itself
   (a model cast to bfloat16, layers made with `dtype=`, its own `FP16`
@@ -96,7 +98,7 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     "text": ("none", "amp_comments", "gram_words", "amp_strings"),
     "after": ("none", "item", "numpy_in_loop", "numpy_after"),
     "phases": ("one", "two"),
-    "twin": ("none", "fp32_beside_amp"),
+    "twin": ("none", "fp32_beside_amp", "fp32_loop_beside_amp"),
     "notebook": ("no", "yes"),
     "precision": ("fp32", "bf16_cast", "bf16_layers", "own_switch", "apex_beside", "apex_o1"),
     "hazard": ("none", "sigmoid_bce", "log_sigmoid", "ema_buffer"),
@@ -146,6 +148,10 @@ class Shape:
             found.append("a second phase re-runs a plain loop")
         if self.twin != "none" and self.placement not in ("loop", "epoch_function"):
             found.append("twins are functions of a script")
+        if self.twin == "fp32_loop_beside_amp" and (
+            self.placement != "loop" or self.phases != "one"
+        ):
+            found.append("the recipe's twin loops are main()'s only training")
         if self.placement == "gan" and self.touch in ("clipper_object",):
             found.append("the GAN idiom clips its critic in place")
         if (self.precision != "fp32" or self.hazard != "none") and (
@@ -586,6 +592,8 @@ class _Renderer:
         """The loop (or the calls) that trains in main()."""
         shape = self.shape
         loss = "loss" if not second else "finetune_loss"
+        if shape.twin == "fp32_loop_beside_amp":
+            return self._twin_loops()
         if shape.twin != "none":
             self._twin_functions()
             return (
@@ -662,6 +670,25 @@ class _Renderer:
             code += f"def train_one_epoch({params}):\n" + _indent(body, 1) + "\n\n"
         code += "".join(self.twins)
         return code
+
+    def _twin_loops(self) -> str:
+        """The FP32 loop, then its AMP twin, in one scope (the AMP recipe)."""
+        self.twin_backwards.append("fp32_loss.backward()")
+        fp32 = "for epoch in range(EPOCHS):\n    for x, y in loader:\n"
+        fp32 += "        x, y = x.to(device), y.to(device)\n"
+        fp32 += "        fp32_loss = F.cross_entropy(model(x), y)\n"
+        fp32 += "        fp32_loss.backward()\n"
+        fp32 += "        optimizer.step()\n        optimizer.zero_grad()\n"
+        fp32 += 'print("default precision done")\n'
+        amp = 'scaler = torch.amp.GradScaler("cuda")\n'
+        amp += "for epoch in range(EPOCHS):\n    for x, y in loader:\n"
+        amp += "        x, y = x.to(device), y.to(device)\n"
+        amp += '        with torch.autocast("cuda", dtype=torch.float16):\n'
+        amp += "            amp_loss = F.cross_entropy(model(x), y)\n"
+        amp += "        scaler.scale(amp_loss).backward()\n"
+        amp += "        scaler.step(optimizer)\n        scaler.update()\n"
+        amp += "        optimizer.zero_grad()\n"
+        return fp32 + amp
 
     def _twin_functions(self) -> None:
         """A deliberate FP32 function beside its AMP twin (a tutorial's
