@@ -1576,6 +1576,49 @@ def test_numpy_in_the_forward_pass_declines_bfloat16_only() -> None:
     assert "torch.autocast(" in fixed(source)  # float16: NumPy holds it
 
 
+RETURNS_ATTENTION = dedent("""
+    import torch
+    import torch.nn.functional as F
+
+
+    def train(model, loader, optimizer):
+        attention = None
+        for x, y in loader:
+            logits, attention = model(x.cuda())
+            loss = F.cross_entropy(logits, y.cuda())
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        return attention
+
+
+    def main(model, loader, plot):
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        attention = train(model, loader, optimizer)
+        plot(attention[0].detach().cpu().numpy())
+    """)
+
+
+def test_a_forward_value_returned_to_numpy_declines_bfloat16_only() -> None:
+    """A tutorial returns its attention maps from the training function and
+    plots them after training: under bfloat16 autocast they are bfloat16,
+    which `.numpy()` refuses (issue 60).  float16 NumPy holds."""
+    (message,) = _messages(RETURNS_ATTENTION, Settings(dtype="bfloat16"))
+    assert message.endswith(
+        "`attention`, which the forward pass computes, leaves `train` (it returns it) as "
+        "bfloat16 under autocast, and the module hands tensors to NumPy "
+        "(`attention[0].detach().cpu().numpy()`), which cannot hold bfloat16: return "
+        "`attention.float()`, or use `--dtype float16`"
+    )
+    assert "torch.autocast(" in fixed(RETURNS_ATTENTION)
+    # Returning the loss (float32 under autocast), or no NumPy at all: no decline.
+    for harmless in (
+        RETURNS_ATTENTION.replace("return attention", "return loss.item()"),
+        RETURNS_ATTENTION.replace(".detach().cpu().numpy()", ""),
+    ):
+        assert "torch.autocast(" in fixed(harmless, Settings(dtype="bfloat16"))
+
+
 FORWARD_BEFORE_ARMS = dedent("""
     import torch
     import torch.nn.functional as F

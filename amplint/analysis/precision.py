@@ -33,7 +33,7 @@ from amplint.analysis.code_text import code_only
 from amplint.analysis.imports import ImportMap, dotted_name
 from amplint.analysis.scopes import ScopedVisitor
 from amplint.analysis.statements import method_name, name_use
-from amplint.analysis.visitor import Visitor
+from amplint.analysis.visitor import Visitor, descendants, holds
 
 if TYPE_CHECKING:
     from amplint.analysis import ModuleFacts
@@ -780,13 +780,46 @@ def bfloat16_obstacle(step: TrainingStep, facts: ModuleFacts) -> str | None:
     """What cannot take the bfloat16 a forward pass computes under autocast,
     as one line; None where nothing is seen."""
     numpy = _numpy_of_forward(step)
+    if numpy is not None:
+        return (
+            f"`{facts.module.code_for_node(numpy)}` hands NumPy a tensor the forward pass "
+            "computes, which is bfloat16 under autocast and NumPy cannot hold: call "
+            "`.float()` before `.numpy()`, or use `--dtype float16`"
+        )
+    leaving = _forward_value_returned(step)
+    if leaving is None or step.function is None:
+        return None
+    numpy = next(
+        (call for call in _NumpyCalls.of(facts.module) if not holds(step.block, call)), None
+    )
     if numpy is None:
         return None
     return (
-        f"`{facts.module.code_for_node(numpy)}` hands NumPy a tensor the forward pass "
-        "computes, which is bfloat16 under autocast and NumPy cannot hold: call "
-        "`.float()` before `.numpy()`, or use `--dtype float16`"
+        f"`{leaving}`, which the forward pass computes, leaves `{step.function.name.value}` "
+        "(it returns it) as bfloat16 under autocast, and the module hands tensors to NumPy "
+        f"(`{facts.module.code_for_node(numpy)}`), which cannot hold bfloat16: return "
+        f"`{leaving}.float()`, or use `--dtype float16`"
     )
+
+
+def _forward_value_returned(step: TrainingStep) -> str | None:
+    """A name a forward region binds, other than the loss, that the step's
+    function returns (`return attention`, `return logits, attention`): a
+    tensor that leaves the training in autocast's dtype."""
+    if step.function is None:
+        return None
+    computed: set[str] = set()
+    for region in step.regions:
+        for statement in region.statements:
+            computed |= name_use(statement).bound
+    for backward in step.backwards:
+        computed -= name_use(backward.loss).read
+    for node in descendants(step.function.body):
+        if isinstance(node, cst.Return) and node.value is not None:
+            returned = sorted(name_use(node.value).read & computed)
+            if returned:
+                return returned[0]
+    return None
 
 
 def _numpy_of_forward(step: TrainingStep) -> cst.Call | None:
@@ -812,6 +845,12 @@ def _numpy_of_forward(step: TrainingStep) -> cst.Call | None:
 class _NumpyCalls(Visitor):
     def __init__(self) -> None:
         self.calls: list[cst.Call] = []
+
+    @classmethod
+    def of(cls, node: cst.CSTNode) -> list[cst.Call]:
+        finder = cls()
+        finder.walk(node)
+        return finder.calls
 
     def visit_Call(self, node: cst.Call) -> None:
         if method_name(node) == "numpy":

@@ -40,7 +40,8 @@ cannot go together):
 - text: comments, docstrings and strings that mention AMP words, commented-out
   AMP lines, "n-gram" and "Gram".
 - after: what the step's tensors meet next: `.item()`, NumPy inside the loop,
-  NumPy after training.
+  NumPy after training, NumPy in the caller of an epoch function that returns
+  its last outputs (a tutorial's attention maps, plotted after training).
 - phases: one training phase, or a second one that makes a new optimizer
   under the same name (fine-tuning at a lower rate).
 - twin: none, a deliberate FP32 function beside its AMP twin, or an FP32 loop
@@ -96,7 +97,7 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     "checkpoint": ("none", "save", "resume", "nested_closures"),
     "existing_amp": ("none", "optional_scaler", "annotated_scaler", "union_scaler"),
     "text": ("none", "amp_comments", "gram_words", "amp_strings"),
-    "after": ("none", "item", "numpy_in_loop", "numpy_after"),
+    "after": ("none", "item", "numpy_in_loop", "numpy_after", "numpy_returned"),
     "phases": ("one", "two"),
     "twin": ("none", "fp32_beside_amp", "fp32_loop_beside_amp"),
     "notebook": ("no", "yes"),
@@ -148,6 +149,10 @@ class Shape:
             found.append("a second phase re-runs a plain loop")
         if self.twin != "none" and self.placement not in ("loop", "epoch_function"):
             found.append("twins are functions of a script")
+        if self.after == "numpy_returned" and (
+            self.placement != "epoch_function" or self.twin != "none"
+        ):
+            found.append("only an epoch function returns its outputs")
         if self.twin == "fp32_loop_beside_amp" and (
             self.placement != "loop" or self.phases != "one"
         ):
@@ -158,7 +163,9 @@ class Shape:
             self.existing_amp != "none" or self.twin != "none"
         ):
             found.append("one precision idiom at a time")
-        if self.bfloat16_model and (self.placement == "gan" or self.after == "numpy_in_loop"):
+        if self.bfloat16_model and (
+            self.placement == "gan" or self.after in ("numpy_in_loop", "numpy_returned")
+        ):
             found.append("a bfloat16 model's outputs go to NumPy or meet float32 noise")
         if self.precision.startswith("apex") and (
             self.placement not in ("loop", "epoch_function", "inner_accumulation", "top_level")
@@ -494,7 +501,7 @@ class _Renderer:
             "amp_strings": "A small classifier; prints whether AMP is on.",
         }[shape.text]
         imports = ["import os"] if shape.checkpoint != "none" or shape.precision == "apex_beside" else []
-        if shape.after in ("numpy_in_loop", "numpy_after"):
+        if shape.after in ("numpy_in_loop", "numpy_after", "numpy_returned"):
             imports.append("import numpy as np")
         if shape.existing_amp == "annotated_scaler":
             imports.append("from typing import Optional")
@@ -606,6 +613,11 @@ class _Renderer:
             call += ", clipper" if shape.touch == "clipper_object" else ""
             call += ", seen" if shape.after == "numpy_in_loop" else ""
             call += ")"
+            if shape.after == "numpy_returned":
+                return (
+                    f"for epoch in range(EPOCHS):\n    last = {call}\n"
+                    'print("last outputs", np.mean(last.detach().cpu().numpy()))\n'
+                )
             return f"for epoch in range(EPOCHS):\n    {call}\n"
         if placement == "inner_accumulation":
             body = "x, y = x.to(device), y.to(device)\n"
@@ -667,6 +679,7 @@ class _Renderer:
             body += "log = []\n" if shape.text == "amp_strings" else ""
             body += loop + _indent(step, 1)
             body += "return running_loss\n" if shape.after == "item" else ""
+            body += "return output\n" if shape.after == "numpy_returned" else ""
             code += f"def train_one_epoch({params}):\n" + _indent(body, 1) + "\n\n"
         code += "".join(self.twins)
         return code
