@@ -307,8 +307,12 @@ def _apex_amp(clues: SourceClues) -> bool:
 
 
 def _apex_other(clues: SourceClues) -> bool:
+    # `amp`: an import of apex.amp that nothing uses is AMP204's.
     return clues.mentions("apex") and (
-        clues.may_use("parallel") or clues.may_use("fp16_utils") or clues.mentions("_amp_state")
+        clues.may_use("parallel")
+        or clues.may_use("fp16_utils")
+        or clues.mentions("_amp_state")
+        or clues.may_use("amp")
     )
 
 

@@ -24,7 +24,16 @@ from amplint.analysis.imports import ImportMap
 from amplint.config import Settings
 from amplint.diagnostics import Applicability
 from amplint.engine import fix_text, lint_text
-from tests.helpers import ALL, FIXTURES, assert_matches_golden, codes_of, dedent, fixed, run_cli
+from tests.helpers import (
+    ALL,
+    FIXTURES,
+    assert_matches_golden,
+    codes_of,
+    dedent,
+    findings_of,
+    fixed,
+    run_cli,
+)
 
 SCRIPTS = sorted((FIXTURES / "apex").glob("*.py"))
 EXPECTED = FIXTURES / "apex" / "expected"
@@ -2166,3 +2175,81 @@ def test_a_def_nested_in_a_builder_keeps_its_own_return() -> None:
     migrated = fixed(text)
     assert '        return "sgd"\n' in migrated
     assert "    return model, optimizer, scaler\n" in migrated
+
+
+def test_every_removed_apex_parallel_member_is_reported() -> None:
+    """All of apex.parallel went in 2025: LARC and create_syncbn_process_group
+    are reported, with what replaces them, beside the rewritten lines, so
+    "0 would remain" is never said of a file that still imports apex.parallel."""
+    source = dedent("""
+        import torch
+        import apex
+        from apex.parallel.LARC import LARC
+        from apex.parallel import DistributedDataParallel as ApexDDP
+
+
+        def build(model, args):
+            optimizer = LARC(torch.optim.SGD(model.parameters(), lr=0.1))
+            group = apex.parallel.create_syncbn_process_group(args.group_size)
+            model = apex.parallel.convert_syncbn_model(model, process_group=group)
+            return ApexDDP(model), optimizer
+        """)
+    messages = [d.message for d in findings_of(source) if d.code == "AMP204"]
+    assert len(messages) == 4
+    assert any(m.startswith("`LARC`: apex.parallel was removed") and "trust_clip" in m for m in messages)
+    assert any("`torch.distributed.new_group(ranks)`" in m for m in messages)
+    result = fixed(source)
+    assert codes_of(result).count("AMP204") == 2  # LARC and the process group remain, said
+
+
+def test_an_unused_apex_amp_import_beside_native_amp_is_removed() -> None:
+    source = dedent("""
+        import torch
+        from apex import amp
+
+
+        def train(model, loader, optimizer, scaler):
+            for x, y in loader:
+                with torch.autocast("cuda"):
+                    loss = model(x, y)
+                scaler.scale(loss).backward()
+                scaler.step(optimizer)
+                scaler.update()
+        """)
+    (finding,) = [d for d in findings_of(source) if d.code == "AMP204"]
+    assert finding.message == (
+        "`amp` is imported from apex.amp, removed from apex in 2025, and nothing uses it: "
+        "the import fails where apex is gone"
+    )
+    result = fixed(source)
+    assert "apex" not in result and fixed(result) == result
+    # A `try` that probes for apex fails as it means to: left alone.
+    probe = source.replace(
+        "from apex import amp\n",
+        "try:\n    from apex import amp\n    HAS_APEX = True\nexcept ImportError:\n    HAS_APEX = False\n",
+    )
+    assert "AMP204" not in codes_of(probe)
+
+
+def test_apex_ddp_imported_in_one_branch_beside_torch_s_is_replaced() -> None:
+    source = dedent("""
+        import torch
+
+        fp16 = True
+        if fp16:
+            from apex.parallel import DistributedDataParallel as DDP
+        else:
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+        def wrap(model):
+            return DDP(model)
+        """)
+    (finding,) = [d for d in findings_of(source) if d.code == "AMP204"]
+    assert "in one branch; the other imports another `DDP`: import torch's in both" in (
+        finding.message
+    )
+    result = fixed(source)
+    assert "apex" not in result
+    assert result.count("from torch.nn.parallel import DistributedDataParallel as DDP") == 2
+    assert codes_of(result) == [] and fixed(result) == result

@@ -3,8 +3,12 @@
 AMP203 migrates ``apex.amp`` to torch.amp, the whole module in one fix (see
 transforms/apex.py for why it cannot be done a line at a time).  AMP204 covers
 the rest of apex's precision and parallel tooling: ``apex.parallel``'s
-DistributedDataParallel and ``convert_syncbn_model`` are rewritten to torch's,
-``apex.fp16_utils`` and apex's private amp state are reported with guidance.
+DistributedDataParallel and ``convert_syncbn_model`` are rewritten to torch's;
+the rest of ``apex.parallel`` (LARC, ``create_syncbn_process_group``),
+``apex.fp16_utils`` and apex's private amp state are reported with guidance; an
+import of a removed module that nothing uses is removed (unless a ``try``
+probes with it), and one in an arm of an ``if`` whose other arm imports
+torch's class becomes torch's.
 Everything else in apex (fused optimizers, normalization kernels) is not mixed
 precision and is left alone.
 """
@@ -21,6 +25,7 @@ from amplint.analysis import ModuleFacts
 from amplint.analysis.apex import (
     APEX_AMP,
     APEX_FP16_UTILS,
+    APEX_PARALLEL,
     ApexUse,
     initializes_for_inference,
     is_private,
@@ -35,7 +40,8 @@ from amplint.selfcheck import UnboundMemo, name_problems, new_name_problems
 from amplint.transforms.apex import ApexMigration, MigrationBlocked, migrate_apex
 from amplint.transforms.apex.common import atom
 from amplint.transforms.edits import apply_edits
-from amplint.transforms.imports import ensure_torch_imported, tidy_apex_imports
+from amplint.analysis.imports import AMBIGUOUS
+from amplint.transforms.imports import ensure_torch_imported, referenced_names, tidy_apex_imports
 
 REMOVED = "removed from apex in 2025"
 
@@ -291,8 +297,74 @@ class ApexOther(Rule):
                     "ask the GradScaler (`scaler.get_scale()`, `scaler.state_dict()`) (not fixed)",
                     span,
                 )
+            elif use.module == APEX_PARALLEL:
+                yield Diagnostic(
+                    self.code,
+                    f"`{spelled}`: apex.parallel was {REMOVED}; "
+                    + _PARALLEL_REPLACEMENTS.get(
+                        use.member.split(".")[-1], "torch.distributed has what it did"
+                    )
+                    + " (not fixed)",
+                    span,
+                )
             # Anything else from apex (fused optimizers, normalization) is not
             # mixed precision and still ships.
+        yield from self._imports(facts)
+
+    def _imports(self, facts: ModuleFacts) -> Iterator[Diagnostic]:
+        """Imports of removed apex modules that no use above reports: a name
+        nothing reads (`from apex import amp` left beside torch.amp), and one
+        bound in one arm of an `if` whose other arm binds torch's (`if fp16:
+        from apex.parallel import DistributedDataParallel as DDP`), where the
+        name means either and no use of it is apex's alone."""
+        removed = [
+            binding
+            for binding in facts.imports.statements
+            if _removed_module(binding.target) is not None
+            and not isinstance(binding.statement.names, cst.ImportStar)
+        ]
+        if not removed:
+            return
+        referenced = referenced_names(facts.module)
+        probes = _tried_imports(facts.module)
+        for binding in removed:
+            module = _removed_module(binding.target)
+            span = facts.span(binding.statement)
+            if id(binding.statement) in probes:
+                continue  # `try: from apex import amp` probes for apex: it fails as meant
+            if binding.name not in referenced.get(binding.scope, set()):
+                edit = Edit(binding.statement, lambda statement: statement)  # the tidying pass removes it
+                yield Diagnostic(
+                    self.code,
+                    f"`{binding.name}` is imported from {module}, {REMOVED}, and nothing "
+                    "uses it: the import fails where apex is gone",
+                    span,
+                    Fix(Applicability.SAFE, "remove the import", (edit,), _PASSES),
+                )
+                continue
+            bound = facts.imports.binding(binding.name, binding.scope)
+            if bound is None or bound.target != AMBIGUOUS:
+                continue  # one meaning: its uses are findings of their own
+            replacement = _TORCH_IMPORTS.get(binding.target)
+            message = (
+                f"`{binding.name}` is imported from {module}, {REMOVED}, in one branch; "
+                f"the other imports another `{binding.name}`"
+            )
+            if replacement is None:
+                yield Diagnostic(self.code, message + " (not fixed)", span)
+                continue
+            new = cst.parse_statement(replacement.format(name=binding.name)).body[0]
+            yield Diagnostic(
+                self.code,
+                f"{message}: import torch's in both",
+                span,
+                Fix(
+                    Applicability.SAFE,
+                    f"-> {replacement.format(name=binding.name)}",
+                    (Edit(binding.statement, lambda _: new),),
+                    _PASSES,
+                ),
+            )
 
     def _fp16_utils_star(
         self, use: ApexUse, spelled: str, span: Span, facts: ModuleFacts
@@ -373,6 +445,49 @@ class ApexOther(Rule):
             Applicability.SAFE, f"-> {replacement}", (Edit(use.call, lambda _: call),), _PASSES
         )
         return Diagnostic(self.code, message, span, fix)
+
+
+# apex's removed modules, which importing now fails on.
+_REMOVED_MODULES = (APEX_AMP, APEX_PARALLEL, APEX_FP16_UTILS)
+# apex.parallel's other members, and what takes their place.
+_PARALLEL_REPLACEMENTS = {
+    "LARC": "torch has no LARC: timm's `Lars(..., trust_clip=True)` clips the same trust "
+    "ratio, or keep a copy of apex's class in the project",
+    "create_syncbn_process_group": "make the groups with `torch.distributed.new_group(ranks)` "
+    "and pass one to `torch.nn.SyncBatchNorm.convert_sync_batchnorm(model, process_group=...)`",
+    "Reducer": "torch.nn.parallel.DistributedDataParallel all-reduces the gradients itself",
+}
+# An apex import and the torch one that binds the same class.
+_TORCH_IMPORTS = {
+    _DDP: "from torch.nn.parallel import DistributedDataParallel as {name}",
+    _SYNCBN: "from torch.nn import SyncBatchNorm as {name}",
+}
+
+
+def _removed_module(target: str) -> str | None:
+    """The removed apex module `target` lies in, or None."""
+    return next(
+        (module for module in _REMOVED_MODULES if target == module or target.startswith(module + ".")),
+        None,
+    )
+
+
+def _tried_imports(module: cst.Module) -> set[int]:
+    """The ids of the import statements in the body of a `try`."""
+    found: set[int] = set()
+
+    class Finder(cst.CSTVisitor):
+        def visit_Try(self, node: cst.Try) -> None:
+            for statement in node.body.body:
+                if isinstance(statement, cst.SimpleStatementLine):
+                    found.update(
+                        id(small)
+                        for small in statement.body
+                        if isinstance(small, (cst.Import, cst.ImportFrom))
+                    )
+
+    module.visit(Finder())
+    return found
 
 
 def _torch_name(use: ApexUse, facts: ModuleFacts) -> str:

@@ -197,6 +197,14 @@ def local_name(alias: cst.ImportAlias) -> str | None:
 IMPORT_ERRORS = {"ImportError", "ModuleNotFoundError"}
 
 
+def referenced_names(module: cst.Module) -> dict[Scope, set[str]]:
+    """The names each scope (and the scopes nested in it) reads or writes,
+    imports left out."""
+    referenced = _ReferencedNames()
+    referenced.walk(module)
+    return referenced.by_scope
+
+
 def tidy_apex_imports(module: cst.Module) -> cst.Module:
     return _tidy_unused_imports(module, lambda binding: is_apex(binding.target))
 
