@@ -135,7 +135,10 @@ EXPECTED = {
         "set=bf16 forward=torch.bfloat16",
     ),
     "lightning": ('precision="bf16-mixed"', "set=bf16-mixed forward=torch.bfloat16"),
-    "fabric": ('precision="bf16-mixed"', "set=bf16-mixed forward=torch.bfloat16"),
+    "fabric": (
+        'precision=os.environ.get("LT_PRECISION", "bf16-mixed")',
+        "set=bf16-mixed forward=torch.bfloat16",
+    ),
     "transformers": ("bf16=True", "set=True forward=torch.bfloat16"),
 }
 
@@ -219,6 +222,33 @@ def test_the_accelerate_fix_keeps_what_the_launcher_and_its_config_choose(
     )
     script.write_text(literal)
     assert _run(script, tmp_path, flag, env) == "set=bf16 forward=torch.bfloat16"
+
+
+def test_fabric_s_fix_keeps_the_precision_fabric_run_asks_for(tmp_path: Path) -> None:
+    """`fabric run --precision X` hands X over in LT_PRECISION (with
+    LT_CLI_USED=1), and Fabric raises on a `precision=` that differs ("conflicts
+    with the value ... set through the CLI"): the fix reads it first, so the
+    launcher still decides and a plain run trains in mixed precision."""
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPTS["fabric"].format(tiny=TINY))
+    result = run_cli("fix", "--apply", "--device-type", "cpu", "--dtype", "bfloat16", script)
+    assert result.exit_code == 0, result.output
+    env = {key: value for key, value in os.environ.items() if not key.startswith("LT_")}
+    assert _run(script, tmp_path, env=env) == "set=bf16-mixed forward=torch.bfloat16"
+    launched = {**env, "LT_CLI_USED": "1", "LT_PRECISION": "32-true"}
+    assert _run(script, tmp_path, env=launched) == "set=32-true forward=torch.float32"
+    # What the fix avoids: a literal argument the launcher's conflicts with.
+    literal = script.read_text().replace('os.environ.get("LT_PRECISION", "bf16-mixed")', '"bf16-mixed"')
+    script.write_text(literal)
+    refused = subprocess.run(
+        [sys.executable, script.name, str(tmp_path / "out")],
+        cwd=script.parent,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=launched,
+    )
+    assert refused.returncode != 0 and "set through the CLI" in refused.stderr
 
 
 @pytest.mark.parametrize("framework", sorted(SCRIPTS))

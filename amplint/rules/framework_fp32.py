@@ -44,6 +44,8 @@ NUMERICS_NOTE = "changes the numerics of training"
 # What `accelerate launch` sets from its `--mixed_precision` flag or the config it
 # reads, and what an Accelerator not given `mixed_precision` trains in.
 _ACCELERATE_LAUNCHED = "ACCELERATE_MIXED_PRECISION"
+# What `fabric run --precision` sets for the processes it starts (lightning/fabric/cli.py).
+_FABRIC_LAUNCHED = "LT_PRECISION"
 
 
 # An autocast region or a GradScaler written by hand, or a loss it scales.
@@ -274,6 +276,8 @@ class LightningInFp32(_FrameworkInFp32):
     trains_by = {"lightning": "fit", "fabric": "backward"}
 
     def diagnostic(self, setup, facts, settings):
+        if setup.framework == "fabric":
+            return self._fabric(setup, facts, settings)
         value, fix = self.string_switch(
             setup, facts, settings, "precision", '"16-mixed"', '"bf16-mixed"'
         )
@@ -288,6 +292,40 @@ class LightningInFp32(_FrameworkInFp32):
             self.code,
             f'`{called}(...)` trains in FP32 (`precision` defaults to "32-true"); '
             f"`precision={value}` {runs}" + _bfloat16_only(setup),
+            facts.span(setup.call),
+            fix,
+        )
+
+
+    def _fabric(self, setup, facts, settings) -> Diagnostic:
+        """`fabric run --precision X` hands its choice over in LT_PRECISION, and
+        Fabric refuses a `precision=` that differs from it ("conflicts with the
+        value set through the CLI"): the fix reads it first, as AMP002 reads
+        `accelerate launch`'s."""
+        value = self.spelled(
+            setup, facts, settings, _string_switch_value('"16-mixed"', '"bf16-mixed"')
+        )
+        called = facts.module.code_for_node(setup.call.func)
+        os_name = facts.imports.name_for("os", setup.scope) or "os"
+        default = value if value is not None else '"bf16-mixed"'  # the message's, with no fix
+        launched = f'{os_name}.environ.get("{_FABRIC_LAUNCHED}", {default})'
+        fix = None
+        if value is not None:
+            fix = _keyword_fix(
+                setup,
+                launched,
+                "precision",
+                f"precision={launched} ({NUMERICS_NOTE}; `fabric run --precision` still decides)",
+                passes=(ensure_os_imported,) if os_name == "os" else (),
+                line=facts.line_of(setup.call),
+            )
+        return Diagnostic(
+            self.code,
+            f'`{called}(...)` trains in FP32 (`precision` defaults to "32-true") unless '
+            "`fabric run --precision` asks for more; "
+            f"`precision={launched}` keeps the launcher's choice and otherwise runs the "
+            "forward pass of the models it sets up under autocast, and for 16-bit scales "
+            "the loss in `fabric.backward`" + _bfloat16_only(setup),
             facts.span(setup.call),
             fix,
         )
