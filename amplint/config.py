@@ -79,6 +79,12 @@ class Settings:
     # Whether discovery skips what git ignores (.gitignore, .git/info/exclude,
     # the user's core.excludesFile) and what `.ignore` files name, as ruff does.
     respect_gitignore: bool = True
+    # Whether test files (`test_*.py`, `*_test.py`, `conftest.py`, anything
+    # under a `tests/` or `test/` directory) get the fixes that change the
+    # numerics of training; off, they are reported and left as they are.
+    rewrite_tests: bool = False
+    # Set per file by the engine: this file is a test file (see rewrite_tests).
+    test_file: bool = False
     # Whether the configuration was found rather than named (--config FILE,
     # --isolated): each file then gets the one closest to it, with the
     # command-line options these settings were resolved with over it
@@ -119,6 +125,21 @@ class Settings:
         """Whether a finding of `code` may carry its fix (`fixable`, `unfixable`)."""
         fixable = self.fixable is None or _matches(code, self.fixable)
         return fixable and not _matches(code, self.unfixable)
+
+    def is_test_file(self, path: Path) -> bool:
+        """`test_*.py`, `*_test.py`, `conftest.py`, or a file under a `tests/` or
+        `test/` directory below the root (the root's own parents do not count)."""
+        try:
+            parts = path.resolve().relative_to(self.root.resolve()).parts
+        except ValueError:
+            parts = path.parts[-2:]  # outside the root: its own directory only
+        name = parts[-1] if parts else path.name
+        return (
+            name.startswith("test_")
+            or name.endswith("_test.py")
+            or name == "conftest.py"
+            or any(part in ("tests", "test") for part in parts[:-1])
+        )
 
     def enabled_codes(self, known_codes: Iterable[str], path: Path | None = None) -> frozenset[str]:
         ignore = self.ignore + self.extend_ignore
@@ -441,6 +462,7 @@ _KEYS = {
     "file-line-limit",
     "file-time-limit",
     "respect-gitignore",
+    "rewrite-tests",
     "unsafe-fixes",
     "fixable",
     "unfixable",
@@ -522,7 +544,7 @@ def _settings_from_table(
     if "file-time-limit" in table:
         limit = _positive(table["file-time-limit"], "file-time-limit", where, (int, float))
         settings = replace(settings, file_time_limit=float(limit))
-    for key in ("respect-gitignore", "unsafe-fixes"):
+    for key in ("respect-gitignore", "rewrite-tests", "unsafe-fixes"):
         if key in table:
             value = table[key]
             if not isinstance(value, bool):

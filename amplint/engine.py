@@ -141,10 +141,27 @@ def _with_unused_noqa(
     return diagnostics + found
 
 
+# The fixes that change what training computes (mixed precision where there
+# was none, a scaler where there was none): not written in test files, whose
+# assertions may hold FP32 numerics, unless `rewrite-tests` says so.
+NUMERICS_FIXES = frozenset({"AMP001", "AMP002", "AMP003", "AMP004", "AMP005", "AMP006", "AMP106"})
+TEST_FILE_NOT_FIXED = (
+    "(not fixed: a test file, whose assertions may hold FP32 numerics; "
+    "`rewrite-tests = true` rewrites test files too)"
+)
+
+
 def _checked(rule: Rule, facts: ModuleFacts, settings: Settings) -> list[Diagnostic]:
     """What `rule` finds, its fix left off where `fixable`/`unfixable` say so:
     such a finding is reported as having none, and no round applies it."""
     diagnostics = list(rule.check(facts, settings))
+    if settings.test_file and not settings.rewrite_tests and rule.code in NUMERICS_FIXES:
+        return [
+            replace(d, fix=None, message=f"{d.message} {TEST_FILE_NOT_FIXED}")
+            if d.fix is not None
+            else d
+            for d in diagnostics
+        ]
     if settings.fix_allowed(rule.code):
         return diagnostics
     return [replace(d, fix=None) if d.fix is not None else d for d in diagnostics]
@@ -483,6 +500,8 @@ def analyse_source(
     placed in its cells, and its fixed text is the notebook's JSON."""
     report = FileReport(source.path)
     project = project_view(source.path, project_root)
+    if settings.is_test_file(source.path):
+        settings = replace(settings, test_file=True)
     # Bytes the fix does not touch would change too: check such a file only.
     writable = source.round_trips
     try:
