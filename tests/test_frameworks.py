@@ -43,13 +43,31 @@ def _text(name: str) -> str:
     return (FOLDER / name).read_text(encoding="utf-8")
 
 
+# A set-up pinned to the CPU is rewritten for the CPU only (as AMP001 declines
+# a script that never leaves the CPU under the CUDA defaults).
+FIXTURE_SETTINGS = {"fabric_cpu_loop.py": Settings(device_type="cpu")}
+
+
 @pytest.mark.parametrize("name", sorted(FIRING))
 def test_each_framework_fixture_fires_its_rule_and_is_fixed_as_pinned(name: str) -> None:
-    assert codes_of(_text(name)) == [FIRING[name]]
-    result = fixed(_text(name))
+    settings = FIXTURE_SETTINGS.get(name, Settings())
+    assert codes_of(_text(name), settings) == [FIRING[name]]
+    result = fixed(_text(name), settings)
     assert_matches_golden(result, FOLDER / "expected" / name)
-    assert fixed(result) == result
-    assert not FRAMEWORK_CODES & set(codes_of(result))
+    assert fixed(result, settings) == result
+    assert not FRAMEWORK_CODES & set(codes_of(result, settings))
+
+
+def test_a_set_up_pinned_to_the_cpu_is_not_rewritten_for_cuda() -> None:
+    """`Fabric(accelerator="cpu")` under the CUDA defaults: reported, with the
+    setting that rewrites it, and left as it is, as AMP001 leaves a script
+    that never leaves the CPU."""
+    (finding,) = findings_of(_text("fabric_cpu_loop.py"))
+    assert finding.fix is None
+    assert finding.message.endswith(
+        "(not fixed: this call keeps training on the CPU, and these settings are for CUDA; "
+        "`--device-type cpu` writes the bfloat16 switch)"
+    )
 
 
 @pytest.mark.parametrize("name", SILENT)

@@ -256,13 +256,17 @@ def test_a_set_up_pinned_to_the_cpu_gets_bfloat16_whatever_the_dtype_setting(
     framework: str, tmp_path: Path
 ) -> None:
     """Each script's set-up keeps training on the CPU (`cpu=True`,
-    `accelerator="cpu"`, `use_cpu=True`): with the default `--dtype float16`
-    the fix still writes bfloat16, the precision those frameworks run there
-    (float16 is left off by Accelerate, swapped with a warning by Lightning,
-    refused by the HuggingFace Trainer)."""
+    `accelerator="cpu"`, `use_cpu=True`): with `--device-type cpu` and the
+    default `--dtype float16` the fix still writes bfloat16, the precision
+    those frameworks run there (float16 is left off by Accelerate, swapped
+    with a warning by Lightning, refused by the HuggingFace Trainer).  Under
+    the CUDA defaults it is reported and left alone."""
     script = tmp_path / f"train_{framework}.py"
-    script.write_text(SCRIPTS[framework].format(tiny=TINY))
-    result = run_cli("fix", "--apply", script)
+    source = SCRIPTS[framework].format(tiny=TINY)
+    script.write_text(source)
+    assert run_cli("fix", "--apply", script).exit_code == 1
+    assert script.read_text() == source
+    result = run_cli("fix", "--apply", "--device-type", "cpu", script)
     assert result.exit_code == 0, result.output
     switch, printed = EXPECTED[framework]
     assert switch in script.read_text()

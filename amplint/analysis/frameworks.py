@@ -97,6 +97,7 @@ class FrameworkSetup:
     # "cpu")`, `TrainingArguments(use_cpu=True)`), where float16 autocast is
     # slow or refused, or uses a strategy that refuses "16-mixed".
     bfloat16_only: str | None = None
+    pins_cpu: bool = False  # the call keeps training on the CPU (see bfloat16_only)
     # DeepSpeed: the dict literal its config is (the one a fix edits), or the
     # JSON file it names; TrainingArguments(deepspeed=...) also names one.
     config: cst.Dict | None = None
@@ -381,6 +382,7 @@ class _SetupFinder(ScopedVisitor):
                 precision,
                 self.scope,
                 bfloat16_only=bfloat16_only,
+                pins_cpu=_pins_cpu(framework, call),
                 spelled=spelled,
                 **where,
             )

@@ -123,6 +123,13 @@ class _FrameworkInFp32(Rule):
                     or _differentiates(facts)
                     or trainer_optimizer_stepped_by_hand(facts)
                 )
+                if setup.pins_cpu and settings.device_type != "cpu":
+                    # As AMP001 declines a script that never leaves the CPU
+                    # under settings made for CUDA.
+                    obstacle = (
+                        "this call keeps training on the CPU, and these settings are for "
+                        "CUDA; `--device-type cpu` writes the bfloat16 switch"
+                    )
                 if obstacle and found.fix is not None:
                     # The switch would run the module's float16 breakers too.
                     found = replace(
