@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers import codes_of, dedent, fixed
+from tests.helpers import codes_of, dedent, findings_of, fixed
 
 SCALED = """
 import torch
@@ -201,3 +201,54 @@ def test_an_early_exit_splits_the_paths(exit_: str) -> None:
     assert codes_of(dedent(source)) == []
     # without the exit both paths run in one iteration
     assert codes_of(dedent(source.replace(exit_, "pass"))) == ["AMP105", "AMP103"]
+
+
+SECOND_STEP_AFTER = """
+import torch
+
+
+def train(model, loader, optimizer, scaler):
+    for x, y in loader:
+        with torch.autocast("cpu", dtype=torch.float16):
+            loss = torch.nn.functional.mse_loss(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        optimizer.step()
+        scaler.update()
+        optimizer.zero_grad()
+"""
+
+
+def test_a_second_step_after_the_scaler_s_says_what_it_does() -> None:
+    """After `scaler.step(optimizer)` the gradients are unscaled already: the
+    harm of a second `optimizer.step()` is the second update (and one applied
+    on a step the scaler skipped), not scaled gradients, which the message
+    said (issue 60).  Shown by running it: SGD moves the weights twice."""
+    (finding,) = [d for d in findings_of(dedent(SECOND_STEP_AFTER)) if d.code == "AMP103"]
+    assert finding.message == (
+        "`optimizer.step()` steps `optimizer` a second time, after `scaler.step(optimizer)`: "
+        "the same gradients, which the scaler unscaled, are applied twice, and on a step the "
+        "scaler skipped for inf/NaN they are applied anyway; remove it"
+    )
+    torch = pytest.importorskip("torch")
+    namespace: dict = {}
+    exec(dedent(SECOND_STEP_AFTER), namespace)
+    moved = []
+    for twice in (False, True):
+        torch.manual_seed(0)
+        model = torch.nn.Linear(4, 1)
+        before = model.weight.detach().clone()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        scaler = torch.amp.GradScaler("cpu", init_scale=2.0**8)
+        loader = [(torch.randn(8, 4), torch.randn(8, 1))]
+        if twice:
+            namespace["train"](model, loader, optimizer, scaler)
+        else:
+            for x, y in loader:
+                with torch.autocast("cpu", dtype=torch.float16):
+                    loss = torch.nn.functional.mse_loss(model(x), y)
+                scaler.scale(loss).backward()
+                scaler.step(optimizer)
+                scaler.update()
+        moved.append(model.weight.detach() - before)
+    assert torch.allclose(moved[1], 2 * moved[0], rtol=1e-3, atol=1e-6)

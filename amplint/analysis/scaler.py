@@ -91,6 +91,8 @@ class BypassedScaler:
     last_in_block: bool  # no other bypassing step follows it
     block_updates_scaler: bool  # `S.update()` runs in the same iteration
     guard: Branches  # see ScalerUse.guard: a rewrite there would need these
+    # `S.step(opt)` runs before this step: the gradients are unscaled by then.
+    after_scaler_step: bool = False
 
 
 @dataclass(frozen=True, eq=False)
@@ -170,6 +172,12 @@ def find_bypassed_scalers(uses: list[ScalerUse]) -> list[BypassedScaler]:
                     use.scaler,
                     also_stepped_by_scaler=any(
                         call.optimizer == optimizer
+                        and use.together(call.order, optimizer_step.order)
+                        for call in use.calls_of("step")
+                    ),
+                    after_scaler_step=any(
+                        call.optimizer == optimizer
+                        and call.order < optimizer_step.order
                         and use.together(call.order, optimizer_step.order)
                         for call in use.calls_of("step")
                     ),

@@ -37,6 +37,15 @@ class StepBypassesScaler(Rule):
         optimizer = facts.module.code_for_node(bypass.step.optimizer)
         call = facts.module.code_for_node(bypass.step.call)
         span = facts.span(bypass.step.call)
+        if bypass.after_scaler_step:
+            # `scaler.step` unscaled the gradients in place: what harms is the
+            # second update, applied even when the scaler skipped for inf/NaN.
+            message = (
+                f"`{call}` steps `{optimizer}` a second time, after `{scaler}.step({optimizer})`: "
+                "the same gradients, which the scaler unscaled, are applied twice, and on a "
+                "step the scaler skipped for inf/NaN they are applied anyway; remove it"
+            )
+            return Diagnostic(self.code, message, span)
         if bypass.also_stepped_by_scaler:
             message = (
                 f"`{call}` steps `{optimizer}` a second time, besides `{scaler}.step({optimizer})`,"
