@@ -365,6 +365,7 @@ TRIGGERS: dict[str, Callable[[SourceClues], bool]] = {
     "AMP108": _double_unscale,
     "AMP109": _scaler_not_checkpointed,
     "AMP110": _loss_outside_autocast,
+    "AMP124": _loss_outside_autocast,
     "AMP111": _manual_half,
     "AMP112": _scaler_with_bfloat16,
     "AMP113": _zero_grad_before_scaler_step,

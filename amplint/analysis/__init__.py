@@ -18,8 +18,10 @@ from amplint.analysis.deprecated_amp import DeprecatedAmpUse, deprecated_amp_ana
 from amplint.analysis.imports import ImportMap
 from amplint.analysis.positions import NodePositions
 from amplint.analysis.regions import (
+    ForwardOutsideAutocast,
     LossOutsideAutocast,
     UnscaledFloat16,
+    find_forwards_outside_autocast,
     find_losses_outside_autocast,
     find_unscaled_float16,
 )
@@ -340,6 +342,10 @@ class ModuleFacts:
     @cached_property
     def losses_outside_autocast(self) -> list[LossOutsideAutocast]:
         return find_losses_outside_autocast(self.training_steps.steps, self.imports, self.code_text)
+
+    @cached_property
+    def forwards_outside_autocast(self) -> list[ForwardOutsideAutocast]:
+        return find_forwards_outside_autocast(self.training_steps.steps, self.imports)
 
     @property
     def checkpoints_without_scaler(self) -> CheckpointScan:

@@ -18,7 +18,7 @@ import libcst as cst
 from amplint.analysis.autocast import ANY_AUTOCAST, disabled, keyword_value, spelled_device_type
 from amplint.analysis.imports import ImportMap
 from amplint.analysis.statements import calls_in_line, method_name, name_use
-from amplint.analysis.forward import DATA_FUNCTIONS, DATA_METHODS
+from amplint.analysis.forward import DATA_FUNCTIONS, DATA_METHODS, feeding_region
 from amplint.analysis.steps import TrainingStep
 from amplint.analysis.visitor import Visitor
 from amplint.diagnostics import Span
@@ -136,6 +136,49 @@ def _bound_after(step: TrainingStep, span: Callable[[cst.CSTNode], Span]) -> ran
     scope = step.function
     end = span(scope).end_line if scope is not None else sys.maxsize
     return range(span(step.outermost_loop).end_line + 1, end + 1)
+
+
+@dataclass(frozen=True, eq=False)
+class ForwardOutsideAutocast:
+    """An autocast block that computes only the loss, from what a model call
+    above it computed in full precision: the forward pass gets no speedup."""
+
+    step: TrainingStep
+    block: cst.With
+    forward: tuple[cst.BaseStatement, ...]  # the statements above it that run the model
+    adjacent: bool  # they end right above the block (what a fix may move into it)
+
+
+def find_forwards_outside_autocast(
+    steps: list[TrainingStep], imports: ImportMap
+) -> list[ForwardOutsideAutocast]:
+    found = []
+    for step in steps:
+        if not step.backwards or not step.model_statements:
+            continue
+
+        def runs_model(node: cst.CSTNode, step: TrainingStep = step) -> bool:
+            return id(node) in step.model_statements
+
+        losses = _backpropagated_names(step)
+        body = step.block.body
+        for region in step_regions(step, imports):
+            block = region.block
+            if disabled(region.call) or block not in body:
+                continue
+            inner = list(block.body.body)
+            # The block binds the backpropagated loss and nothing else.
+            if len(inner) != 1 or not (name_use(inner[0]).bound & losses):
+                continue
+            top = body.index(block)
+            reads = name_use(inner[0]).read
+            forward = feeding_region(body, reads, top, 0, runs_model)
+            if forward is None:
+                continue
+            adjacent = body.index(forward.last) == top - 1
+            found.append(ForwardOutsideAutocast(step, block, forward.statements, adjacent))
+            break
+    return found
 
 
 # Calls that cast on purpose: a loss computed on `outputs.float()` runs in

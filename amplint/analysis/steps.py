@@ -259,6 +259,9 @@ class TrainingStep:
     # A write by tensor index of what the forward pass computes (`t[mask] = ...`),
     # which raises under autocast where the tensor is float32 (forward.index_write).
     index_write: str | None = None
+    # A step already in mixed precision: the ids of its block's statements
+    # that run a model (the rest make, move or compute on data).
+    model_statements: frozenset[int] = frozenset()
     # `self.backward_G()` before the step: the backward runs in a helper of the
     # module, the step's block holds none (pix2pix's `optimize_parameters`).
     backward_helper: cst.Call | None = None
@@ -730,6 +733,12 @@ class _StepFinder(ScopedVisitor):
         if step.outermost_loop is not None:
             step.setup = _statements_before(function or self.module, step.outermost_loop)
         step.skip = self._skip_reason(step)
+        if step.skip == ALREADY_AMP:
+            # Asked later of an AMP step (regions.find_forwards_outside_autocast),
+            # when the walk's scopes, which resolve its names, are gone.
+            step.model_statements = frozenset(
+                id(statement) for statement in step.block.body if self.calls.runs_model(statement)
+            )
         self.steps.append(step)
 
     def _skip_reason(self, step: TrainingStep) -> str | None:

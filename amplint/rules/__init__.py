@@ -30,6 +30,7 @@ _REGISTRY: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "AMP106": ("fp16_scaler", "Float16WithoutScaler", ()),
     "AMP107": ("scaler_microstep", "ScalerPerMicroStep", ()),
     "AMP110": ("loss_outside", "LossOutsideAutocastRule", ()),
+    "AMP124": ("forward_outside", "ForwardOutsideAutocastRule", ()),
     "AMP111": ("manual_half", "ManualHalfRule", ()),
     "AMP108": ("unscale", "DoubleUnscale", ()),
     "AMP109": ("checkpoint", "ScalerNotCheckpointed", ()),

@@ -36,7 +36,8 @@ cannot go together):
 - existing_amp: none, or AMP already there behind a flag that is off, its
   scaler None unless the flag is on: `GradScaler() if use_amp else None`, or
   annotated and made under `if use_amp:` (`scaler: Optional[GradScaler] =
-  None`, `scaler: GradScaler | None = None`).
+  None`, `scaler: GradScaler | None = None`); or with the model called above
+  an autocast block that computes only the loss (AMP124).
 - text: comments, docstrings and strings that mention AMP words, commented-out
   AMP lines, "n-gram" and "Gram".
 - after: what the step's tensors meet next: `.item()`, NumPy inside the loop,
@@ -95,7 +96,13 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     "optimizer_class": ("Adam", "AdamW", "SGD"),
     "container": ("none", "dict", "namespace"),
     "checkpoint": ("none", "save", "resume", "nested_closures"),
-    "existing_amp": ("none", "optional_scaler", "annotated_scaler", "union_scaler"),
+    "existing_amp": (
+        "none",
+        "optional_scaler",
+        "annotated_scaler",
+        "union_scaler",
+        "loss_only_autocast",
+    ),
     "text": ("none", "amp_comments", "gram_words", "amp_strings"),
     "after": ("none", "item", "numpy_in_loop", "numpy_after", "numpy_returned"),
     "phases": ("one", "two"),
@@ -646,14 +653,20 @@ class _Renderer:
     def _flagged_amp_loop(self, loss: str) -> str:
         scaler = {
             "optional_scaler": 'scaler = torch.amp.GradScaler("cuda") if use_amp else None\n',
+            "loss_only_autocast": 'scaler = torch.amp.GradScaler("cuda") if use_amp else None\n',
             "annotated_scaler": "scaler: Optional[torch.amp.GradScaler] = None\n",
             "union_scaler": "scaler: torch.amp.GradScaler | None = None\n",
         }[self.shape.existing_amp]
-        if self.shape.existing_amp != "optional_scaler":
+        if self.shape.existing_amp in ("annotated_scaler", "union_scaler"):
             scaler += 'if use_amp:\n    scaler = torch.amp.GradScaler("cuda")\n'
         step = "x, y = x.to(device), y.to(device)\n"
-        step += "with torch.autocast(device.type, enabled=use_amp):\n"
-        step += f"    {loss} = F.cross_entropy(model(x), y)\n"
+        if self.shape.existing_amp == "loss_only_autocast":  # AMP124: the model call above it
+            step += "output = model(x)\n"
+            step += "with torch.autocast(device.type, enabled=use_amp):\n"
+            step += f"    {loss} = F.cross_entropy(output, y)\n"
+        else:
+            step += "with torch.autocast(device.type, enabled=use_amp):\n"
+            step += f"    {loss} = F.cross_entropy(model(x), y)\n"
         step += "optimizer.zero_grad()\n"
         step += "if scaler is not None:\n"
         step += f"    scaler.scale({loss}).backward()\n"
