@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers import codes_of, dedent, fixed
+from tests.helpers import codes_of, dedent, findings_of, fixed
 
 
 def test_a_block_with_only_the_backward_disappears() -> None:
@@ -85,3 +85,60 @@ def test_deprecated_autocast_counts_and_both_fixes_apply() -> None:
             loss = model(x)
         loss.backward()
         """)
+
+
+HELPER_BACKWARDS = """
+import torch
+
+
+class Model:
+    def __init__(self, net, optimizer):
+        self.net, self.optimizer = net, optimizer
+
+    def backward_G(self):
+        self.loss_G = self.net(self.x).mean()
+        self.loss_G.backward()
+
+    def report(self):
+        return self.net.weight.norm()
+
+    def optimize_parameters(self, x):
+        self.x = x
+        self.optimizer.zero_grad()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            self.report()
+            self.backward_G()
+        self.optimizer.step()
+
+
+def step(loss, optimizer):
+    loss.backward()
+    optimizer.step()
+
+
+def train(model, loader, optimizer):
+    for x in loader:
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(x).mean()
+            step(loss, optimizer)
+"""
+
+
+def test_a_backward_run_by_a_helper_the_block_calls_is_found() -> None:
+    """pix2pix's `self.backward_G()`, a `step(loss, optimizer)` function:
+    the backward runs inside the caller's autocast block though no
+    `.backward()` is written there (issue 60).  Reported without a fix: the
+    helper may compute its loss too, which the block should keep."""
+    found = [d for d in findings_of(dedent(HELPER_BACKWARDS)) if d.code == "AMP101"]
+    assert [d.message.split(" runs a backward")[0] for d in found] == [
+        "`self.backward_G()`",
+        "`step(loss, optimizer)`",
+    ]
+    assert all(d.fix is None for d in found)
+    assert "(in `backward_G`)" in found[0].message and "(in `step`)" in found[1].message
+
+
+def test_a_helper_without_a_backward_is_not_one() -> None:
+    source = dedent(HELPER_BACKWARDS).replace("        self.loss_G.backward()\n", "")
+    messages = [d.message for d in findings_of(source) if d.code == "AMP101"]
+    assert not any("backward_G" in m for m in messages)

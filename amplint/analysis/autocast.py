@@ -18,7 +18,7 @@ import libcst as cst
 from amplint.analysis.imports import ImportMap, dotted_name
 from amplint.analysis.scopes import Scope, ScopedVisitor
 from amplint.analysis.statements import method_name, string_value
-from amplint.analysis.visitor import Analysis, Visitor
+from amplint.analysis.visitor import Analysis, Visitor, descendants
 
 AUTOCAST = {"torch.autocast", "torch.amp.autocast", "torch.amp.autocast_mode.autocast"}
 # Every spelling of an autocast region, the deprecated ones included.
@@ -56,6 +56,9 @@ class BackwardInAutocast:
     # block cannot be split there (one-line body, several context managers,
     # or the backward nested in a compound statement).
     split_at: int | None
+    # The function of the module whose body runs the backward, when the block
+    # calls it (`self.backward_G()`, `step(loss)`); `backward` is then that call.
+    helper: str | None = None
 
 
 @dataclass(frozen=True)
@@ -80,12 +83,14 @@ class _AutocastFinder(ScopedVisitor):
         self.calls_in_cuda_regions: list[tuple[cst.Call, Scope]] = []
         # `self.loss_fn = ...`: every value assigned to each attribute chain
         self.attribute_values: dict[str, list[cst.BaseExpression]] = {}
+        self.defs: dict[str, list[cst.FunctionDef]] = {}  # every def, by its name
 
     def _bind(self, name: str, value: cst.BaseExpression | None) -> None:
         self.bindings.setdefault(self.scope, {}).setdefault(name, []).append(value)
 
     def enter_scope(self, scope: Scope) -> None:
         if isinstance(scope, cst.FunctionDef):
+            self.defs.setdefault(scope.name.value, []).append(scope)
             parameters = scope.params
             for param in (
                 *parameters.posonly_params,
@@ -328,7 +333,38 @@ def _backward_in_blocks(finder: _AutocastFinder) -> list[BackwardInAutocast]:
                 backward = first_backward(body)
                 if backward is not None:
                     found.append(BackwardInAutocast(block, backward, None))
+                    continue
+            helped = _backward_helper_call(block, finder.defs)
+            if helped is not None:
+                call, helper = helped
+                found.append(BackwardInAutocast(block, call, None, helper))
     return found
+
+
+def _backward_helper_call(
+    block: cst.With, defs: dict[str, list[cst.FunctionDef]]
+) -> tuple[cst.Call, str] | None:
+    """A call in the block of a function of the module (`step(loss)`) or a
+    method (`self.backward_G()`) whose own body runs `.backward()`, and its
+    name.  A name two defs share counts only where both run one."""
+    for node in descendants(block.body):
+        if not isinstance(node, cst.Call):
+            continue
+        func = node.func
+        if isinstance(func, cst.Name):
+            name = func.value
+        elif (
+            isinstance(func, cst.Attribute)
+            and isinstance(func.value, cst.Name)
+            and func.value.value == "self"
+        ):
+            name = func.attr.value
+        else:
+            continue
+        candidates = defs.get(name, ())
+        if candidates and all(first_backward(d.body) is not None for d in candidates):
+            return node, name
+    return None
 
 
 def _unsafe_losses(finder: _AutocastFinder) -> list[UnsafeLossCall]:

@@ -24,6 +24,16 @@ class BackwardInsideAutocast(Rule):
     def check(self, facts: ModuleFacts, settings: Settings) -> Iterator[Diagnostic]:
         for found in facts.autocast.backward_inside:
             backward = facts.module.code_for_node(found.backward)
+            if found.helper is not None:
+                # What else the helper does (a loss, a step) is not known here: no fix.
+                yield Diagnostic(
+                    self.code,
+                    f"`{backward}` runs a backward (in `{found.helper}`) inside the autocast "
+                    "block; autocast belongs around the forward pass and the loss only: call "
+                    "it after the block (not fixed: the helper may compute its loss too)",
+                    facts.span(found.backward),
+                )
+                continue
             message = (
                 f"`{backward}` runs inside the autocast block; autocast belongs around the "
                 "forward pass and the loss only: move the backward and what follows out"
