@@ -1743,3 +1743,39 @@ def test_a_cuda_scaler_on_a_script_that_may_train_on_cuda_is_still_reused() -> N
     after = fixed(script)
     assert after.count("GradScaler(") == 1
     assert 'with torch.autocast("cuda", dtype=torch.float16):' in after
+
+
+def test_two_networks_trained_side_by_side_get_one_region_and_one_scaler() -> None:
+    """MorvanZhou's dropout tutorial: both forward passes and both losses,
+    then both backwards and both steps.  The second loss is bound above the
+    first backward; it was declined with "cannot find where `loss_drop` is
+    computed", an internal limit (issue 60).  One autocast block covers both
+    forward passes, as PyTorch's recipe for several models does."""
+    source = dedent("""
+        import torch
+
+
+        def train(net_a, net_b, opt_a, opt_b, loss_func, x, y):
+            for t in range(100):
+                pred_a = net_a(x.cuda())
+                pred_b = net_b(x.cuda())
+                loss_a = loss_func(pred_a, y.cuda())
+                loss_b = loss_func(pred_b, y.cuda())
+                opt_a.zero_grad()
+                opt_b.zero_grad()
+                loss_a.backward()
+                loss_b.backward()
+                opt_a.step()
+                opt_b.step()
+        """)
+    result = fixed(source)
+    assert (
+        '        with torch.autocast("cuda", dtype=torch.float16):\n'
+        "            pred_a = net_a(x.cuda())\n"
+        "            pred_b = net_b(x.cuda())\n"
+        "            loss_a = loss_func(pred_a, y.cuda())\n"
+        "            loss_b = loss_func(pred_b, y.cuda())\n"
+    ) in result
+    assert "scaler.scale(loss_a).backward()\n        scaler.scale(loss_b).backward()" in result
+    assert result.count("scaler.update()") == 1
+    assert fixed(result) == result

@@ -582,7 +582,7 @@ def short_loss_name(qualified: str) -> str:
     return qualified.replace("torch.nn.functional.", "F.").replace("torch.nn.", "nn.")
 
 
-def _ends_forward_search(statement: cst.BaseStatement) -> bool:
+def ends_forward_search(statement: cst.BaseStatement) -> bool:
     """Statements the forward region never reaches back over: another step's
     `backward` or `step` (which must stay outside autocast) and definitions.
     Anything else between the model call and the loss (`zero_grad`, logging, a
@@ -678,7 +678,7 @@ def feeding_region(
     last = next(
         (i for i in range(top - 1, lower - 1, -1) if _assigned_names(body[i]) & names), None
     )
-    if last is None or _ends_forward_search(body[last]) or not runs_model(body[last]):
+    if last is None or ends_forward_search(body[last]) or not runs_model(body[last]):
         return None  # `rb.beta = min(...)` sets an attribute; `x = x.to(device)` moves data
     return _region_up_to(body, last, lower, runs_model)
 
@@ -716,7 +716,7 @@ def _region_up_to(
     needed = set(name_use(body[last]).read) | set(also)
     first = last
     for index in range(last - 1, lower - 1, -1):
-        if _ends_forward_search(body[index]):
+        if ends_forward_search(body[index]):
             break
         use = name_use(body[index])
         if use.bound & needed:

@@ -26,6 +26,7 @@ from amplint.analysis.forward import (
     ForwardRegion,
     ModelCalls,
     differentiating_methods,
+    ends_forward_search,
     feeding_region,
     forward_region,
 )
@@ -861,6 +862,16 @@ class _StepFinder(ScopedVisitor):
                         fed |= set().union(*(name_use(s).bound for s in feeding.statements))
                         if not any(r.first is feeding.first for r in step.regions):
                             region.insert(0, feeding)
+            if isinstance(region, str) and step.regions and not in_suite:
+                # Two networks trained side by side: both forward passes and
+                # both losses above both backwards (MorvanZhou's dropout
+                # tutorial).  This loss is bound above the previous backward,
+                # in or after the previous region: the two regions are one.
+                merged = self._merged_with_previous(step, backward, parameters)
+                if merged is not None:
+                    step.regions[-1] = merged
+                    lower = backward.top + 1
+                    continue
             if isinstance(region, str) and _given(backward.loss, parameters):
                 # `def optimize(self, loss)`: the forward pass is at its callers.
                 if step.forward_at_callers:
@@ -884,6 +895,28 @@ class _StepFinder(ScopedVisitor):
                 step.regions.append(found)
             lower = backward.top + 1
         return None
+
+    def _merged_with_previous(
+        self, step: TrainingStep, backward: BackwardCall, parameters: set[str]
+    ) -> ForwardRegion | None:
+        """The previous forward region stretched down to where `backward`'s
+        loss is bound, when that is below its start and above every backward;
+        None otherwise."""
+        previous = step.regions[-1]
+        body = step.block.body
+        if previous.first not in body or previous.last not in body:
+            return None
+        start = body.index(previous.first)
+        region = forward_region(
+            body, backward.loss, backward.top, start, parameters, self.calls.runs_model
+        )
+        if isinstance(region, str) or region.last not in body:
+            return None
+        end = max(body.index(previous.last), body.index(region.last))
+        statements = tuple(body[start : end + 1])
+        if any(ends_forward_search(statement) for statement in statements):
+            return None  # a backward or a step in between: two regions after all
+        return ForwardRegion(body[start], body[end], statements)
 
     def _discarded_backward(self, step: TrainingStep) -> str | None:
         """A backward of the step that keeps the graph (`retain_graph=True`) and
