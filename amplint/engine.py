@@ -369,6 +369,7 @@ class _Analyses:
             facts = self._from_edits(text) or ModuleFacts(
                 cst.parse_module(text), text, self.project
             )
+            facts.original_text = self.original
             for other in [kept for kept in self._kept if kept != self.original]:
                 del self._kept[other]
             # A rewrite's rules are chosen by its text alone: compiling it

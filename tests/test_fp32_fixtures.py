@@ -214,3 +214,31 @@ def test_a_norm_logged_on_every_micro_step_is_the_fp32_norm_under_a_real_scaler(
     assert follows(norms(right))
     assert not follows(norms(wrong))
     assert printed_losses(right)[-1] < printed_losses(right)[0]
+
+
+def test_a_loop_amplint_rewrote_makes_no_twin_of_the_next() -> None:
+    """Two trainings written alike, both FP32: the fix rewrites one in a round,
+    and the next round must not take the other for the deliberate baseline of
+    the loop amplint just wrote (only a loop the user wrote in mixed precision
+    makes a twin).  The recipe's own AMP loop still does, in any round: a
+    checkpoint fix in the first round leaves its baseline alone."""
+    recipe = (FIXTURES / "not_steps" / "amp_recipe_baseline.py").read_text(encoding="utf-8")
+    both_fp32 = recipe.replace(
+        '        with torch.autocast(device_type=device, dtype=torch.float16, enabled=use_amp):\n'
+        "            output = net(input)\n"
+        "            loss = loss_fn(output, target)\n"
+        "        scaler.scale(loss).backward()\n"
+        "        scaler.step(opt)\n"
+        "        scaler.update()\n",
+        "        output = net(input)\n"
+        "        loss = loss_fn(output, target)\n"
+        "        loss.backward()\n"
+        "        opt.step()\n",
+    )
+    assert both_fp32 != recipe
+    result = fixed(both_fp32)
+    assert result.count("autocast(") == 2  # the two loops, each rewritten
+    saved = recipe + '\ntorch.save({"model": net.state_dict(), "optimizer": opt.state_dict()}, "c.pt")\n'
+    result = fixed(saved)
+    assert '"scaler": scaler.state_dict()' in result
+    assert result.count("autocast(") == 1  # the baseline stays FP32

@@ -85,6 +85,9 @@ class ModuleFacts:
     ) -> None:
         self.module = module
         self.text = text  # the source the module was parsed from
+        # In a fix's later rounds, the text the fix started from (the engine
+        # sets it): what the user wrote, as opposed to what amplint rewrote.
+        self.original_text: str | None = None
         # The rest of the project, for questions that cross module borders;
         # None for text with no file behind it (a rule's example, a test).
         self.project = project
@@ -204,12 +207,19 @@ class ModuleFacts:
 
     @cached_property
     def training_steps(self) -> StepScan:
+        user_wrote = None
+        if self.original_text is not None:
+            # A node's code comes indented from its own first line: compare
+            # lines without their indentation.
+            original = _unindented(self.original_text)
+            user_wrote = lambda code: _unindented(code) in original  # noqa: E731
         return find_training_steps(
             self.module,
             self.imports,
             self.project_loss_helpers,
             lambda: self.project_gradient_norms,
             roles=self.roles,
+            user_wrote=user_wrote,
         )
 
     @property
@@ -405,3 +415,7 @@ class ModuleFacts:
             end_line=end.line,
             end_column=end.column + 1,
         )
+
+
+def _unindented(code: str) -> str:
+    return "\n".join(line.strip() for line in code.splitlines())

@@ -1280,6 +1280,7 @@ def find_training_steps(
     project_losses: dict[str, LossHelper] | None = None,
     gradient_norms: Callable[[], dict[str, str]] | None = None,
     roles: ModuleRoles | None = None,
+    user_wrote: Callable[[str], bool] | None = None,
 ) -> StepScan:
     """The training steps of `module`; `project_losses` are the loss helpers
     of other project modules it imports (see ProjectView.loss_helpers),
@@ -1292,17 +1293,21 @@ def find_training_steps(
         roles = module_roles(module, imports, project_losses)
     finder = _StepFinder(module, imports, roles, gradient_norms or dict)
     finder.walk(module)
-    _mark_amp_twins(module, finder.steps)
+    _mark_amp_twins(module, finder.steps, user_wrote)
     return StepScan(finder.steps, finder.manual_updates, finder.roles.created)
 
 
-def _mark_amp_twins(module: cst.Module, steps: list[TrainingStep]) -> None:
+def _mark_amp_twins(
+    module: cst.Module,
+    steps: list[TrainingStep],
+    user_wrote: Callable[[str], bool] | None = None,
+) -> None:
     """Skip, as AMP_TWIN, each FP32 step of a function that the module calls in
     one arm of an `if` whose other arm calls a function with a step of the
     same optimizer that is mixed precision already.  Decided from calls the
     user wrote: a fix never adds such a test, so the fix rounds, which see a
     loop amplint rewrote beside one it has yet to rewrite, decide the same."""
-    _mark_amp_twin_loops(steps)
+    _mark_amp_twin_loops(module, steps, user_wrote)
     amp = [s for s in steps if s.skip == ALREADY_AMP and s.function is not None]
     if not amp:
         return
@@ -1332,12 +1337,23 @@ def _mark_amp_twins(module: cst.Module, steps: list[TrainingStep]) -> None:
 _COMMON_CALLS = frozenset({"print", "range", "enumerate", "zip", "len", "iter", "next", "float"})
 
 
-def _mark_amp_twin_loops(steps: list[TrainingStep]) -> None:
+def _mark_amp_twin_loops(
+    module: cst.Module, steps: list[TrainingStep], user_wrote: Callable[[str], bool] | None
+) -> None:
     """Skip, as AMP_TWIN_LOOP, each FP32 loop of a scope that holds another
     loop stepping the same optimizer (by name) with mixed precision already,
     and calling every function and model the FP32 loop calls: the same
-    training written twice, once as the baseline (PyTorch's AMP recipe)."""
-    amp = [s for s in steps if s.skip == ALREADY_AMP and s.outermost_loop is not None]
+    training written twice, once as the baseline (PyTorch's AMP recipe).
+    The AMP loop must be the user's (`user_wrote`, in a fix's later rounds:
+    its code is in the text the fix started from): a loop amplint rewrote in
+    an earlier round makes no twin of the one it has yet to rewrite."""
+    amp = [
+        s
+        for s in steps
+        if s.skip == ALREADY_AMP
+        and s.outermost_loop is not None
+        and (user_wrote is None or user_wrote(module.code_for_node(s.outermost_loop)))
+    ]
     for step in steps:
         if step.skip is not None or step.outermost_loop is None:
             continue
