@@ -697,43 +697,37 @@ class _Renderer:
         code += "".join(self.twins)
         return code
 
+    # One batch of the deliberate FP32 baseline, and of its AMP twin.
+    _FP32_TWIN_BATCH = (
+        "x, y = x.to(device), y.to(device)\n"
+        "fp32_loss = F.cross_entropy(model(x), y)\n"
+        "fp32_loss.backward()\n"
+        "optimizer.step()\noptimizer.zero_grad()\n"
+    )
+    _AMP_TWIN_BATCH = (
+        "x, y = x.to(device), y.to(device)\n"
+        'with torch.autocast("cuda", dtype=torch.float16):\n'
+        "    amp_loss = F.cross_entropy(model(x), y)\n"
+        "scaler.scale(amp_loss).backward()\n"
+        "scaler.step(optimizer)\nscaler.update()\noptimizer.zero_grad()\n"
+    )
+    _TWIN_SCALER = 'scaler = torch.amp.GradScaler("cuda")\n'
+
     def _twin_loops(self) -> str:
         """The FP32 loop, then its AMP twin, in one scope (the AMP recipe)."""
         self.twin_backwards.append("fp32_loss.backward()")
-        fp32 = "for epoch in range(EPOCHS):\n    for x, y in loader:\n"
-        fp32 += "        x, y = x.to(device), y.to(device)\n"
-        fp32 += "        fp32_loss = F.cross_entropy(model(x), y)\n"
-        fp32 += "        fp32_loss.backward()\n"
-        fp32 += "        optimizer.step()\n        optimizer.zero_grad()\n"
-        fp32 += 'print("default precision done")\n'
-        amp = 'scaler = torch.amp.GradScaler("cuda")\n'
-        amp += "for epoch in range(EPOCHS):\n    for x, y in loader:\n"
-        amp += "        x, y = x.to(device), y.to(device)\n"
-        amp += '        with torch.autocast("cuda", dtype=torch.float16):\n'
-        amp += "            amp_loss = F.cross_entropy(model(x), y)\n"
-        amp += "        scaler.scale(amp_loss).backward()\n"
-        amp += "        scaler.step(optimizer)\n        scaler.update()\n"
-        amp += "        optimizer.zero_grad()\n"
-        return fp32 + amp
+        epochs = "for epoch in range(EPOCHS):\n    for x, y in loader:\n"
+        fp32 = epochs + _indent(self._FP32_TWIN_BATCH, 2) + 'print("default precision done")\n'
+        return fp32 + self._TWIN_SCALER + epochs + _indent(self._AMP_TWIN_BATCH, 2)
 
     def _twin_functions(self) -> None:
         """A deliberate FP32 function beside its AMP twin (a tutorial's
         "default precision" run next to the mixed-precision one)."""
         if self.twins:
             return  # the second phase calls the same pair
-        fp32 = "for x, y in loader:\n"
-        fp32 += "    x, y = x.to(device), y.to(device)\n"
-        fp32 += "    fp32_loss = F.cross_entropy(model(x), y)\n"
-        fp32 += "    fp32_loss.backward()\n"
-        fp32 += "    optimizer.step()\n    optimizer.zero_grad()\n"
         self.twin_backwards.append("fp32_loss.backward()")
-        amp = 'scaler = torch.amp.GradScaler("cuda")\n'
-        amp += "for x, y in loader:\n"
-        amp += "    x, y = x.to(device), y.to(device)\n"
-        amp += '    with torch.autocast("cuda", dtype=torch.float16):\n'
-        amp += "        amp_loss = F.cross_entropy(model(x), y)\n"
-        amp += "    scaler.scale(amp_loss).backward()\n"
-        amp += "    scaler.step(optimizer)\n    scaler.update()\n    optimizer.zero_grad()\n"
+        fp32 = "for x, y in loader:\n" + _indent(self._FP32_TWIN_BATCH, 1)
+        amp = self._TWIN_SCALER + "for x, y in loader:\n" + _indent(self._AMP_TWIN_BATCH, 1)
         self.twins = [
             'def train_fp32(model, loader, optimizer, device):\n    """The default precision run, for comparison."""\n'
             + _indent(fp32, 1)
