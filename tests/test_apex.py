@@ -1354,9 +1354,9 @@ def test_autocast_covers_the_model_call_made_before_a_profiler_step() -> None:
     ],
 )
 def test_which_step_calls_end_the_forward_region(line: str, ends: bool) -> None:
-    from amplint.analysis.forward import _ends_forward_search
+    from amplint.analysis.forward import ends_forward_search
 
-    assert _ends_forward_search(cst.parse_statement(line + "\n")) is ends
+    assert ends_forward_search(cst.parse_statement(line + "\n")) is ends
 
 
 def test_initialize_in_both_arms_of_an_if_makes_one_scaler_enabled_by_either() -> None:
