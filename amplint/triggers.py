@@ -267,6 +267,10 @@ def _booster_in_fp32(clues: SourceClues) -> bool:
     )
 
 
+def _mmengine_optim_wrapper(clues: SourceClues) -> bool:
+    return clues.mentions("OptimWrapper") and clues.mentions("optim_wrapper")
+
+
 def _booster_precision(clues: SourceClues) -> bool:
     return clues.mentions("Booster") and clues.mentions("mixed_precision")
 
@@ -355,6 +359,7 @@ TRIGGERS: dict[str, Callable[[SourceClues], bool]] = {
     "AMP004": _training_arguments_in_fp32,
     "AMP005": _deepspeed_in_fp32,
     "AMP006": _booster_in_fp32,
+    "AMP007": _mmengine_optim_wrapper,
     "AMP101": _backward_in_autocast,
     "AMP102": _scaled_step,
     "AMP103": _scaled_step,

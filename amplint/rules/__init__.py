@@ -22,6 +22,7 @@ _REGISTRY: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "AMP004": ("framework_fp32", "TrainingArgumentsInFp32", ()),
     "AMP005": ("framework_fp32", "DeepSpeedInFp32", ()),
     "AMP006": ("framework_fp32", "BoosterInFp32", ()),
+    "AMP007": ("mmengine_fp32", "MmengineOptimWrapperInFp32", ()),
     "AMP101": ("backward_in_autocast", "BackwardInsideAutocast", ()),
     "AMP102": ("unscale", "ClipBeforeUnscale", ()),
     "AMP103": ("scaler_step", "StepBypassesScaler", ()),
