@@ -802,18 +802,25 @@ def bfloat16_obstacle(step: TrainingStep, facts: ModuleFacts) -> str | None:
     )
 
 
-def _forward_value_returned(step: TrainingStep) -> str | None:
-    """A name a forward region binds, other than the loss, that the step's
-    function returns (`return attention`, `return logits, attention`): a
-    tensor that leaves the training in autocast's dtype."""
-    if step.function is None:
-        return None
+def _forward_values(step: TrainingStep) -> set[str]:
+    """The names the step's forward regions bind, the backpropagated losses
+    left out (autocast computes losses in float32)."""
     computed: set[str] = set()
     for region in step.regions:
         for statement in region.statements:
             computed |= name_use(statement).bound
     for backward in step.backwards:
         computed -= name_use(backward.loss).read
+    return computed
+
+
+def _forward_value_returned(step: TrainingStep) -> str | None:
+    """A name a forward region binds, other than the loss, that the step's
+    function returns (`return attention`, `return logits, attention`): a
+    tensor that leaves the training in autocast's dtype."""
+    if step.function is None:
+        return None
+    computed = _forward_values(step)
     for node in descendants(step.function.body):
         if isinstance(node, cst.Return) and node.value is not None:
             returned = sorted(name_use(node.value).read & computed)
@@ -828,12 +835,7 @@ def _numpy_of_forward(step: TrainingStep) -> cst.Call | None:
     NumPy has no bfloat16, so under bfloat16 autocast it raises.  The loss
     itself is left out: autocast computes losses in float32 (they are on its
     float32 list), so `loss.data.numpy()` for a log still works."""
-    computed: set[str] = set()
-    for region in step.regions:
-        for statement in region.statements:
-            computed |= name_use(statement).bound
-    for backward in step.backwards:
-        computed -= name_use(backward.loss).read
+    computed = _forward_values(step)
     finder = _NumpyCalls()
     finder.walk(step.block)
     for call in finder.calls:
