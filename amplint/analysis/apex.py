@@ -48,10 +48,7 @@ class ApexUse:
     @property
     def module(self) -> str:
         """`apex.amp` for apex.amp.scale_loss; "apex" for apex's other modules."""
-        for module in (APEX_AMP, APEX_PARALLEL, APEX_FP16_UTILS):
-            if self.target == module or self.target.startswith(module + "."):
-                return module
-        return "apex"
+        return removed_module(self.target) or "apex"
 
     @property
     def member(self) -> str:
@@ -224,6 +221,13 @@ def apex_analysis(imports: ImportMap) -> Analysis[ApexScan]:
 def squeezed(code: str) -> str:
     """`code` without whitespace: two spellings of one expression compare equal."""
     return re.sub(r"\s+", "", code)
+
+
+def removed_module(path: str) -> str | None:
+    """The module of apex removed in 2025 (apex.amp, apex.parallel,
+    apex.fp16_utils) that the dotted `path` is or lies in, else None."""
+    removed = (APEX_AMP, APEX_PARALLEL, APEX_FP16_UTILS)
+    return next((m for m in removed if path == m or path.startswith(m + ".")), None)
 
 
 def is_apex(path: str) -> bool:

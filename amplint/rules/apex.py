@@ -30,6 +30,7 @@ from amplint.analysis.apex import (
     initializes_for_inference,
     is_private,
     loss_scale_reads,
+    removed_module,
     scaler_setting,
 )
 from amplint.config import Settings
@@ -320,7 +321,7 @@ class ApexOther(Rule):
         removed = [
             binding
             for binding in facts.imports.statements
-            if _removed_module(binding.target) is not None
+            if removed_module(binding.target) is not None
             and not isinstance(binding.statement.names, cst.ImportStar)
         ]
         if not removed:
@@ -328,7 +329,7 @@ class ApexOther(Rule):
         referenced = referenced_names(facts.module)
         probes = _tried_imports(facts.module)
         for binding in removed:
-            module = _removed_module(binding.target)
+            module = removed_module(binding.target)
             span = facts.span(binding.statement)
             if id(binding.statement) in probes:
                 continue  # `try: from apex import amp` probes for apex: it fails as meant
@@ -447,8 +448,6 @@ class ApexOther(Rule):
         return Diagnostic(self.code, message, span, fix)
 
 
-# apex's removed modules, which importing now fails on.
-_REMOVED_MODULES = (APEX_AMP, APEX_PARALLEL, APEX_FP16_UTILS)
 # apex.parallel's other members, and what takes their place.
 _PARALLEL_REPLACEMENTS = {
     "LARC": "torch has no LARC: timm's `Lars(..., trust_clip=True)` clips the same trust "
@@ -462,14 +461,6 @@ _TORCH_IMPORTS = {
     _DDP: "from torch.nn.parallel import DistributedDataParallel as {name}",
     _SYNCBN: "from torch.nn import SyncBatchNorm as {name}",
 }
-
-
-def _removed_module(target: str) -> str | None:
-    """The removed apex module `target` lies in, or None."""
-    return next(
-        (module for module in _REMOVED_MODULES if target == module or target.startswith(module + ".")),
-        None,
-    )
 
 
 def _tried_imports(module: cst.Module) -> set[int]:
