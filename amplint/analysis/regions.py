@@ -115,8 +115,10 @@ def find_unscaled_float16(
     for step in steps:
         if not step.backwards or any(s.has_closure or s.scaler for s in step.steps):
             continue
-        if any(line not in _bound_after(step, span) for line in scaling):
-            continue  # a scaler the step may use where amplint cannot see it
+        if scaling:
+            after = _bound_after(step, span)
+            if any(line not in after for line in scaling):
+                continue  # a scaler the step may use where amplint cannot see it
         for region in step_regions(step, imports):
             if selects_cuda_float16(region, imports, step.enclosing_scope) and any(
                 region.order < b.order and not step.exclusive(region.order, b.order)

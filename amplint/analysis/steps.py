@@ -1347,25 +1347,29 @@ def _mark_amp_twin_loops(
     The AMP loop must be the user's (`user_wrote`, in a fix's later rounds:
     its code is in the text the fix started from): a loop amplint rewrote in
     an earlier round makes no twin of the one it has yet to rewrite."""
+    # Each AMP loop of the user's, with its optimizers and its calls.
     amp = [
-        s
-        for s in steps
-        if s.skip == ALREADY_AMP
-        and s.outermost_loop is not None
-        and (user_wrote is None or user_wrote(module.code_for_node(s.outermost_loop)))
+        (other, _optimizer_names_of(other), _loop_calls(other.outermost_loop))
+        for other in steps
+        if other.skip == ALREADY_AMP
+        and other.outermost_loop is not None
+        and (user_wrote is None or user_wrote(module.code_for_node(other.outermost_loop)))
     ]
+    if not amp:
+        return
     for step in steps:
         if step.skip is not None or step.outermost_loop is None:
             continue
         calls = _loop_calls(step.outermost_loop)
         if not calls:
             continue
-        for other in amp:
+        optimizers = _optimizer_names_of(step)
+        for other, other_optimizers, other_calls in amp:
             if (
                 other.function is step.function
                 and other.outermost_loop is not step.outermost_loop
-                and _optimizer_names_of(step) & _optimizer_names_of(other)
-                and calls <= _loop_calls(other.outermost_loop)
+                and optimizers & other_optimizers
+                and calls <= other_calls
             ):
                 step.skip = AMP_TWIN_LOOP
                 break
