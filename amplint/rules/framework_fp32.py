@@ -176,6 +176,31 @@ class _FrameworkInFp32(Rule):
         )
         return value, fix
 
+    def launcher_switch(
+        self, setup, facts, settings, keyword_and_variable, strings, note
+    ) -> tuple[str, Fix | None]:
+        """`keyword=os.environ.get(VARIABLE, value)`: the switch that keeps a
+        launcher's choice (`accelerate launch`, `fabric run`, which hand it
+        over in VARIABLE and lose to an explicit argument, or refuse it), and
+        the fix that writes it; `strings` are the framework's float16 and
+        bfloat16 values.  No fix where the dtype needs torch and it has no
+        name: the expression then shows bfloat16."""
+        keyword, variable = keyword_and_variable
+        value = self.spelled(setup, facts, settings, _string_switch_value(*strings))
+        os_name = facts.imports.name_for("os", setup.scope) or "os"
+        launched = f'{os_name}.environ.get("{variable}", {value or strings[1]})'
+        if value is None:
+            return launched, None
+        fix = _keyword_fix(
+            setup,
+            launched,
+            keyword,
+            f"{keyword}={launched} ({NUMERICS_NOTE}; {note})",
+            passes=(ensure_os_imported,) if os_name == "os" else (),
+            line=facts.line_of(setup.call),
+        )
+        return launched, fix
+
 
 def _bfloat16_only(setup: FrameworkSetup) -> str:
     """Why the switch is bfloat16 whatever `--dtype` says, for the message."""
@@ -250,22 +275,14 @@ class AcceleratorInFp32(_FrameworkInFp32):
         # An explicit argument beats `accelerate launch --mixed_precision` and the
         # user's `accelerate config` (both reach the Accelerator through this
         # variable, read only when the argument is None): the fix reads it first.
-        value = self.spelled(setup, facts, settings, _string_switch_value('"fp16"', '"bf16"'))
-        os_name = facts.imports.name_for("os", setup.scope) or "os"
-        launched = f'{os_name}.environ.get("{_ACCELERATE_LAUNCHED}", {value})'
-        fix = None
-        if value is not None:
-            fix = _keyword_fix(
-                setup,
-                launched,
-                "mixed_precision",
-                f"mixed_precision={launched} ({NUMERICS_NOTE}; `accelerate launch` and its "
-                "config still decide)",
-                passes=(ensure_os_imported,) if os_name == "os" else (),
-                line=facts.line_of(setup.call),
-            )
-        else:  # `--dtype auto` in a module with no name for torch
-            launched = f'{os_name}.environ.get("{_ACCELERATE_LAUNCHED}", "bf16")'
+        launched, fix = self.launcher_switch(
+            setup,
+            facts,
+            settings,
+            ("mixed_precision", _ACCELERATE_LAUNCHED),
+            ('"fp16"', '"bf16"'),
+            "`accelerate launch` and its config still decide",
+        )
         return Diagnostic(
             self.code,
             "the Accelerator trains in FP32 unless `accelerate launch` asks for mixed "
@@ -309,23 +326,15 @@ class LightningInFp32(_FrameworkInFp32):
         Fabric refuses a `precision=` that differs from it ("conflicts with the
         value set through the CLI"): the fix reads it first, as AMP002 reads
         `accelerate launch`'s."""
-        value = self.spelled(
-            setup, facts, settings, _string_switch_value('"16-mixed"', '"bf16-mixed"')
+        launched, fix = self.launcher_switch(
+            setup,
+            facts,
+            settings,
+            ("precision", _FABRIC_LAUNCHED),
+            ('"16-mixed"', '"bf16-mixed"'),
+            "`fabric run --precision` still decides",
         )
         called = facts.module.code_for_node(setup.call.func)
-        os_name = facts.imports.name_for("os", setup.scope) or "os"
-        default = value if value is not None else '"bf16-mixed"'  # the message's, with no fix
-        launched = f'{os_name}.environ.get("{_FABRIC_LAUNCHED}", {default})'
-        fix = None
-        if value is not None:
-            fix = _keyword_fix(
-                setup,
-                launched,
-                "precision",
-                f"precision={launched} ({NUMERICS_NOTE}; `fabric run --precision` still decides)",
-                passes=(ensure_os_imported,) if os_name == "os" else (),
-                line=facts.line_of(setup.call),
-            )
         return Diagnostic(
             self.code,
             f'`{called}(...)` trains in FP32 (`precision` defaults to "32-true") unless '

@@ -15,6 +15,7 @@ from typing import Iterator
 import libcst as cst
 
 from amplint.analysis import ModuleFacts
+from amplint.analysis.autocast import keyword_value
 from amplint.analysis.imports import dotted_name
 from amplint.analysis.precision import float16_obstacle
 from amplint.analysis.statements import string_value
@@ -100,10 +101,7 @@ def _optim_wrapper_values(module: cst.Module) -> list[cst.BaseExpression]:
 def _type_of(config: cst.BaseExpression) -> cst.BaseExpression | None:
     """The `type` of `dict(type=...)` or `{"type": ...}`."""
     if isinstance(config, cst.Call) and dotted_name(config.func) == "dict":
-        return next(
-            (arg.value for arg in config.args if arg.keyword and arg.keyword.value == "type"),
-            None,
-        )
+        return keyword_value(config, "type")
     if isinstance(config, cst.Dict):
         return next(
             (
