@@ -208,6 +208,41 @@ def test_a_step_whose_optimizer_comes_from_another_module_names_that_file(tmp_pa
     assert (root / "engine.py").read_text() == STEP_FUNCTION
 
 
+def test_a_notebook_calling_the_step_function_is_a_caller(tmp_path: Path) -> None:
+    # A notebook beside the script imports its training function and calls it
+    # positionally: threading a scaler parameter through the script's own call
+    # would leave the notebook's call one argument short (TypeError on run).
+    from tests.test_notebooks import code_cell, notebook_json
+
+    script = STEP_FUNCTION + dedent("""
+
+
+        if __name__ == "__main__":
+            model = torch.nn.Linear(4, 2)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(3):
+                train_one_epoch(model, [], optimizer, epoch)
+        """)
+    root = _project(tmp_path, engine=script)
+    cells = [
+        code_cell("import torch\nfrom engine import train_one_epoch\n"),
+        code_cell("%matplotlib inline\nopt = torch.optim.SGD([], lr=0.1)\ntrain_one_epoch(m, [], opt, 0)"),
+    ]
+    (root / "explore.ipynb").write_text(notebook_json(cells))
+    view = project_view(root / "engine.py")
+    [site] = view.callers("train_one_epoch")
+    assert (site.where(view.relative(site.path)), site.cell) == ("explore.ipynb:cell 2:3", 2)
+    assert str(site.path) in view.consulted  # the cache follows the notebook
+    result = run_cli("check", "--no-cache", root / "engine.py")
+    assert "receives `optimizer` from explore.ipynb:cell 2:3" in result.stdout
+    fixed = run_cli("fix", "--apply", "--no-cache", root / "engine.py")
+    assert (root / "engine.py").read_text() == script, fixed.stdout
+    # Without the notebook the scaler is threaded through the script's call.
+    (root / "explore.ipynb").unlink()
+    fixed = run_cli("fix", "--apply", "--no-cache", root / "engine.py")
+    assert "train_one_epoch(model, [], optimizer, scaler, epoch)" in (root / "engine.py").read_text()
+
+
 def test_fsdp_in_a_module_of_the_same_program_counts(tmp_path: Path) -> None:
     wrapper = dedent("""
         from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, MixedPrecision

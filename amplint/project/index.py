@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import codecs
+import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,8 +35,15 @@ class CallSite:
     """A call, in another module of the project, of a function of this one."""
 
     path: Path
-    line: int
+    line: int  # in a notebook, the line within its cell
     caller: str  # the function (or `<module>`) the call is in
+    cell: int | None = None  # a notebook's cell, numbered as editors count them
+
+    def where(self, relative: str) -> str:
+        """`relative` (the path as the user reads it) with the call's line:
+        ``train.py:12``, ``explore.ipynb:cell 3:2``."""
+        cell = f"cell {self.cell}:" if self.cell is not None else ""
+        return f"{relative}:{cell}{self.line}"
 
 
 class ProjectIndex:
@@ -45,6 +53,9 @@ class ProjectIndex:
         self.root = root.path.resolve()
         self.whole_tree = root.whole_tree
         self._paths: list[Path] | None = None
+        # Notebooks import the project's modules and call their functions, but
+        # nothing imports them: they are asked only who calls a function.
+        self._notebooks: list[Path] = []
         self._launch_files: list[Path] = []  # accelerate configs, launch scripts
         self._launch: list[LaunchPrecision] | None = None
         # path -> ((mtime, size) when read, the module or None if unreadable)
@@ -82,6 +93,8 @@ class ProjectIndex:
                         # root, so only the file itself can be one.
                         if not entry.is_symlink():
                             self._resolved[path] = path
+                    elif entry.name.endswith(".ipynb"):
+                        self._notebooks.append(Path(entry.path))
                     elif entry.name.endswith(LAUNCH_SUFFIXES) and directory not in nested:
                         self._launch_files.append(Path(entry.path))
                 if len(self._paths) > MAX_PROJECT_FILES:
@@ -140,7 +153,19 @@ class ProjectIndex:
             text = data.decode("utf-8-sig")
         except (OSError, UnicodeDecodeError):
             return None
-        return ModuleSource(path, _dotted(path, self.root), text, data.startswith(codecs.BOM_UTF8))
+        bom = data.startswith(codecs.BOM_UTF8)
+        if path.suffix != ".ipynb":
+            return ModuleSource(path, _dotted(path, self.root), text, bom)
+        from amplint.notebook import NotebookError, read_notebook  # for notebooks only
+
+        try:
+            notebook = read_notebook(text)
+        except NotebookError:
+            return None
+        # No import can name a notebook: its dotted name is its file's.  The
+        # digest is of the file's bytes, as the cache compares it (still_current).
+        digest = hashlib.sha256(data).hexdigest()
+        return ModuleSource(path, path.name, notebook.code, bom, notebook, _digest=digest)
 
     def relative(self, path: Path) -> str:
         """`path` as the user reads it: relative to the project root."""
@@ -163,7 +188,8 @@ class ProjectIndex:
         # __init__ is imported relatively without its name (`from . import x`).
         spelled = None if defining.name == "__init__.py" else target.name.rsplit(".", 1)[-1]
         sites = []
-        for path in self.paths:
+        self.paths  # the walk that finds the notebooks too
+        for path in [*self.paths, *self._notebooks]:
             if self.resolved(path) == defining:
                 continue
             module = self.module(path)
@@ -427,7 +453,11 @@ def _calls_of(module: ModuleSource, target: ModuleSource, function: str) -> list
             and func.attr == function
             and dotted_expression(func.value) in via_module
         ):
-            sites.append(CallSite(module.path, node.lineno, caller))
+            if module.notebook is None:
+                sites.append(CallSite(module.path, node.lineno, caller))
+            else:
+                cell, line = module.notebook.position(node.lineno)
+                sites.append(CallSite(module.path, line, caller, cell))
     return sites
 
 

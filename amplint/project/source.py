@@ -10,8 +10,12 @@ import warnings
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from amplint.diagnostics import source_lines
+
+if TYPE_CHECKING:
+    from amplint.notebook import Notebook
 
 Definition = ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
 # Where a module read from text, not from a file of a project, stands in a program.
@@ -27,6 +31,9 @@ class ModuleSource:
     name: str  # dotted, relative to the project root
     text: str
     bom: bool = False  # the file starts with a UTF-8 byte order mark, which `text` lacks
+    # A notebook's code cells are read as one module (`text`); this maps its
+    # lines back to cells.  None for a Python file.
+    notebook: Notebook | None = field(default=None, repr=False)
     _digest: str | None = field(default=None, repr=False)
     _tree: ast.Module | None = field(default=None, repr=False)
     _parsed: bool = False

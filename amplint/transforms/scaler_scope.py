@@ -124,7 +124,7 @@ def thread_through_callers(
         elsewhere = project.callers(name)
         if elsewhere:
             where = ", ".join(
-                sorted({f"{project.relative(site.path)}:{site.line}" for site in elsewhere})
+                sorted({site.where(project.relative(site.path)) for site in elsewhere})
             )
             return (
                 f"`{name}` receives `{optimizer}` from {where}; its GradScaler belongs "

@@ -49,6 +49,9 @@ cannot go together):
   beside its AMP twin in one scope (PyTorch's AMP recipe times "Default
   precision", then the same loop with autocast and a GradScaler).
 - notebook: a script, or the same code as notebook cells (top level only).
+- importer: none, or a notebook beside the script that imports its epoch
+  function and calls it positionally (a fix that changes the function's
+  signature must keep that call working).
 - precision: who sets the step's precision: nobody (FP32), the program itself
   (a model cast to bfloat16, layers made with `dtype=`, its own `FP16`
   switch that halves the model, apex's `amp.initialize` where apex is
@@ -108,6 +111,7 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     "phases": ("one", "two"),
     "twin": ("none", "fp32_beside_amp", "fp32_loop_beside_amp"),
     "notebook": ("no", "yes"),
+    "importer": ("none", "notebook"),
     "precision": ("fp32", "bf16_cast", "bf16_layers", "own_switch", "apex_beside", "apex_o1"),
     "hazard": ("none", "sigmoid_bce", "log_sigmoid", "ema_buffer"),
 }
@@ -128,6 +132,7 @@ class Shape:
     phases: str = "one"
     twin: str = "none"
     notebook: str = "no"
+    importer: str = "none"
     precision: str = "fp32"
     hazard: str = "none"
 
@@ -144,6 +149,8 @@ class Shape:
             found.append("an accumulation guard needs a loop over batches with its step in it")
         if self.notebook == "yes" and self.placement != "top_level":
             found.append("notebook cells hold top-level code")
+        if self.importer != "none" and (self.placement != "epoch_function" or self.twin != "none"):
+            found.append("a notebook imports the script's epoch function")
         if self.optimizer == "global" and not (in_main or self.placement == "top_level"):
             found.append("a trainer class keeps its optimizer as an attribute")
         if self.container != "none" and self.placement != "gan":
@@ -243,6 +250,9 @@ class Program:
     # on any of them is the step's (a GAN's two losses are one step).
     fp32_backwards: list[tuple[str, ...]]
     twin_backwards: list[str]  # deliberate FP32 steps beside their AMP twin: left alone
+    # A notebook beside the script (explore.ipynb) that imports from it: its
+    # code cells, whose calls must still bind after a fix of the script.
+    importer_cells: list[str] | None = None
 
     @property
     def declined_in(self) -> frozenset[str]:
@@ -256,7 +266,8 @@ class Program:
             return frozenset({"float16", "auto"})
         return frozenset()
 
-    def notebook_json(self) -> str:
+    def notebook_json(self, cells: list[str] | None = None) -> str:
+        """The program's cells (or `cells`) as a notebook's JSON."""
         cells = [
             {
                 "cell_type": "code",
@@ -265,7 +276,7 @@ class Program:
                 "outputs": [],
                 "source": cell.splitlines(keepends=True),
             }
-            for cell in self.cells or []
+            for cell in (cells if cells is not None else self.cells) or []
         ]
         document = {
             "cells": cells,
@@ -497,7 +508,22 @@ class _Renderer:
         if cells is not None:
             cells = [head + ("\n\n" + helpers if helpers else "")] + cells
             text = "\n\n".join(cells)
-        return Program(shape, text, cells, self.fp32_backwards, self.twin_backwards)
+        importer = self._importer_cells() if shape.importer == "notebook" else None
+        return Program(shape, text, cells, self.fp32_backwards, self.twin_backwards, importer)
+
+    def _importer_cells(self) -> list[str]:
+        """A notebook that imports the epoch function and calls it positionally,
+        as main() does (never run: the oracle binds its call to the signature)."""
+        arguments = "model, loader, optimizer, device"
+        arguments += ", clipper" if self.shape.touch == "clipper_object" else ""
+        arguments += ", seen" if self.shape.after == "numpy_in_loop" else ""
+        return [
+            "import torch\nfrom train import train_one_epoch\n",
+            "%matplotlib inline\nmodel, loader, device = torch.nn.Linear(8, 4), [], 'cpu'\n"
+            "clipper, seen = None, []\n"
+            "optimizer = torch.optim.SGD(model.parameters(), lr=0.01)\n"
+            f"train_one_epoch({arguments})",
+        ]
 
     def _head(self) -> str:
         shape = self.shape

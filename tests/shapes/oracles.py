@@ -13,6 +13,8 @@ bfloat16), the static oracles:
 - the rewrite parses, a second fix changes nothing, and it has no finding of
   ours and no undefined, unused or possibly unbound name that the original
   did not have;
+- a notebook beside the script that imports its functions still calls them
+  with arguments that bind to their rewritten signatures;
 
 then every program runs (tests/shapes/execute.py): the original, a
 calibration run of it with another seed, and each rewrite.  The original must
@@ -25,6 +27,7 @@ loss parity and update parity (amplint.verify.compare) with the original.
 from __future__ import annotations
 
 import ast
+import inspect
 import json
 import os
 import subprocess
@@ -102,6 +105,9 @@ class _Rewrite:
     adds_amp: bool  # the rewrite trains under autocast where the original did not
 
 
+IMPORTER = "explore.ipynb"  # a notebook beside the script that imports from it
+
+
 def _name(program: Program) -> str:
     return "train.ipynb" if program.cells is not None else "train.py"
 
@@ -138,6 +144,9 @@ def judge_statically(
     judged = Judged(program)
     path = directory / _name(program)
     path.write_text(_file_text(program), encoding="utf-8")
+    if program.importer_cells is not None:
+        importer = directory / IMPORTER
+        importer.write_text(program.notebook_json(program.importer_cells), encoding="utf-8")
     source = source_from_bytes(path, path.read_bytes())
     rewrites = []
     for key, settings in settings_by_key.items():
@@ -186,6 +195,9 @@ def _judge_settings(judged, program, source, key, settings) -> _Rewrite | None:
     except SyntaxError as error:
         judged.failures.append(Failure("does not parse", key, str(error)))
         return None
+    if program.importer_cells is not None:
+        for problem in _unbound_calls(code, "\n".join(program.importer_cells)):
+            judged.failures.append(Failure("importer broken", key, problem))
     if program.twin_backwards:
         twin = _function_text(original_code, "train_fp32")
         if twin is not None and twin != _function_text(code, "train_fp32"):
@@ -216,12 +228,18 @@ def _judge_declines(judged, program, key, settings, found, applied) -> None:
     if settings.dtype not in program.declined_in:
         return
     if any(d.code == "AMP001" for d in applied):
-        why = "a step whose precision the program sets" if program.shape.managed else (
-            "a step with a float16 hazard"
+        why = (
+            "a step whose precision the program sets"
+            if program.shape.managed
+            else ("a step with a float16 hazard")
         )
         judged.failures.append(Failure("rewrote a declined step", key, f"AMP001 fixed {why}"))
     at_steps = set().union(
-        *(_positions(program, statement) for backwards in program.fp32_backwards for statement in backwards)
+        *(
+            _positions(program, statement)
+            for backwards in program.fp32_backwards
+            for statement in backwards
+        )
     )
     for finding in found:
         if finding.code != "AMP001" or (finding.span.cell, finding.span.line) not in at_steps:
@@ -234,6 +252,68 @@ def _judge_declines(judged, program, key, settings, found, applied) -> None:
             judged.failures.append(
                 Failure("bfloat16 model called FP32", key, finding.message.splitlines()[0])
             )
+
+
+def _unbound_calls(module: str, importer: str) -> list[str]:
+    """The calls in `importer` (code that imports `module`'s functions by
+    name) whose arguments do not bind to those functions' signatures: what
+    would raise TypeError there.  Signatures are built from the definitions
+    alone (names, kinds and whether a default exists), never run."""
+    signatures = {}
+    for node in ast.parse(module).body:
+        if isinstance(node, ast.FunctionDef):
+            stub = ast.FunctionDef(
+                name=node.name,
+                args=_without_values(node.args),
+                body=[ast.Pass()],
+                decorator_list=[],
+                returns=None,
+                type_params=[],
+            )
+            namespace: dict = {}
+            exec(
+                compile(ast.fix_missing_locations(ast.Module([stub], [])), "<stub>", "exec"),
+                namespace,
+            )
+            signatures[node.name] = inspect.signature(namespace[node.name])
+    problems = []
+    for call in ast.walk(ast.parse(_masked_magics(importer))):
+        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name)):
+            continue
+        signature = signatures.get(call.func.id)
+        if signature is None:
+            continue
+        positional = [object() for arg in call.args if not isinstance(arg, ast.Starred)]
+        keywords = {k.arg: object() for k in call.keywords if k.arg is not None}
+        try:
+            signature.bind(*positional, **keywords)
+        except TypeError as error:
+            problems.append(f"`{ast.unparse(call)}`: {error}")
+    return problems
+
+
+def _without_values(arguments: ast.arguments) -> ast.arguments:
+    """`arguments` with each default `None` and no annotation."""
+
+    def bare(arg: ast.arg | None) -> ast.arg | None:
+        return None if arg is None else ast.arg(arg.arg)
+
+    return ast.arguments(
+        posonlyargs=[bare(a) for a in arguments.posonlyargs],
+        args=[bare(a) for a in arguments.args],
+        vararg=bare(arguments.vararg),
+        kwonlyargs=[bare(a) for a in arguments.kwonlyargs],
+        kw_defaults=[None if d is None else ast.Constant(None) for d in arguments.kw_defaults],
+        kwarg=bare(arguments.kwarg),
+        defaults=[ast.Constant(None) for _ in arguments.defaults],
+    )
+
+
+def _masked_magics(code: str) -> str:
+    """A notebook's code with its IPython lines (`%matplotlib`) commented out."""
+    return "\n".join(
+        "#" + line if line.lstrip().startswith(("%", "!")) else line for line in code.split("\n")
+    )
 
 
 def _function_text(code: str, name: str) -> str | None:
