@@ -27,6 +27,21 @@ def _messages(text: str, settings: Settings | None = None) -> list[str]:
     return [d.message for d in lint_text(text, ALL, settings or Settings()) if d.code == "AMP001"]
 
 
+def _notebook_messages(cells: list[str]) -> list[str]:
+    """AMP001's messages for a notebook of these code cells, read from its file."""
+    import tempfile
+    from pathlib import Path
+
+    from amplint.api import check_paths
+    from tests.test_notebooks import code_cell, notebook_json
+
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / "tutorial.ipynb"
+        path.write_text(notebook_json([code_cell(cell) for cell in cells]))
+        [result] = check_paths([path]).files
+        return [f.message for f in result.findings if f.code == "AMP001"]
+
+
 def test_float16_default() -> None:
     assert fixed(LOOP) == dedent("""
         import torch
@@ -491,6 +506,59 @@ def test_a_script_that_never_leaves_the_cpu_gets_a_message_not_cuda_autocast() -
     moved = CPU_TUTORIAL.replace("nn.Linear(10, 1))", "nn.Linear(10, 1)).to(device)")
     assert 'torch.autocast("cuda"' in fixed(moved)
     assert 'torch.autocast("cuda"' in fixed(LOOP)
+
+
+# A tutorial's first cells train a toy on the CPU; a later one uses the GPU.
+CPU_TOY_THEN_GPU = CPU_TUTORIAL + dedent("""
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model = nn.Linear(784, 10).to(device)
+    adam = torch.optim.Adam(model.parameters())
+    for images, labels in [(torch.randn(8, 784), torch.randint(0, 10, (8,)))]:
+        images, labels = images.to(device), labels.to(device)
+        gpu_loss = nn.functional.cross_entropy(model(images), labels)
+        adam.zero_grad()
+        gpu_loss.backward()
+        adam.step()
+    """)
+
+
+def test_a_cpu_toy_beside_gpu_code_is_declined_as_a_cpu_script_is() -> None:
+    toy, gpu = _messages(CPU_TOY_THEN_GPU)
+    assert "what `optimizer` trains is made on the CPU and never moved off it" in toy
+    assert "not rewritten" not in gpu
+    rewritten = fixed(CPU_TOY_THEN_GPU)
+    assert rewritten.count('torch.autocast("cuda"') == 1
+    assert CPU_TUTORIAL.split("for t in")[1] in rewritten  # the toy's loop as it was
+    # The same toy in a notebook's cells.
+    cells = [CPU_TUTORIAL, CPU_TOY_THEN_GPU[len(CPU_TUTORIAL) :]]
+    found = _notebook_messages(cells)
+    assert "never moved off it" in found[0] and "not rewritten" not in found[1]
+
+
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        (("nn.Linear(10, 1))\n", "nn.Linear(10, 1))\nnet.to(device)\n"), "moved before the loop"),
+        (("prediction = net(x)", "prediction = net(x.to(device))"), "data moved in the loop"),
+        (("net = nn.Sequential(", "net = torch.load('n.pt') or nn.Sequential("), "loaded"),
+        (("import torch.nn as nn\n", "import torch.nn as nn\ntorch.set_default_device('cuda')\n"), "a default device"),
+        (("net = nn.Sequential(", "net = Toy() or nn.Sequential("), "a class of the file that moves itself"),
+        (("net.parameters()", "params"), "parameters the proof does not follow"),
+    ],
+)
+def test_a_cpu_toy_is_declined_only_where_its_model_provably_stays(change, why) -> None:
+    toy = CPU_TOY_THEN_GPU.replace(*change) + dedent("""
+
+        class Toy(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.cuda()
+        """)
+    assert toy != CPU_TOY_THEN_GPU, why
+    toy_message = _messages(toy)[0]
+    assert "never moved off it" not in toy_message, why
+    assert fixed(toy).count('torch.autocast("cuda"') == 2, why
 
 
 ACCELERATE_LOOP = dedent("""

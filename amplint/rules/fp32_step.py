@@ -19,6 +19,7 @@ from amplint.analysis.precision import (
     low_precision_hazard,
     provenance,
 )
+from amplint.analysis.cpu_only import cpu_only_reason
 from amplint.analysis.steps import SILENT_SKIPS, TrainingStep
 from amplint.config import Settings
 from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix
@@ -30,7 +31,6 @@ from amplint.transforms.insert_amp import (
     amp_choice,
     fsdp_mixed_precision,
     micro_step_edit_obstacle,
-    runs_on_cpu_only,
 )
 
 # PEFT's AdaLoRA scores each weight by |p * p.grad| after the optimizer step
@@ -88,10 +88,10 @@ def _obstacle(
                     "backward outside autocast, and amplint does not write a private "
                     "setting: set it once before training, and fix rewrites this step"
                 )
-    if choice.device == "cuda" and runs_on_cpu_only(step, facts):
+    if choice.device == "cuda" and (on_cpu := cpu_only_reason(step, facts)) is not None:
         return (
-            "the script never moves its model or data off the CPU, where CUDA autocast "
-            "does nothing; `--device-type cpu --dtype bfloat16` rewrites it for the CPU"
+            f"{on_cpu}, where CUDA autocast does nothing; "
+            "`--device-type cpu --dtype bfloat16` rewrites it for the CPU"
         )
     if (
         choice.device == "cpu"

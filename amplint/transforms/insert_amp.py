@@ -8,7 +8,6 @@ The plan: a GradScaler created once in a scope that outlives the step,
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from itertools import takewhile
 from typing import Callable, Sequence
@@ -16,9 +15,8 @@ from typing import Callable, Sequence
 import libcst as cst
 
 from amplint.analysis import ModuleFacts
-from amplint.analysis.imports import ImportMap, dotted_name
+from amplint.analysis.imports import ImportMap
 from amplint.analysis.autocast import device_argument, keyword_value
-from amplint.analysis.code_text import code_only
 from amplint.analysis.bf16_scaler import GRAD_SCALERS
 from amplint.analysis.clips import returns_norm
 from amplint.analysis.device import ACCELERATOR, ScriptDevice, script_device, shown_types
@@ -77,32 +75,6 @@ def needs_sharded_scaler(facts: ModuleFacts) -> bool:
     flat gradient shards need ShardedGradScaler to agree on infs across ranks
     (`fully_shard`'s DTensor gradients work with the plain GradScaler)."""
     return any(not use.composable for use in facts.fsdp_uses)
-
-
-# Any sign that a script runs on something other than the CPU: CUDA, a device
-# variable, an accelerator, a `.to(...)` move, a launcher's rank.
-_LEAVES_THE_CPU = re.compile(r"cuda|device|accelerat|\bmps\b|xpu|gpu|\.to\(|local_rank", re.I)
-
-
-def runs_on_cpu_only(step: TrainingStep, facts: ModuleFacts) -> bool:
-    """Whether the script sets its step up here and never leaves the CPU
-    (tutorials on toy data): CUDA autocast and a CUDA scaler would be no-ops
-    there.  A step whose optimizer comes from the caller is set up elsewhere,
-    where the model may well be moved to a GPU."""
-    if not facts.training_steps.creates_optimizer or _LEAVES_THE_CPU.search(facts.code_text):
-        return False
-    # A library module (`algo/ppo.py`) trains where the script importing it
-    # puts the model (`main.py`'s `actor_critic.to(device)`).
-    if facts.project is not None and any(
-        _LEAVES_THE_CPU.search(code_only(importer.text)) for importer in facts.project.importers()
-    ):
-        return False
-    given = set(parameter_names(step.function)) if step.function is not None else set()
-    for optimizer_step in step.steps:
-        root = (dotted_name(optimizer_step.optimizer) or "").split(".")[0]
-        if root in given and root != "self":
-            return False
-    return True
 
 
 def import_sharded_scaler(module: cst.Module) -> cst.Module:
