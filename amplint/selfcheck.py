@@ -30,6 +30,9 @@ _NAME_MESSAGES = {
     "ImportShadowedByLoopVar": "shadow the import `{}` with a loop variable",
 }
 POSSIBLY_UNBOUND = "read `{}` where it may be unbound in `{}`"
+# An undefined name that the program binds in another scope: where it is read
+# and where it is bound, so that "undefined" never reads as a false claim.
+UNBOUND_HERE = "use `{}` {}, where it is not bound ({} binds it)"
 _UNDEFINED_TAIL = ", which is undefined"
 
 
@@ -66,10 +69,23 @@ def name_problems(text: str, memo: UnboundMemo | None = None) -> Counter[str]:
     except ImportError:  # pragma: no cover - pyflakes is a dependency
         Checker = None
     if Checker is not None:
+        scopes: _BindingScopes | None = None
         for message in Checker(tree).messages:
-            template = _NAME_MESSAGES.get(type(message).__name__)
-            if template is not None and message.message_args:
-                problems[template.format(message.message_args[0])] += 1
+            kind = type(message).__name__
+            template = _NAME_MESSAGES.get(kind)
+            if template is None or not message.message_args:
+                continue
+            name = message.message_args[0]
+            if kind == "UndefinedName":
+                scopes = scopes or _BindingScopes(tree)
+                binders = scopes.bound.get(name, set())
+                read_in = scopes.enclosing(message.lineno)
+                if binders and read_in not in binders:
+                    where = "at module level" if read_in == _MODULE else f"in {read_in}"
+                    shown = " and ".join(sorted(binders))
+                    problems[UNBOUND_HERE.format(name, where, shown)] += 1
+                    continue
+            problems[template.format(name)] += 1
     lines = source_lines(text, keepends=True) if memo is not None else None
     for scope, name in possibly_unbound_reads(tree, lines, memo):
         problems[POSSIBLY_UNBOUND.format(name, scope)] += 1
@@ -84,9 +100,52 @@ def new_name_problems(
     original already leaves undefined (a snippet, a star import) is the
     user's: more uses of it are not new; every other problem counts one by one."""
     extra = name_problems(after, memo) - known
-    return sorted(
-        problem for problem in extra if not (problem.endswith(_UNDEFINED_TAIL) and problem in known)
-    )
+    users = {_undefined_name(problem) for problem in known} - {None}
+    return sorted(problem for problem in extra if _undefined_name(problem) not in users)
+
+
+def _undefined_name(problem: str) -> str | None:
+    """The name an undefined-name problem is about, whichever way it is said."""
+    if problem.endswith(_UNDEFINED_TAIL) or ", where it is not bound (" in problem:
+        return problem.split("`")[1]
+    return None
+
+
+_MODULE = "the module"  # the module's own scope, as _BindingScopes names it
+
+
+class _BindingScopes:
+    """Which scopes of a module bind each name, and which function holds a line."""
+
+    def __init__(self, tree: ast.Module) -> None:
+        self.bound: dict[str, set[str]] = {}
+        self.functions: list[tuple[int, int, str]] = []  # first line, last line, name
+        self._walk(tree, _MODULE)
+
+    def _walk(self, node: ast.AST, scope: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            inner = scope
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                self._bind(child.name, scope)
+                inner = f"`{child.name}`"
+                if not isinstance(child, ast.ClassDef):
+                    self.functions.append((child.lineno, child.end_lineno or child.lineno, inner))
+                    for arg in ast.walk(child.args):
+                        if isinstance(arg, ast.arg):
+                            self._bind(arg.arg, inner)
+            elif isinstance(child, ast.Name) and not isinstance(child.ctx, ast.Load):
+                self._bind(child.id, scope)
+            elif isinstance(child, ast.alias):
+                self._bind((child.asname or child.name).split(".")[0], scope)
+            self._walk(child, inner)
+
+    def _bind(self, name: str, scope: str) -> None:
+        self.bound.setdefault(name, set()).add(scope)
+
+    def enclosing(self, line: int) -> str:
+        """The innermost function holding `line`, as `bound` names scopes."""
+        holding = [(first, name) for first, last, name in self.functions if first <= line <= last]
+        return max(holding)[1] if holding else _MODULE
 
 
 # -- possibly unbound names -----------------------------------------------------

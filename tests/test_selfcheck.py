@@ -234,6 +234,24 @@ def test_name_problems_counts_pyflakes_findings() -> None:
     assert problems["use `y`, which is undefined"] == 1
 
 
+def test_an_undefined_name_bound_in_another_scope_says_where() -> None:
+    # `args` is defined, in main(): "undefined" alone would read as false.
+    text = dedent("""
+        def train(model):
+            return model(args.amp)
+
+
+        def main():
+            args = parse()
+            train(lambda x: x)
+        """)
+    problems = name_problems(text)
+    assert problems["use `args` in `train`, where it is not bound (`main` binds it)"] == 1
+    assert problems["use `parse`, which is undefined"] == 1  # bound nowhere
+    module_level = name_problems("class A:\n    def f(self):\n        x = 1\n\ny = x\n")
+    assert module_level["use `x` at module level, where it is not bound (`f` binds it)"] == 1
+
+
 def test_a_rewrite_re_reads_only_the_functions_it_changed(monkeypatch) -> None:
     from amplint import selfcheck
 
