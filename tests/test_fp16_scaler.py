@@ -182,3 +182,52 @@ def test_a_scaler_in_a_later_notebook_cell_does_not_scale_an_earlier_one(tmp_pat
     path.write_text(notebook_json(cells))
     result = run_cli("check", "--no-cache", path)
     assert "AMP106" in result.stdout
+
+
+STEP_HELPER = dedent("""
+    import torch
+    import torch.nn.functional as F
+
+
+    def step(loss, optimizer):
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+
+    def main(model, loader):
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for x, y in loader:
+            with torch.autocast("cuda", dtype=torch.{dtype}):
+                loss = F.cross_entropy(model(x), y)
+            step(loss, optimizer)
+    """)
+
+
+def test_a_step_helper_called_under_autocast_is_the_callers_amp_step() -> None:
+    # The helper's loss comes from callers that all run autocast: no FP32
+    # step; in bfloat16 nothing is wrong, in float16 the scaler is missing.
+    assert codes_of(STEP_HELPER.format(dtype="bfloat16")) == []
+    float16 = STEP_HELPER.format(dtype="float16")
+    assert codes_of(float16) == ["AMP106"]
+    rewritten = fixed(float16)
+    assert "def step(loss, optimizer, scaler):" in rewritten
+    assert "    scaler.scale(loss).backward()\n    scaler.step(optimizer)\n" in rewritten
+    assert "step(loss, optimizer, scaler)" in rewritten
+    # Run on the CPU, where torch's GradScaler really scales: the optimizer
+    # receives what the unscaled float16 step would have, to float16's precision.
+    import torch
+
+    runs = {}
+    for name, code in (("original", float16), ("fixed", rewritten)):
+        namespace: dict = {}
+        exec(compile(code.replace('"cuda"', '"cpu"'), name, "exec"), namespace)
+        torch.manual_seed(0)
+        model = torch.nn.Linear(4, 3)
+        data = [(torch.randn(8, 4), torch.randint(0, 3, (8,))) for _ in range(3)]
+        namespace["main"](model, data)
+        runs[name] = model.weight.detach().clone()
+    assert torch.allclose(runs["original"], runs["fixed"], atol=1e-2)
+    # A helper also called without autocast stays an FP32 step, declined.
+    mixed = float16 + "    step(F.mse_loss(model(x), y), optimizer)\n"
+    assert codes_of(mixed) == ["AMP001"]

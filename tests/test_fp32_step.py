@@ -1466,17 +1466,34 @@ def test_autocast_goes_where_each_caller_in_the_class_computes_the_loss() -> Non
             "\n    def step(self, x, y):\n"
             "        with torch.autocast('cuda'):\n"
             "            loss = (self.model(x) - y).pow(2).mean()\n"
-            "        self.optimize(loss)\n",
+            "        self.optimize(loss)\n"
+            "\n    def plain(self, x, y):\n"
+            "        self.optimize((self.model(x) - y).pow(2).mean())\n",
             "runs under autocast already",
         ),
     ],
-    ids=["no caller", "loss not computed there", "passed on", "caller under autocast"],
+    ids=["no caller", "loss not computed there", "passed on", "one caller under autocast"],
 )
 def test_a_step_whose_callers_cannot_all_take_autocast_is_not_rewritten(callers, reason) -> None:
     source = OPTIMIZE + callers
     (finding,) = [d.message for d in lint_text(source, ALL, Settings()) if d.code == "AMP001"]
     assert "not rewritten" in finding and reason in finding
     assert fixed(source) == source
+
+
+def test_a_step_method_whose_every_caller_runs_autocast_is_their_amp_step() -> None:
+    # No FP32 step: the callers' autocast is its forward pass.  In float16
+    # (CUDA's default) it lacks a scaler, AMP106's finding, fixed on the instance.
+    caller = (
+        "\n    def step(self, x, y):\n"
+        "        with torch.autocast('cuda'{dtype}):\n"
+        "            loss = (self.model(x) - y).pow(2).mean()\n"
+        "        self.optimize(loss)\n"
+    )
+    assert codes_of(OPTIMIZE + caller.format(dtype=", dtype=torch.bfloat16")) == []
+    float16 = OPTIMIZE + caller.format(dtype="")
+    assert codes_of(float16) == ["AMP106"]
+    assert "        self.scaler.scale(loss).backward()\n" in fixed(float16)
 
 
 def test_words_in_comments_and_strings_decide_nothing() -> None:
@@ -1847,3 +1864,27 @@ def test_two_networks_trained_side_by_side_get_one_region_and_one_scaler() -> No
     assert "scaler.scale(loss_a).backward()\n        scaler.scale(loss_b).backward()" in result
     assert result.count("scaler.update()") == 1
     assert fixed(result) == result
+
+
+def test_a_decline_points_at_the_backward_it_is_about() -> None:
+    # One step trains two networks; the generator's loss is the problem, so
+    # the finding is on `loss_G.backward()`, not on the critic's backward.
+    text = dedent("""
+        import torch
+        import torch.nn.functional as F
+
+
+        def train(D, G, loader, opt_D, opt_G):
+            for x in loader:
+                loss_D = F.mse_loss(D(x), x)
+                opt_D.zero_grad()
+                loss_D.backward()
+                opt_D.step()
+                opt_G.zero_grad()
+                loss_G.backward()
+                opt_G.step()
+                loss_G = F.mse_loss(D(G(x)), x)
+        """)
+    (finding,) = [d for d in lint_text(text, ALL, Settings()) if d.code == "AMP001"]
+    assert text.splitlines()[finding.span.line - 1].strip() == "loss_G.backward()"
+    assert "`loss_G` is computed below its backward" in finding.message

@@ -24,8 +24,8 @@ import libcst as cst
 
 from amplint.analysis.code_text import code_only
 from amplint.analysis.forward import ForwardRegion, forward_region
-from amplint.analysis.statements import child_suites, parameter_names
-from amplint.analysis.visitor import Visitor, holds
+from amplint.analysis.statements import child_suites, name_use, parameter_names
+from amplint.analysis.visitor import Visitor, descendants, holds, path_to
 
 # A caller already running its forward pass under autocast (or apex's scaler).
 _AUTOCAST = re.compile(r"autocast|scale_loss")
@@ -78,6 +78,105 @@ def caller_regions(
                 return f"{where}: no model call computes the loss it passes"
             regions.append(region)
     return regions
+
+
+def autocast_callers(
+    module: cst.Module,
+    function: cst.FunctionDef,
+    class_def: cst.ClassDef | None,
+    code_for: Callable[[cst.CSTNode], str],
+) -> list[cst.CSTNode]:
+    """Where `function`, a step given its loss (`def step(loss, optimizer)`),
+    is called, when it is called in this module and every call runs in code
+    that enters autocast (or apex's scale_loss): the functions that hold the
+    calls, or at module level the statements that do; else empty.  The
+    callers' step is mixed precision then, and this one is no FP32 step.  A
+    method's calls are `self.<name>(...)` in its class; a function's, by its
+    name anywhere in the module."""
+    name = function.name.value
+    calls: list[tuple[cst.CSTNode, cst.Call]] = []  # each call, with the code holding it
+    if class_def is not None:
+        for method in methods(class_def):
+            if method is function or not method.params.params:
+                continue
+            finder = _SelfCalls(method.params.params[0].name.value, name)
+            finder.walk(method.body)
+            if finder.other_uses:
+                return []
+            calls += [(method, call) for call in finder.calls]
+    else:
+        finder = _NameCalls(name, function)
+        finder.walk(module)
+        if finder.other_uses:
+            return []
+        calls = finder.calls
+    if not calls or not all(_under_autocast(holder, call, code_for) for holder, call in calls):
+        return []
+    return list(dict.fromkeys(holder for holder, _ in calls))
+
+
+def _under_autocast(
+    holder: cst.CSTNode, call: cst.Call, code_for: Callable[[cst.CSTNode], str]
+) -> bool:
+    """Whether `call` runs inside an autocast block of `holder`, or is passed
+    a name that such a block binds (`with autocast(): loss = ...`, then
+    `step(loss, optimizer)`)."""
+    path = path_to(holder, call) or []
+    if any(isinstance(node, cst.With) and _enters_autocast(node, code_for) for node in path):
+        return True
+    passed = {arg.value.value for arg in call.args if isinstance(arg.value, cst.Name)}
+    return any(
+        isinstance(node, cst.With)
+        and _enters_autocast(node, code_for)
+        and passed & name_use(node.body).bound
+        for node in descendants(holder)
+    )
+
+
+def _enters_autocast(block: cst.With, code_for: Callable[[cst.CSTNode], str]) -> bool:
+    return any(_AUTOCAST.search(code_only(code_for(item))) for item in block.items)
+
+
+class _NameCalls(Visitor):
+    """The calls `name(...)` in a module, each with the function that holds
+    it, or at module level the top statement that does; the def of `name`
+    itself is not walked."""
+
+    def __init__(self, name: str, function: cst.FunctionDef) -> None:
+        self.name = name
+        self.function = function
+        self.calls: list[tuple[cst.CSTNode, cst.Call]] = []  # (holder, call)
+        self.other_uses = False
+        self._functions: list[cst.CSTNode] = []
+        self._top: cst.CSTNode | None = None
+
+    def visit_Module(self, node: cst.Module) -> bool:
+        for statement in node.body:
+            self._top = statement
+            self.walk(statement)
+        return False
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        if node is self.function:
+            return False
+        self._functions.append(node)
+        return True
+
+    def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
+        if self._functions and self._functions[-1] is node:
+            self._functions.pop()
+
+    def visit_Call(self, node: cst.Call) -> bool:
+        if isinstance(node.func, cst.Name) and node.func.value == self.name:
+            self.calls.append((self._functions[-1] if self._functions else self._top, node))
+            for arg in node.args:
+                self.walk(arg)
+            return False
+        return True
+
+    def visit_Name(self, node: cst.Name) -> None:
+        if node.value == self.name:
+            self.other_uses = True  # passed on, stored: called where amplint cannot see
 
 
 def forward_outside(function: cst.FunctionDef, loss: cst.Name) -> str:

@@ -656,6 +656,11 @@ def forward_region(
         shown = cst.Module([]).code_for_node(loss)
         if loss_names and loss_names <= parameters:
             return f"`{shown}` comes from the caller; autocast belongs where the forward pass runs"
+        if any(name_use(statement).bound & loss_names for statement in body[top + 1 :]):
+            return (
+                f"`{shown}` is computed below its backward, so the backward runs on the "
+                "previous iteration's graph; autocast has no forward pass above it to wrap"
+            )
         return f"cannot find where `{shown}` is computed in the same block as its backward"
     # Every name of the loss counts: `(loss_real + loss_fake).backward()` needs
     # `loss_real`'s forward pass as much as `loss_fake`'s, bound last.

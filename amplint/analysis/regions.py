@@ -20,7 +20,7 @@ from amplint.analysis.imports import ImportMap
 from amplint.analysis.statements import calls_in_line, method_name, name_use
 from amplint.analysis.forward import DATA_FUNCTIONS, DATA_METHODS, feeding_region
 from amplint.analysis.steps import TrainingStep
-from amplint.analysis.visitor import Visitor
+from amplint.analysis.visitor import Visitor, descendants
 from amplint.diagnostics import Span
 
 FLOAT16 = {"torch.float16", "torch.half"}
@@ -126,6 +126,36 @@ def find_unscaled_float16(
             ):
                 found.append(UnscaledFloat16(step, region))
                 break
+        else:
+            # `def step(loss, optimizer)` called with a loss its callers compute
+            # under autocast: their region is the one the backward follows.
+            region = next(
+                (
+                    region
+                    for region in caller_regions(step, imports)
+                    if selects_cuda_float16(region, imports, step.enclosing_scope)
+                ),
+                None,
+            )
+            if region is not None:
+                found.append(UnscaledFloat16(step, region))
+    return found
+
+
+def caller_regions(step: TrainingStep, imports: ImportMap) -> list[StepRegion]:
+    """The autocast items in the code that calls a step function given its
+    loss (TrainingStep.amp_callers), each ordered before the step's statements."""
+    found = []
+    for holder in step.amp_callers:
+        for statement in descendants(holder):
+            if not isinstance(statement, cst.With):
+                continue
+            for item in statement.items:
+                call = item.item
+                if isinstance(call, cst.Call):
+                    called = imports.resolve(call.func, step.enclosing_scope)
+                    if called in ANY_AUTOCAST:
+                        found.append(StepRegion(statement, call, called, -1))
     return found
 
 

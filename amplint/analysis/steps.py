@@ -19,7 +19,12 @@ from typing import Callable, Iterator, Sequence, Union
 
 import libcst as cst
 
-from amplint.analysis.caller_forward import caller_regions, forward_outside, subclasses_of
+from amplint.analysis.caller_forward import (
+    autocast_callers,
+    caller_regions,
+    forward_outside,
+    subclasses_of,
+)
 from amplint.analysis.clips import clip_threshold
 from amplint.analysis.code_text import code_only
 from amplint.analysis.forward import (
@@ -48,6 +53,7 @@ from amplint.analysis.statements import (
     calls_in_line,
     child_suites,
     exclusive,
+    parameter_names,
     statements_in_order,
     method_name,
     name_use,
@@ -238,13 +244,21 @@ class TrainingStep:
 
     @property
     def anchor(self) -> cst.Call:
-        """The call a finding about this step points at."""
+        """The call a finding about this step points at: the backward its
+        decline is about, else its first backward."""
+        if self.skip_at is not None:
+            return self.skip_at
         if self.backwards:
             return self.backwards[0].call
         return self.backward_helper or self.steps[0].call
 
     # Why amplint does not rewrite this step, in the user's terms; None if it can.
     skip: str | None = None
+    # The backward that `skip` is about, where it is one of several.
+    skip_at: cst.Call | None = None
+    # For a step function given its loss, the code of its callers, where every
+    # call runs under autocast: the step is theirs, mixed precision already.
+    amp_callers: list[cst.CSTNode] = field(default_factory=list)
     # The forward regions are at the calls of the step's method in its class
     # (`self.optimize(loss)`), not in the step's own block.
     forward_at_callers: bool = False
@@ -757,6 +771,9 @@ class _StepFinder(ScopedVisitor):
             scope_code = own_code
         if any(s.scaler for s in step.steps) or _ALREADY_AMP.search(scope_code):
             return self._hand_scaled(scope_code) or ALREADY_AMP
+        step.amp_callers = self._amp_callers(step)
+        if step.amp_callers:
+            return ALREADY_AMP
         if self._reads_autocast_alias(scope_code):
             return ALREADY_AMP  # `with ctx:` where `ctx = ... torch.autocast(...)`
         if step.class_def is not None and self._has_amp_relative(step.class_def):
@@ -823,6 +840,9 @@ class _StepFinder(ScopedVisitor):
         # What model calls above an `if` bind for the losses its arms compute.
         fed: set[str] = set()
         for index, backward in enumerate(step.backwards):
+            # A reason found from here on is this backward's: the finding
+            # points at it, never at another loss of the step.
+            step.skip_at = backward.call
             previous = step.backwards[index - 1] if index else None
             if (
                 previous is not None
@@ -894,6 +914,7 @@ class _StepFinder(ScopedVisitor):
                 step.index_write = step.index_write or self.calls.index_write(found)
                 step.regions.append(found)
             lower = backward.top + 1
+        step.skip_at = None
         return None
 
     def _merged_with_previous(
@@ -1034,6 +1055,21 @@ class _StepFinder(ScopedVisitor):
             f"its loss is built from `{found.container}`, which `{found.filler}` fills "
             "while running the model: the forward pass is there, not here; run it under "
             "torch.autocast in that function and scale this loss with a GradScaler"
+        )
+
+    def _amp_callers(self, step: TrainingStep) -> list[cst.CSTNode]:
+        """For a step function given its loss (`def step(loss, optimizer)`)
+        whose every call in the module runs under autocast, the code holding
+        those calls: the callers' step is mixed precision (see
+        caller_forward.autocast_callers)."""
+        function = step.function
+        if function is None or step.owner is not function or not step.backwards:
+            return []
+        parameters = set(parameter_names(function))
+        if not all(_given(backward.loss, parameters) for backward in step.backwards):
+            return []
+        return autocast_callers(
+            self.module, function, step.class_def, self.module.code_for_node
         )
 
     def _regions_at_callers(
