@@ -2253,3 +2253,72 @@ def test_apex_ddp_imported_in_one_branch_beside_torch_s_is_replaced() -> None:
     assert "apex" not in result
     assert result.count("from torch.nn.parallel import DistributedDataParallel as DDP") == 2
     assert codes_of(result) == [] and fixed(result) == result
+
+
+CLIPPER_AT_BOUNDARY = dedent("""
+    import torch
+    from apex import amp
+
+
+    def clip_gradient(params, grad_clip):
+        for p in params:
+            if p.grad is not None:
+                p.grad.data.clamp_(-grad_clip, grad_clip)
+
+
+    def train(model, loader, optimizer, accum):
+        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+        for i, (x, y) in enumerate(loader):
+            loss = torch.nn.functional.mse_loss(model(x), y) / accum
+            with amp.scale_loss(loss, optimizer, delay_unscale=(i + 1) % accum != 0) as scaled:
+                scaled.backward()
+            {clip}
+            if (i + 1) % accum == 0:
+                optimizer.step()
+                optimizer.zero_grad()
+    """)
+
+
+@pytest.mark.parametrize(
+    "clip",
+    [
+        "if (i + 1) % accum == 0:\n            clip_gradient(amp.master_params(optimizer), 0.01)",
+        "with nullcontext():\n            if (i + 1) % accum == 0:\n"
+        "                clip_gradient(amp.master_params(optimizer), 0.01)",
+    ],
+    ids=["an if of its own", "nested"],
+)
+def test_a_project_clipper_moved_to_the_boundary_is_migrated(clip: str) -> None:
+    # AMP203 declines a clipper of amp.master_params on every micro-step and
+    # says to move it to the accumulation boundary; moved under an `if` that
+    # tests the same as the step's, it runs exactly when the step does.
+    torch = pytest.importorskip("torch")
+    before = CLIPPER_AT_BOUNDARY.replace("{clip}", clip)
+    every_step = CLIPPER_AT_BOUNDARY.replace(
+        "{clip}", "clip_gradient(amp.master_params(optimizer), 0.01)"
+    )
+    assert "move it to the accumulation boundary" in findings_of(every_step)[0].message
+    migrated = fixed(before, unsafe=True)
+    assert "apex" not in migrated and "scaler.unscale_(optimizer)\n" in migrated
+    compile(migrated, "migrated", "exec")
+    # On the CPU GradScaler, in float16, the optimizer receives the clipped,
+    # unscaled gradients of an FP32 run with the clip at the boundary.
+    fp32 = (
+        migrated.replace("scaler.scale(loss).backward()", "loss.backward()")
+        .replace("scaler.unscale_(optimizer)", "pass")
+        .replace("scaler.step(optimizer)", "optimizer.step()")
+        .replace("scaler.update()", "pass")
+        .replace('torch.autocast("cuda", dtype=torch.float16)', "nullcontext()")
+        .replace('torch.amp.GradScaler("cuda")', "None")
+    )
+    weights = []
+    for code in (migrated.replace('"cuda"', '"cpu"'), fp32):
+        namespace = {"nullcontext": nullcontext}
+        exec(compile(code, "run", "exec"), namespace)
+        torch.manual_seed(0)
+        model = torch.nn.Linear(4, 4)
+        optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+        data = [(torch.randn(8, 4), torch.randn(8, 4)) for _ in range(4)]
+        namespace["train"](model, data, optimizer, 2)
+        weights.append(model.weight.detach().clone())
+    assert torch.allclose(weights[0], weights[1], atol=1e-3)

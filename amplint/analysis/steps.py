@@ -223,7 +223,11 @@ class TrainingStep:
                     for guard in _ifs_above(self.block, optimizer_step.statement)
                     if not _tests_presence(guard.test, optimizer_step.optimizer)
                 ]
-                if guards and not holds(guards[-1], edit.statement):
+                if (
+                    guards
+                    and not holds(guards[-1], edit.statement)
+                    and not _under_same_test(self.block, guards[-1], edit.statement)
+                ):
                     found.append(edit)
                     break
         return found
@@ -1177,6 +1181,23 @@ def _tests_presence(test: cst.BaseExpression, optimizer: cst.BaseExpression) -> 
         ):
             test = test.left
     return test.deep_equals(optimizer)
+
+
+def _under_same_test(block: cst.CSTNode, guard: cst.If, statement: cst.CSTNode) -> bool:
+    """Whether `statement` runs in the body of another `if` of `block` that
+    tests what `guard` tests (`if (i + 1) % accum == 0:` written twice, once
+    for the clip and once for the step): it runs exactly when `guard`'s body
+    does, at the accumulation boundary.  A test that calls anything may
+    answer differently the second time, and is no proof."""
+    path = path_to(block, statement) or []
+    return any(
+        isinstance(node, cst.If)
+        and node is not guard
+        and path[index + 1] is node.body
+        and node.test.deep_equals(guard.test)
+        and not any(isinstance(part, cst.Call) for part in descendants(node.test))
+        for index, node in enumerate(path[:-1])
+    )
 
 
 def _ifs_above(block: cst.CSTNode, statement: cst.CSTNode) -> list[cst.If]:

@@ -16,7 +16,9 @@ cannot go together):
   follows it, the module's top level (a notebook's cells), a GAN's two steps.
 - guard: the step under `if (i + 1) % k == 0:` (accumulation) or not; with
   accumulation, the touch below inside the guard or before it, on every
-  micro-step (Swin-Transformer's clip and logged norm); or Swin's two arms
+  micro-step (Swin-Transformer's clip and logged norm), or at the boundary
+  under an `if` of its own that tests the same (where AMP203's advice to move
+  a project clipper leads); or Swin's two arms
   after one model call: `if ACCUMULATION > 1:` accumulating, else stepping
   every batch.
 - touch: what edits gradients between backward and step: torch's clipping
@@ -82,7 +84,13 @@ FAMILIES: dict[str, tuple[str, ...]] = {
         "top_level",
         "gan",
     ),
-    "guard": ("none", "accumulate", "accumulate_touch_each", "accumulate_arms"),
+    "guard": (
+        "none",
+        "accumulate",
+        "accumulate_touch_each",
+        "accumulate_touch_apart",
+        "accumulate_arms",
+    ),
     "touch": (
         "none",
         "clip_norm",
@@ -404,6 +412,10 @@ class _Renderer:
         update = f"{opt}.step()\n" + f"{opt}.zero_grad()\n" + self.after_step(m)
         if guard is not None and shape.guard == "accumulate_touch_each":
             lines += self.touch(m, opt)
+        elif guard is not None and shape.guard == "accumulate_touch_apart":
+            # At the boundary, under an `if` of its own that tests the same.
+            touch = self.touch(m, opt)
+            lines += f"if {guard}:\n" + _indent(touch, 1) if touch else ""
         else:
             update = self.touch(m, opt) + update
         if guard is not None:
