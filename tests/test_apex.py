@@ -2322,3 +2322,23 @@ def test_a_project_clipper_moved_to_the_boundary_is_migrated(clip: str) -> None:
         namespace["train"](model, data, optimizer, 2)
         weights.append(model.weight.detach().clone())
     assert torch.allclose(weights[0], weights[1], atol=1e-3)
+
+
+def test_master_params_as_the_sole_argument_of_a_long_line_still_parses() -> None:
+    # The generator that replaces amp.master_params is the sole argument of
+    # `list(...)`; laid out one argument per line, it takes no trailing comma
+    # (`list(p for ...,)` does not parse).
+    before = CLIPPER_AT_BOUNDARY.replace(
+        "{clip}",
+        "if (i + 1) % accum == 0:\n"
+        "            clip_gradient(list(amp.master_params(optimizer)), "
+        "grad_clip=args.grad_clip_threshold_value_for_the_model)",
+    )
+    migrated = fixed(before, unsafe=True)
+    assert "apex" not in migrated
+    assert (
+        "clip_gradient(list(\n"
+        '                p for group in optimizer.param_groups for p in group["params"]\n'
+        "            ), grad_clip=args.grad_clip_threshold_value_for_the_model)\n"
+    ) in migrated
+    compile(migrated, "migrated", "exec")

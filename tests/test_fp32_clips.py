@@ -38,6 +38,45 @@ def test_a_clip_inside_an_expression_is_unscaled_for() -> None:
     assert [d.code for d in findings_of(migrated)] == []
 
 
+def test_a_project_clipper_inside_an_expression_is_unscaled_for() -> None:
+    """`clip_gradient(params, c) if c > 0 else None`: the project's clipper
+    in a conditional expression clamps what it is given; before this, the
+    rewrite clamped scaled gradients (update parity caught it in make shapes)."""
+    torch = pytest.importorskip("torch")
+    source = dedent("""
+        import torch
+
+
+        def clip_gradient(params, grad_clip):
+            for p in params:
+                p.grad.data.clamp_(-grad_clip, grad_clip)
+
+
+        def train(model, loader, optimizer, clip):
+            for x, y in loader:
+                loss = torch.nn.functional.mse_loss(model(x), y)
+                loss.backward()
+                clipped = clip_gradient(model.parameters(), clip) if clip > 0 else None
+                optimizer.step()
+                optimizer.zero_grad()
+        """)
+    migrated = fixed(source, Settings(device_type="cpu", dtype="float16"))
+    assert (
+        "        scaler.unscale_(optimizer)\n"
+        "        clipped = clip_gradient(model.parameters(), clip) if clip > 0 else None\n"
+    ) in migrated
+    weights = []
+    for code in (source, migrated):
+        namespace: dict = {}
+        exec(compile(code, "train", "exec"), namespace)
+        torch.manual_seed(0)
+        model = torch.nn.Linear(4, 4)
+        data = [(torch.randn(8, 4), torch.randn(8, 4)) for _ in range(3)]
+        namespace["train"](model, data, torch.optim.SGD(model.parameters(), lr=1.0), 0.01)
+        weights.append(model.weight.detach().clone())
+    assert torch.allclose(weights[0], weights[1], atol=1e-3)
+
+
 ACCUMULATION = dedent("""
     import torch
 

@@ -519,15 +519,9 @@ class _StepFinder(ScopedVisitor):
             else:
                 grad_edits = found.grad_edits
             for call in calls_of.get(order, ()):
-                method = method_name(call)
-                receiver = call.func.value if method else None
                 if (clip := self._torch_clip(call, statement, order)) is not None:
                     grad_edits.append(clip)
-                elif (
-                    not (method and is_scaler(receiver))
-                    and not _framework_owned(call)
-                    and self._hands_over_gradients(call)
-                ):
+                elif self._project_clip(call):
                     # The project's own clipper (`clip_gradient(optimizer, c)`,
                     # `clipper.step(model.parameters())`): it may clamp or clip,
                     # which must see unscaled gradients, like torch's own clip.
@@ -537,10 +531,23 @@ class _StepFinder(ScopedVisitor):
                 edit.statement is statement for edit in grad_edits
             ):
                 # `print(clip_grad_norm_(params, 1.0).item())`: a clip inside an
-                # expression; `for model in models: clip_grad_norm_(...)`: in a loop.
+                # expression; `for model in models: clip_grad_norm_(...)`: in a
+                # loop; `clip_gradient(params, c) if c > 0 else None`: the
+                # project's clipper in one.
                 for call in _NestedCalls.of(statement):
                     if (clip := self._torch_clip(call, statement, order)) is not None:
                         grad_edits.append(clip)
+                        break
+                    # A norm the project computes inside an expression is left
+                    # alone, and so is one divided back by the scale: the
+                    # rewrite itself writes `get_grad_norm(...) / scaler.get_scale()`
+                    # on every micro-step.
+                    if (
+                        self._project_clip(call)
+                        and not self._computes_gradient_norm(call)
+                        and id(call) not in _divided_by_the_scale(statement)
+                    ):
+                        grad_edits.append(GradEdit(statement, order, clip=call))
                         break
             if not isinstance(statement, (cst.If, cst.With, cst.Try)) and not any(
                 edit.statement is statement for edit in grad_edits
@@ -551,6 +558,14 @@ class _StepFinder(ScopedVisitor):
                     grad_edits.append(GradEdit(statement, order, nonlinear=finder.nonlinear))
                 elif reads_gradients(statement):
                     grad_edits.append(GradEdit(statement, order, reads=True))
+
+    def _project_clip(self, call: cst.Call) -> bool:
+        """Whether `call` hands the gradients to the project's own code: not a
+        scaler's method nor a framework's, given the optimizer or parameters."""
+        method = method_name(call)
+        if method and is_scaler(call.func.value):
+            return False
+        return not _framework_owned(call) and self._hands_over_gradients(call)
 
     def _torch_clip(self, call: cst.Call, statement, order: int) -> GradEdit | None:
         """`call` as a gradient edit if it is torch's own clip (`clip_grad_norm_`,
@@ -1181,6 +1196,20 @@ def _tests_presence(test: cst.BaseExpression, optimizer: cst.BaseExpression) -> 
         ):
             test = test.left
     return test.deep_equals(optimizer)
+
+
+def _divided_by_the_scale(statement: cst.CSTNode) -> set[int]:
+    """The ids of the calls in `statement` divided by a scaler's scale
+    (`norm(params) / scaler.get_scale()`): they read scaled gradients on
+    purpose and undo the scale."""
+    return {
+        id(node.left)
+        for node in descendants(statement)
+        if isinstance(node, cst.BinaryOperation)
+        and isinstance(node.operator, cst.Divide)
+        and isinstance(node.right, cst.Call)
+        and method_name(node.right) == "get_scale"
+    }
 
 
 def _under_same_test(block: cst.CSTNode, guard: cst.If, statement: cst.CSTNode) -> bool:

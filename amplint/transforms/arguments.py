@@ -144,6 +144,11 @@ def one_per_line(call: cst.Call) -> cst.Call:
         first_line=cst.TrailingWhitespace(), indent=True, last_line=cst.SimpleWhitespace("")
     )
     args = list(call.args)
+    if len(args) == 1 and _bare_generator(args[0].value):
+        # `list(p for p in ps)`: a trailing comma would need the generator in
+        # parentheses of its own (`list((p for p in ps),)`); black writes none.
+        sole = args[0].with_changes(comma=cst.MaybeSentinel.DEFAULT, whitespace_after_arg=closing)
+        return call.with_changes(whitespace_before_args=inside, args=[sole])
     laid = [
         arg.with_changes(
             comma=cst.Comma(whitespace_after=inside if index < len(args) - 1 else closing),
@@ -152,3 +157,9 @@ def one_per_line(call: cst.Call) -> cst.Call:
         for index, arg in enumerate(args)
     ]
     return call.with_changes(whitespace_before_args=inside, args=laid)
+
+
+def _bare_generator(value: cst.BaseExpression) -> bool:
+    """A generator expression written without parentheses of its own, as the
+    sole argument of a call may be."""
+    return isinstance(value, cst.GeneratorExp) and not value.lpar

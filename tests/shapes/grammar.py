@@ -23,11 +23,11 @@ cannot go together):
   every batch.
 - touch: what edits gradients between backward and step: torch's clipping
   functions (also with the norm logged, `clip_grad_norm_(...).item()`), the
-  project's own helper (`clip_gradient(optimizer, c)`, image
-  captioning tutorials) or object (`clipper.step(params)`), the project's
-  gradient norm for a log (Swin's `get_grad_norm`, MAE's), a loop clamping
-  `.grad` (alone, or before a clip), or a weight clamp after the step (WGAN),
-  which is no gradient edit.
+  project's own helper (`clip_gradient(optimizer, c)`, image captioning
+  tutorials; also inside a conditional expression) or object
+  (`clipper.step(params)`), the project's gradient norm for a log (Swin's
+  `get_grad_norm`, MAE's), a loop clamping `.grad` (alone, or before a clip),
+  or a weight clamp after the step (WGAN), which is no gradient edit.
 - optimizer: how it is made: directly, by a builder, by a conditional
   expression, as a module global; Adam, AdamW or SGD.
 - container: where a GAN keeps its two optimizers: in names of their own, in
@@ -97,6 +97,7 @@ FAMILIES: dict[str, tuple[str, ...]] = {
         "clip_value",
         "clip_norm_item",
         "helper_clamp",
+        "helper_clamp_conditional",
         "clipper_object",
         "norm_helper",
         "inline_clamp",
@@ -368,6 +369,9 @@ class _Renderer:
         if touch == "helper_clamp":
             self._helper(CLIP_GRADIENT)
             return f"clip_gradient({opt}, 0.01)\n"
+        if touch == "helper_clamp_conditional":  # the clipper inside an expression
+            self._helper(CLIP_GRADIENT)
+            return f"clipped = clip_gradient({opt}, 0.01) if {m}.training else None\n"
         if touch == "clipper_object":
             self._helper(GRADIENT_CLIPPER)
             return f"clipper.step({m}.parameters())\n"
