@@ -28,6 +28,7 @@ from typing import Sequence
 from amplint.files import (
     TEMPORARY_NAME,
     TEMPORARY_SUFFIX,
+    NotARegularFile,
     SourceError,
     SourceFile,
     encode_source,
@@ -64,6 +65,9 @@ def write_source_atomic(source: SourceFile, new_text: str) -> None:
 # before it is made, then `{"renames": [[TARGET, TEMPORARY, OLD, NEW], ...]}`
 # before the first rename.  Deleted when the run is done with it.
 JOURNAL_PREFIX = ".amplint-journal."
+# A journal names each temporary once and each rename once, a few hundred
+# bytes per file: past this it is no journal a run of amplint wrote.
+MAX_JOURNAL_BYTES = 4 << 20
 _JOURNAL_NAME = re.compile(re.escape(JOURNAL_PREFIX) + r"(?P<pid>[0-9]+)\.[^.]+\.json")
 
 
@@ -263,7 +267,7 @@ def complete_journal(journal: Path, areas: Sequence[Path]) -> list[str]:
     try:
         temporaries, renames = _read_journal(journal, areas)
     except NotAJournal as why:
-        return [f"{journal}: not a journal amplint wrote ({why}); left alone"]
+        return [f"{journal}: not a journal amplint wrote ({why}); {_set_aside(journal)}"]
     except OSError:
         return []
     unfinished = {target for target, _ in _finish(renames)}
@@ -290,14 +294,22 @@ def _read_journal(
     if match is None:
         raise NotAJournal("its name")
     pid = match.group("pid")
-    lines = read_regular(journal).decode("utf-8", errors="replace").splitlines()
+    try:
+        data = read_regular(journal, MAX_JOURNAL_BYTES)
+    except NotARegularFile as why:
+        raise NotAJournal(str(why).removeprefix(f"{journal}: ")) from None
+    lines = data.decode("utf-8", errors="replace").splitlines()
     records = []
     for number, line in enumerate(lines):
         try:
-            records.append(json.loads(line))
-        except ValueError:
+            record = json.loads(line)
+        except (ValueError, RecursionError):
             if number < len(lines) - 1:  # the last line may be cut short by a kill
                 raise NotAJournal(f"line {number + 1} is not JSON") from None
+            continue
+        if "\0" in line or "\\u0000" in line:
+            raise NotAJournal(f"line {number + 1} names a path with a NUL")
+        records.append(record)
     temporaries: dict[str, Path] = {}
     renames: list[tuple[Path, str, str, str]] = []
     roots = [real_path(area) for area in areas]
@@ -326,9 +338,23 @@ def _recorded_target(temporary: str, pid: str, roots: Sequence[Path]) -> Path:
     parent = Path(os.path.dirname(temporary))
     if match is None or match.group("pid") != pid or not parent.is_absolute():
         raise NotAJournal(f"{temporary} is not named as its temporaries are")
-    if not any(parent.is_relative_to(root) for root in roots):
+    # Where the directory really is, every link and `..` followed: a record
+    # of `<project>/../outside/...` or of a committed link to elsewhere names
+    # a file outside, whatever its spelling starts with.
+    if real_path(parent) != parent or not any(parent.is_relative_to(root) for root in roots):
         raise NotAJournal(f"{temporary} is outside the paths named")
     return parent / match.group("name")
+
+
+def _set_aside(journal: Path) -> str:
+    """Rename a journal amplint will not act on out of the journals' names, so
+    that no later run reads it again; what was done, in words."""
+    aside = journal.with_name(journal.name + ".rejected")
+    try:
+        os.replace(journal, aside)
+    except OSError:
+        return "left alone"
+    return f"renamed to {aside.name}, and nothing it names touched"
 
 
 def _is_regular(path: str) -> bool:

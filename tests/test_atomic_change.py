@@ -169,7 +169,76 @@ def test_a_journal_amplint_did_not_write_is_left_alone(tmp_path: Path, forgery: 
     after = _amplint("fix", "--apply", "--no-cache", "--select", "AMP001", program)
     assert f"{journal}: not a journal amplint wrote" in after.stderr, after.stderr
     assert victim.read_text() == "the user's" and beside.read_text() == "the repository's"
-    assert journal.exists() and _texts(program) == _texts(PROGRAM)
+    # Set aside, never read again: the next run says nothing of it.
+    assert not journal.exists() and journal.with_name(journal.name + ".rejected").exists()
+    assert _texts(program) == _texts(PROGRAM)
+    again = _amplint("fix", "--apply", "--no-cache", "--select", "AMP001", program)
+    assert "not a journal amplint wrote" not in again.stderr
+
+
+def _forged_journal(directory: Path, pid: int, temporary: str, target: str, digest: str) -> Path:
+    journal = directory / f".amplint-journal.{pid}.x1.json"
+    journal.write_text(
+        json.dumps({"temporary": temporary})
+        + "\n"
+        + json.dumps({"renames": [[target, temporary, "0" * 64, digest]]})
+        + "\n"
+    )
+    return journal
+
+
+@pytest.mark.parametrize("route", ["..", "a committed link", "one file named"])
+def test_a_journal_naming_a_path_outside_through_links_or_dots_is_refused(
+    tmp_path: Path, route: str
+) -> None:
+    """A forged journal whose records start with the named directory but lead
+    out of it (`<dir>/../outside`, a committed directory link) names files
+    outside: nothing there is deleted or renamed over, also when the user
+    names one file of the directory."""
+    program = tmp_path / "program"
+    shutil.copytree(PROGRAM, program)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    keep = outside / "keep.py"
+    keep.write_text("the user's file\n")
+    pid = dead_pid()
+    planted = outside / f".keep.py.{pid}.k2j4x.amplint-tmp"
+    planted.write_text("the repository's replacement\n")
+    if route == "a committed link":
+        (program / "link").symlink_to(outside, target_is_directory=True)
+        directory = program / "link"
+    else:
+        directory = program / ".." / "outside"
+    temporary = str(directory / planted.name)
+    digest = hashlib.sha256(planted.read_bytes()).hexdigest()
+    journal = _forged_journal(program, pid, temporary, str(directory / "keep.py"), digest)
+    named = program / "train.py" if route == "one file named" else program
+    after = _amplint("fix", "--apply", "--no-cache", "--select", "AMP001", named)
+    assert "outside the paths named" in after.stderr, after.stderr
+    assert keep.read_text() == "the user's file\n"
+    assert planted.read_text() == "the repository's replacement\n"
+    assert not journal.exists()
+
+
+@pytest.mark.parametrize("shape", ["deeply nested", "a NUL in a path", "huge"])
+def test_a_journal_of_the_wrong_shape_is_set_aside_not_fatal(tmp_path: Path, shape: str) -> None:
+    """A journal that crashed the run (RecursionError, ValueError) crashed
+    every later run of the directory too; a huge one cost every run."""
+    program = tmp_path / "program"
+    shutil.copytree(PROGRAM, program)
+    pid = dead_pid()
+    journal = program / f".amplint-journal.{pid}.x1.json"
+    if shape == "deeply nested":
+        journal.write_text("[" * 100_000 + "]" * 100_000 + "\n{}\n")
+    elif shape == "a NUL in a path":
+        name = f".train.py.{pid}.k2j4x.amplint-tmp"
+        journal.write_text(json.dumps({"temporary": f"{program}/\0/{name}"}) + "\n")
+    else:
+        journal.write_text((json.dumps({"temporary": "x" * 1000}) + "\n") * 5000)
+    after = _amplint("fix", "--apply", "--no-cache", "--select", "AMP001", program)
+    assert "internal error" not in after.stderr and "Traceback" not in after.stderr
+    assert f"{journal}: not a journal amplint wrote" in after.stderr, after.stderr
+    assert not journal.exists() and after.returncode in (0, 1)  # the run went on
 
 
 def test_a_rename_that_fails_is_said_for_its_file_alone(
