@@ -46,6 +46,17 @@ class PreparedWrite:
     temporary: str
     old_digest: str  # sha256 of the file as read
     new_digest: str  # sha256 of what replaces it
+    identity: tuple[int, int] = (0, 0)  # (device, inode) of the file as read
+
+    def still_as_read(self) -> bool:
+        """Whether the file is still the one read, with the content read: an
+        editor's save (or a swap for another file) since then is kept."""
+        try:
+            status = os.stat(self.path)
+            data = read_regular(self.path)
+        except OSError:
+            return False
+        return (status.st_dev, status.st_ino) == self.identity and _sha256(data) == self.old_digest
 
 
 def write_source_atomic(source: SourceFile, new_text: str) -> None:
@@ -126,7 +137,8 @@ class Change:
         except BaseException:
             _remove(temporary)
             raise
-        return PreparedWrite(path, temporary, _sha256(old), _sha256(data))
+        identity = (status.st_dev, status.st_ino)
+        return PreparedWrite(path, temporary, _sha256(old), _sha256(data), identity)
 
     def _new_temporary(self, path: Path) -> str:
         """A name for `path`'s temporary, recorded in the journal before the
@@ -152,6 +164,11 @@ class Change:
         synced first; the temporaries of writes left out are removed.  What
         could not be renamed, each with why (nothing, as a rule)."""
         problems: list[tuple[Path, str]] = []
+        # Saved by an editor since it was read (the rewrites of a large run
+        # take a while to prepare): not renamed over, now or below.
+        changed = [write for write in writes if not write.still_as_read()]
+        problems += [(write.path, _CHANGED) for write in changed]
+        writes = [write for write in writes if write not in changed]
         if writes:
             record = [
                 [str(write.path.resolve()), write.temporary, write.old_digest, write.new_digest]
@@ -167,7 +184,12 @@ class Change:
             renamed = 0
             try:
                 for write in writes:
-                    os.replace(write.temporary, write.path)
+                    # Once more, right before the rename: what a save in
+                    # between wrote is the user's, and stays.
+                    if write.still_as_read():
+                        os.replace(write.temporary, write.path)
+                    else:
+                        problems.append((write.path, _CHANGED))
                     renamed += 1
             except OSError as error:
                 # Not killed: an error of the file system's.  What is renamed
@@ -178,7 +200,7 @@ class Change:
                     why = unfinished.get(write.path.resolve())
                     if why is not None:
                         problems.append((write.path, f"{why} ({error.strerror or error})"))
-        unwritten = {path for path, _ in problems}
+        unwritten = {path for path, why in problems if why != _CHANGED}
         # A rewrite that could not be put in place stays where the message says.
         self._close(keep={write.temporary for write in writes if write.path in unwritten})
         return problems
@@ -198,6 +220,9 @@ class Change:
         if self._journal is not None:
             _remove(self._journal)
             self._journal = None
+
+
+_CHANGED = "changed since amplint read it; not written"
 
 
 def _sha256(data: bytes) -> str:
