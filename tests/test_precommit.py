@@ -169,3 +169,29 @@ def test_a_program_split_over_modules_is_fixed_in_one_run(
         assert "from apex import amp" not in (project / name).read_text(), name
     check = _try_hook(project, hook_repo, "amplint", environment)
     assert check.returncode == 0, check.stdout + check.stderr
+
+
+@pytest.mark.parametrize("hook", ["amplint", "amplint-fix"])
+def test_committed_file_names_that_look_like_options_stay_file_names(
+    tmp_path: Path, hook_repo: Path, environment: dict[str, str], hook: str
+) -> None:
+    """pre-commit appends file names after the entry: a committed `-otarget.py`
+    was read as `-o target.py` (the report overwrote target.py) and one named
+    `--exclude=*.py` silenced the hook; the entries end with `--` now."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "target.py").write_text(FP32_LOOP)
+    (project / "-otarget.py").write_text("x = 1\n")
+    (project / "--exclude=*.py").write_text("y = 2\n")
+    _git(project, "init", "-q")
+    _git(project, "add", "--", ".")
+    _git(project, "commit", "-q", "-m", "hostile names", env=environment)
+    result = _try_hook(project, hook_repo, hook, environment)
+    assert result.returncode == 1, result.stdout
+    target = (project / "target.py").read_text()
+    if hook == "amplint":
+        assert target == FP32_LOOP  # not overwritten by a report
+        assert "target.py" in result.stdout and "AMP001" in result.stdout
+    else:
+        assert "scaler.scale(loss).backward()" in target  # fixed, not silenced
+    assert (project / "-otarget.py").read_text() == "x = 1\n"
