@@ -18,6 +18,7 @@ import asyncio
 import json
 from pathlib import Path
 from typing import Sequence
+from urllib.parse import unquote
 
 from lsprotocol import types
 from pygls.lsp.server import LanguageServer
@@ -60,6 +61,12 @@ class AmplintServer(LanguageServer):
             waiting.cancel()
         self._waiting[uri] = asyncio.get_running_loop().create_task(self._analyse(uri, delay))
 
+    def opened(self, uri: str) -> TextDocument | None:
+        """The document the client opened at `uri`, or None.  Never one read
+        from disk: a client may name any URI (`didSave` of `file:///dev/zero`,
+        a FIFO), and pygls would read it whole, or wait on it for ever."""
+        return self.workspace.text_documents.get(unquote(uri))
+
     def forget(self, uri: str, cells: Sequence[str] = ()) -> None:
         """Stop analysing the document (or the notebook with `cells`) and
         clear what was published for it."""
@@ -78,10 +85,13 @@ class AmplintServer(LanguageServer):
         if notebook is not None:
             await self._analyse_notebook(notebook)
             return
-        document = self.workspace.get_text_document(uri)
-        version, text, path = document.version, document.source, _path(uri)
-        if path is None:
+        document = self.opened(uri)
+        path = _path(uri)
+        if document is None or path is None:
+            if self._waiting.get(uri) is asyncio.current_task():
+                del self._waiting[uri]
             return
+        version, text = document.version, document.source
         try:
             found = await asyncio.to_thread(_check, text, path)
         except (api.ConfigError, api.AnalysisError) as error:
@@ -105,7 +115,10 @@ class AmplintServer(LanguageServer):
         path = to_fs_path(notebook.uri)
         if path is None or not path.endswith(NOTEBOOK_SUFFIX):
             return
-        cells = [self.workspace.get_text_document(cell.document) for cell in notebook.cells]
+        opened = [self.opened(cell.document) for cell in notebook.cells]
+        cells = [cell for cell in opened if cell is not None]
+        if len(cells) != len(opened):
+            return  # a cell the client never sent: nothing is read from disk for it
         kinds = [cell.kind for cell in notebook.cells]
         try:
             found = await asyncio.to_thread(_check, _as_ipynb(kinds, cells), Path(path))
@@ -219,9 +232,9 @@ async def code_action(
     ls: AmplintServer, params: types.CodeActionParams
 ) -> list[types.CodeAction] | None:
     uri = params.text_document.uri
-    document = ls.workspace.get_text_document(uri)
+    document = ls.opened(uri)
     analysed = ls.findings.get(uri)
-    if analysed is None or analysed[0] != document.source:
+    if document is None or analysed is None or analysed[0] != document.source:
         return None  # not analysed as it stands: its findings are on their way
     wanted = params.context.only
     actions = []

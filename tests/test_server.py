@@ -326,3 +326,36 @@ def test_the_readme_editor_set_ups_start_the_server_the_tests_drive() -> None:
         "server",
     ]
     assert vscode["glspc.server.languageId"] == ["python"]
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "mkfifo"), reason="needs FIFOs")
+def test_the_server_reads_only_what_the_client_opened_and_exits_0(tmp_path: Path) -> None:
+    """`didSave` of a document the client never opened made pygls read it
+    from disk: `/dev/zero` until memory ran out, a FIFO for ever (the whole
+    server with it).  And a normal shutdown exited with status 1 and a
+    traceback (the flush of a standard output the server had closed)."""
+    import os
+
+    root = _project(tmp_path)
+    os.mkfifo(root / "fifo.py")
+    (root / "zero.py").symlink_to("/dev/zero")
+
+    async def scenario() -> tuple[int, int, bytes]:
+        session = _Session()
+        await session.start(root)
+        for name in ("fifo.py", "zero.py"):
+            session.client.text_document_did_save(
+                types.DidSaveTextDocumentParams(
+                    text_document=types.TextDocumentIdentifier(uri=(root / name).as_uri())
+                )
+            )
+        uri = session.open(root / "train.py", FP32_STEP)
+        published = await session.diagnostics(uri)  # not blocked behind the FIFO
+        process = session.client._server
+        await session.stop()
+        status = await asyncio.wait_for(process.wait(), timeout=30)
+        return len(published.diagnostics), status, await process.stderr.read()
+
+    found, status, stderr = asyncio.run(scenario())
+    assert found == 1
+    assert status == 0 and b"Traceback" not in stderr, stderr

@@ -87,9 +87,11 @@ def run() -> NoReturn:
         print(code, file=sys.stderr)
         code = 1
     release_early_worker()  # forked as the command started, and not needed
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except OSError:  # a reader that went away (`| head`): as Python's own exit says it
-        code = 120
+    for stream in (sys.stdout, sys.stderr):
+        if stream is None or stream.closed:
+            continue  # `amplint server` closes standard output when its client exits
+        try:
+            stream.flush()
+        except OSError:  # a reader that went away (`| head`): as Python's own exit says it
+            code = 120
     os._exit(code)
