@@ -543,6 +543,12 @@ def _settings_from_table(
         settings = replace(settings, file_line_limit=int(limit))
     if "file-time-limit" in table:
         limit = _positive(table["file-time-limit"], "file-time-limit", where, (int, float))
+        if limit > MAX_FILE_TIME_LIMIT:
+            # The workers' selector waits in milliseconds of a C int: 24 days.
+            raise ConfigError(
+                f"{where}: `file-time-limit` must be at most {MAX_FILE_TIME_LIMIT:,} seconds "
+                f"(a day), got {limit!r}"[:300]
+            )
         settings = replace(settings, file_time_limit=float(limit))
     for key in ("respect-gitignore", "rewrite-tests", "unsafe-fixes"):
         if key in table:
@@ -561,6 +567,9 @@ def _settings_from_table(
         else:
             settings = settings.set_by(key, origin, adds=key.startswith("extend-"))
     return settings
+
+
+MAX_FILE_TIME_LIMIT = 86_400
 
 
 def _positive(value: Any, key: str, where: str, kinds) -> int | float:

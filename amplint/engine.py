@@ -57,14 +57,17 @@ def _may_fire(codes: Iterable[str], clues: SourceClues) -> list[Rule]:
     return load_rules(code for code in codes if TRIGGERS[code](clues))
 
 
-def _parse(
-    text: str, clues: SourceClues, rules: Sequence[Rule], codes: frozenset[str], settings: Settings
-) -> cst.Module | list[Diagnostic]:
-    """The module, or what to report instead: nothing when no rule of `rules`
-    (those that may fire) is left, AMP900 when the file does not parse or is
-    too deep to try."""
-    if not rules and not _checks_noqa(codes, clues):
-        return []
+def nothing_to_parse(text: str, settings: Settings, codes: frozenset[str]) -> bool:
+    """Asked before anything reads the text whole (the prefilter's compile of
+    a 5 MB module alone cost seconds and 600 MB before it was refused): True
+    for a text past the size or line limit in which, by its words alone, no
+    rule can find anything (a generated module); NotAnalysed for one where a
+    rule might; False for a text within the limits."""
+    if len(text) <= MAX_PARSE_CHARS and text.count("\n") < settings.file_line_limit:
+        return False
+    loose = SourceClues(text, compiled=False)
+    if not _may_fire(codes, loose) and not _checks_noqa(codes, loose):
+        return True
     if len(text) > MAX_PARSE_CHARS:
         raise NotAnalysed(
             f"{len(text) / 1e6:.1f} MB is more than amplint parses "
@@ -76,6 +79,16 @@ def _parse(
             f"{lines:,} lines, above file-line-limit {settings.file_line_limit:,}; "
             "exclude it if it is generated"
         )
+
+
+def _parse(
+    text: str, clues: SourceClues, rules: Sequence[Rule], codes: frozenset[str], settings: Settings
+) -> cst.Module | list[Diagnostic]:
+    """The module, or what to report instead: nothing when no rule of `rules`
+    (those that may fire) is left, AMP900 when the file does not parse or is
+    too deep to try."""
+    if not rules and not _checks_noqa(codes, clues):
+        return []
     reason = clues.too_deep_to_parse
     try:
         if reason is not None:
@@ -216,6 +229,8 @@ def lint_text(
 def _lint(
     text: str, codes: frozenset[str], settings: Settings, project: ProjectView | None = None
 ) -> tuple[list[Diagnostic], ModuleFacts | None]:
+    if nothing_to_parse(text, settings, codes):
+        return [], None
     clues = SourceClues(text)
     rules = _may_fire(codes, clues)
     module = _parse(text, clues, rules, codes, settings)
@@ -275,6 +290,8 @@ def fix_text(
     does not parse, changes nothing although fixes were due, or the rounds do
     not converge.
     """
+    if nothing_to_parse(text, settings, codes):
+        return FixResult(text, [], [], [])
     clues = SourceClues(text)
     module = _parse(text, clues, _may_fire(codes, clues), codes, settings)
     if isinstance(module, list):

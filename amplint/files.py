@@ -186,7 +186,11 @@ def read_source(path: Path) -> SourceFile:
                 f"{size / 1e6:.0f} MB is more than amplint reads "
                 f"({MAX_READ_BYTES / 1e6:.0f} MB); exclude it"
             )
-        raw = path.read_bytes()
+        # Bounded and never waiting: the file found may have been swapped for
+        # a FIFO (or a link to a device) since the walk listed it.
+        raw = read_regular(path)
+    except NotARegularFile as why:
+        raise SourceError(str(why).removeprefix(f"{path}: ")) from None
     except FileNotFoundError:
         raise SourceError("no such file") from None
     except IsADirectoryError:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -775,6 +776,42 @@ def test_a_file_over_its_budget_gets_one_line_and_the_others_their_results(tmp_p
     for bad in ("file-line-limit = 0", "file-time-limit = true", 'file-line-limit = "many"'):
         refused = run_cli("check", "--no-cache", tmp_path / "good.py", "--config", bad)
         assert refused.exit_code == 2 and "must be a positive number" in refused.stderr
+    # Ten million seconds overflowed the workers' selector (a traceback, no
+    # result for any file): now one line naming the key.
+    huge = run_cli("check", "--no-cache", tmp_path, "--config", "file-time-limit = 10000000")
+    assert huge.exit_code == 2 and "Traceback" not in huge.stderr
+    assert "`file-time-limit` must be at most 86,400 seconds" in huge.stderr
+
+
+def test_an_oversized_file_is_refused_before_anything_reads_it_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 5 MB module was refused only after the prefilter had compiled it
+    (seconds, 600 MB; 39 s under load): the size and line limits are asked
+    first, and a generated module with no word any rule looks for passes."""
+    from amplint import prefilter
+
+    def never(self):
+        raise AssertionError("compiled an oversized file")
+
+    monkeypatch.setattr(prefilter.SourceClues, "_compiled", property(never))
+    step = GOOD * 40_000  # a deprecated scaler, over and over: 2.2 MB
+    (tmp_path / "steps.py").write_text(step)
+    (tmp_path / "generated.py").write_text("x = 1\n" * 600_000)  # 3.6 MB, no trigger word
+    result = run_cli("check", "--no-cache", tmp_path)
+    assert re.search(r"steps.py: not analysed: 2\.\d MB is more than amplint parses", result.stderr)
+    assert "generated.py" not in result.stderr + result.stdout
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_a_file_swapped_for_a_fifo_after_the_walk_is_refused_not_waited_on(
+    tmp_path: Path,
+) -> None:
+    from amplint.files import SourceError, read_source
+
+    os.mkfifo(tmp_path / "train.py")
+    with pytest.raises(SourceError, match="not a regular file"):
+        read_source(tmp_path / "train.py")  # opened non-blocking: no wait for a writer
 
 
 def test_the_command_exits_with_its_code_and_every_line_it_wrote(tmp_path: Path) -> None:
