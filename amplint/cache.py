@@ -11,11 +11,20 @@ Most files never get that far: their text rules out every rule.  For them the
 cache keeps one index, path -> the file's stat (size, times, inode) and the
 codes it was tested for, so a warm run neither reads nor tests a file that is
 unchanged since (ruff trusts the same stat fields).
+
+A cache directory can arrive with a clone (committed by mistake, or planted):
+an entry listing no findings would hide them from a reviewer.  So every entry
+and the index are sealed with an HMAC under a key kept outside any project,
+in the user's cache directory (`$XDG_CACHE_HOME/amplint/cache-key`, made on
+first use, readable by its owner only); what another user or machine wrote
+does not verify and is computed again.  Where no key can be kept, nothing is
+cached.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import os
 import tempfile
@@ -31,8 +40,9 @@ from amplint.project import ProjectRoot, still_current
 
 CACHE_DIR_NAME = ".amplint_cache"
 # Bumped when the entry format changes.
-_FORMAT = "5"  # 2: spans carry a notebook cell; 3: entries name the modules they read;
-# 4: fixes name the other files they rewrite; 5: keys tell a notebook from a module
+_FORMAT = "6"  # 2: spans carry a notebook cell; 3: entries name the modules they read;
+# 4: fixes name the other files they rewrite; 5: keys tell a notebook from a module;
+# 6: entries are sealed
 _GITIGNORE = "*\n"
 _CACHEDIR_TAG = (
     "Signature: 8a477f597d28d172789f06886806bc55\n"
@@ -49,6 +59,51 @@ def _package_fingerprint() -> str:
         digest.update(path.relative_to(package).as_posix().encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()
+
+
+@lru_cache(maxsize=None)
+def _signing_key() -> bytes | None:
+    """This user's key for sealing cache files, made on first use; None where
+    none can be read or made (a read-only home)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    path = Path(base) / "amplint" / "cache-key"
+    for _ in range(2):
+        try:
+            key = read_regular(path, 64).decode("ascii")
+            if len(key) == 64 and all(c in "0123456789abcdef" for c in key):
+                return key.encode()
+            return None  # a key file amplint did not write: trust nothing
+        except FileNotFoundError:
+            pass
+        except (OSError, UnicodeDecodeError):
+            return None
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            continue  # another run made it meanwhile: read that one
+        except OSError:
+            return None
+        with os.fdopen(descriptor, "w") as handle:
+            handle.write(os.urandom(32).hex())
+    return None
+
+
+def _sealed(data: bytes) -> bytes | None:
+    """`data` with this user's seal before it, or None where there is no key."""
+    key = _signing_key()
+    if key is None:
+        return None
+    return hmac.new(key, data, hashlib.sha256).hexdigest().encode() + b"\n" + data
+
+
+def _unsealed(stored: bytes) -> bytes | None:
+    """What `stored` holds when this user's key sealed it, else None."""
+    key = _signing_key()
+    seal, _, data = stored.partition(b"\n")
+    if key is None or not hmac.compare_digest(seal, _sealed(data).partition(b"\n")[0]):
+        return None
+    return data
 
 
 def _stat_key(stat: os.stat_result, codes: Iterable[str]) -> list:
@@ -92,9 +147,12 @@ class ResultCache:
                 index.pop(path, None)
             else:
                 index[path] = key
+        sealed = _sealed(json.dumps(index).encode())
+        if sealed is None:
+            return
         try:
             self._ensure_directory()
-            _write_atomic(self._ruled_out_path(), json.dumps(index).encode())
+            _write_atomic(self._ruled_out_path(), sealed)
         except OSError as error:
             self.write_error = f"cannot write the cache in {self.directory}: {error.strerror}"
         self._ruled_out_news = {}
@@ -104,10 +162,11 @@ class ResultCache:
 
     def _read_ruled_out(self) -> dict[str, list]:
         try:
-            index = json.loads(read_regular(self._ruled_out_path()))
+            data = _unsealed(read_regular(self._ruled_out_path()))
+            index = json.loads(data) if data is not None else None
         except (OSError, ValueError, RecursionError):
             return {}  # absent or damaged: every file is read again
-        return index if isinstance(index, dict) else {}
+        return index if isinstance(index, dict) else {}  # or not this user's
 
     # -- findings -------------------------------------------------------------------
 
@@ -143,7 +202,10 @@ class ResultCache:
         """The findings stored under `key`, while every other project module
         they were computed from is unchanged and each lies inside `source`."""
         try:
-            document = json.loads(read_regular(self._entry(key)))
+            data = _unsealed(read_regular(self._entry(key)))
+            if data is None:
+                return None  # written by another user or machine, or by hand
+            document = json.loads(data)
             if not isinstance(document, dict):
                 return None  # `[]`, `5`, `null`: not an entry this wrote
             depends_on = document.get("depends_on", {})
@@ -178,7 +240,9 @@ class ResultCache:
         document = {"diagnostics": [_record(d) for d in diagnostics]}
         if depends_on:
             document["depends_on"] = depends_on
-        data = json.dumps(document).encode()
+        data = _sealed(json.dumps(document).encode())
+        if data is None:
+            return  # no key to seal it with: an entry nobody could trust
         try:
             self._ensure_directory()
             _write_atomic(self._entry(key), data)

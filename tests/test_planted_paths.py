@@ -9,6 +9,8 @@ ever, and a cache entry of the wrong shape was an internal error.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import os
 import subprocess
@@ -17,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from amplint.cache import _sealed
 from tests.helpers import REPO
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
@@ -135,7 +138,7 @@ def test_a_damaged_cache_entry_is_a_miss(tmp_path: Path, damage: str) -> None:
     ]
     assert entries
     for entry in entries:
-        document = json.loads(entry.read_text())
+        document = json.loads(entry.read_bytes().partition(b"\n")[2])
         planted = DAMAGE[damage]
         if planted == "INFINITY":
             text = json.dumps(document).replace("[35, 13,", "[Infinity, 13,", 1)
@@ -153,7 +156,8 @@ def test_a_damaged_cache_entry_is_a_miss(tmp_path: Path, damage: str) -> None:
             text = json.dumps(document)
         else:
             text = json.dumps(planted)
-        entry.write_text(text)
+        # Sealed with this user's key: damage amplint itself could have left.
+        entry.write_bytes(_sealed(text.encode()))
     again = _check(project, "--output-format", "full", limit=30)
     assert again.returncode == 1 and "internal error" not in again.stderr, again.stderr[-2000:]
     assert "train.py:35:13" in again.stdout
@@ -193,3 +197,34 @@ def test_the_project_model_reads_no_module_or_config_linked_out_of_the_project(
     assert read_config_file(project / "local.json", project) is not None
     # A config the code names outside the project is read as named.
     assert read_config_file(elsewhere / "ds.json", project) is not None
+
+
+def test_a_cache_entry_another_user_wrote_is_not_trusted(tmp_path: Path) -> None:
+    """A clone can carry `.amplint_cache/` (committed by mistake, or planted)
+    with an entry that lists no findings for a file that has them: entries
+    are sealed with a key kept outside the project, so one sealed elsewhere
+    is computed again and the finding is seen."""
+    project = _project(tmp_path)
+    author, reviewer = tmp_path / "author-home", tmp_path / "reviewer-home"
+
+    def check_as(home: Path) -> subprocess.CompletedProcess:
+        environment = {k: v for k, v in os.environ.items() if k != "AMPLINT_CACHE_DIR"}
+        return subprocess.run(
+            [sys.executable, "-m", "amplint", "check", "."],
+            cwd=project,
+            env={**environment, "XDG_CACHE_HOME": str(home)},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    assert FINDING in check_as(author).stdout
+    key = (author / "amplint" / "cache-key").read_bytes()
+    for entry in (project / ".amplint_cache").rglob("*.json"):
+        if entry.name.startswith("ruled-out"):
+            continue
+        hidden = json.dumps({"diagnostics": []}).encode()
+        seal = hmac.new(key, hidden, hashlib.sha256).hexdigest().encode()
+        entry.write_bytes(seal + b"\n" + hidden)
+    assert FINDING not in check_as(author).stdout  # the author's own seal is trusted
+    assert FINDING in check_as(reviewer).stdout  # the reviewer's is another key
