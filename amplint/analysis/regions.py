@@ -64,14 +64,22 @@ def step_regions(step: TrainingStep, imports: ImportMap) -> list[StepRegion]:
     items with a literal ``enabled=False`` (which end autocast) included."""
     found = []
     for order, statement in enumerate(step.statements):
-        if not isinstance(statement, cst.With):
-            continue
-        for item in statement.items:
-            call = item.item
-            if isinstance(call, cst.Call):
-                called = imports.resolve(call.func, step.enclosing_scope)
-                if called in ANY_AUTOCAST:
-                    found.append(StepRegion(statement, call, called, order))
+        if isinstance(statement, cst.With):
+            found += _autocast_items(statement, order, imports, step)
+    return found
+
+
+def _autocast_items(
+    block: cst.With, order: int, imports: ImportMap, step: TrainingStep
+) -> list[StepRegion]:
+    """The autocast items of `block`, each a region at `order`."""
+    found = []
+    for item in block.items:
+        call = item.item
+        if isinstance(call, cst.Call):
+            called = imports.resolve(call.func, step.enclosing_scope)
+            if called in ANY_AUTOCAST:
+                found.append(StepRegion(block, call, called, order))
     return found
 
 
@@ -148,14 +156,8 @@ def caller_regions(step: TrainingStep, imports: ImportMap) -> list[StepRegion]:
     found = []
     for holder in step.amp_callers:
         for statement in descendants(holder):
-            if not isinstance(statement, cst.With):
-                continue
-            for item in statement.items:
-                call = item.item
-                if isinstance(call, cst.Call):
-                    called = imports.resolve(call.func, step.enclosing_scope)
-                    if called in ANY_AUTOCAST:
-                        found.append(StepRegion(statement, call, called, -1))
+            if isinstance(statement, cst.With):
+                found += _autocast_items(statement, -1, imports, step)
     return found
 
 
