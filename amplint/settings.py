@@ -28,7 +28,7 @@ from amplint.triggers import ALL_CODES
 
 
 def load_settings(
-    paths: Sequence[Path] = (),
+    paths: Sequence[str | os.PathLike[str]] | str | os.PathLike[str] = (),
     *,
     config: tuple[str, ...] = (),
     select: str | None = None,
@@ -46,7 +46,11 @@ def load_settings(
     """The settings a run over `paths` gets, as the command line resolves
     them: the configuration found from the paths' common directory (else the
     user's own), the oldest torch the project declares, then the options, each
-    spelled as its command-line option.  Raises ConfigError naming the key."""
+    spelled as its command-line option.  Raises ConfigError naming the key.
+    `paths` are `str` or `os.PathLike`, or one of them alone."""
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    paths = [Path(os.fspath(path)) for path in paths]
     config_file, overrides = _config_and_overrides(config)
     config_file_named = config_file
     if isolated and config_file is not None:

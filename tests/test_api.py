@@ -165,3 +165,19 @@ def test_check_and_fix_report_the_records_the_api_returns(
     assert checked.exit_code == 1
     fixed = run_cli("fix", "--output-format", "json", path)
     assert json.loads(fixed.stdout)[0]["message"] == "a finding only the API returned"
+
+
+def test_the_api_takes_paths_as_str_or_pathlike(tmp_path: Path) -> None:
+    # `api.check_paths(["src"])` crashed on a str; a bare str is one path.
+    import os
+
+    (tmp_path / "train.py").write_text("import torch\nscaler = torch.cuda.amp.GradScaler()\n")
+    spellings = [[str(tmp_path)], str(tmp_path), [tmp_path], [os.fsencode(tmp_path).decode()]]
+    for spelled in spellings:
+        run = api.check_paths(spelled, cache=False)
+        assert [f.code for result in run.files for f in result.findings] == ["AMP201"], spelled
+    assert api.fix_paths(str(tmp_path), cache=str(tmp_path / "cache")).files[0].fixed
+    assert api.check_source("x = 1\n", str(tmp_path / "x.py")) == []
+    assert api.load_settings(str(tmp_path)).root is not None
+    with pytest.raises(TypeError, match="a path is a str or os.PathLike"):
+        api.check_paths([3])

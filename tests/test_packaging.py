@@ -153,3 +153,15 @@ def test_the_python_before_it_is_refused_at_install(wheel: Path, tmp_path: Path)
     refused = _run(bin_dir / "python", "-m", "pip", "install", "--no-deps", wheel)
     assert refused.returncode != 0
     assert "requires a different Python" in refused.stderr + refused.stdout
+
+
+def test_the_wheel_carries_its_license_and_its_typing_marker(wheel: Path) -> None:
+    # The metadata said MIT with no license text; without py.typed, mypy told
+    # users of the annotated API `import-untyped`.
+    import zipfile
+
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "amplint/py.typed" in names
+    assert any(name.endswith(".dist-info/licenses/LICENSE") for name in names), names
+    license_text = next(n for n in names if n.endswith("licenses/LICENSE"))
+    assert "MIT License" in zipfile.ZipFile(wheel).read(license_text).decode()

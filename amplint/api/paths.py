@@ -4,9 +4,10 @@ fixes written as one change."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Sequence, Union
 
 from amplint.api.records import FileResult, FixedFile, FixRun, Run, finding_of
 from amplint.cache import CACHE_DIR_NAME, ResultCache
@@ -26,15 +27,32 @@ from amplint.writes import (
 
 # Told (files analysed, files to analyse) as the work goes on.
 Progress = Callable[[int, int], None]
+# A path as callers spell one, and the paths a run is given.
+StrPath = Union[str, "os.PathLike[str]"]
+PathsLike = Union[StrPath, Sequence[StrPath]]
+
+
+def as_paths(paths: PathsLike) -> tuple[Path, ...]:
+    """`paths` as the Paths a run works on (`.` where none): each a `str` or
+    `os.PathLike`, or one of them alone (`check_paths("src")` is one path, not
+    three of one letter)."""
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    found = []
+    for path in paths:
+        if not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"a path is a str or os.PathLike, not {type(path).__name__}")
+        found.append(Path(os.fspath(path)))
+    return tuple(found) or (Path("."),)
 
 
 def check_paths(
-    paths: Sequence[Path],
+    paths: PathsLike,
     settings: Settings | None = None,
     *,
     edits: bool = False,
     jobs: int | None = None,
-    cache: Path | bool = True,
+    cache: StrPath | bool = True,
     force_exclude: bool = False,
     progress: Progress | None = None,
 ) -> Run:
@@ -42,8 +60,9 @@ def check_paths(
     where none), as `check` reports them.  `edits`: each fix's edits too (it
     costs a rewrite per fixable finding).  `jobs`: worker processes (default:
     the CPUs this process may use).  `cache`: True for the configuration's
-    cache directory, a directory, or False for none."""
-    paths = tuple(paths) or (Path("."),)
+    cache directory, a directory, or False for none.  Paths are `str` or
+    `os.PathLike`; a single one may stand for the sequence."""
+    paths = as_paths(paths)
     settings = settings if settings is not None else load_settings(paths)
     reports, warnings = _run(
         paths, settings, False, jobs, cache, force_exclude, progress, previews=edits
@@ -52,14 +71,14 @@ def check_paths(
 
 
 def fix_paths(
-    paths: Sequence[Path],
+    paths: PathsLike,
     settings: Settings | None = None,
     *,
     write: bool = False,
     unsafe: bool | None = None,
     write_through_links: bool = False,
     jobs: int | None = None,
-    cache: Path | bool = True,
+    cache: StrPath | bool = True,
     force_exclude: bool = False,
     progress: Progress | None = None,
 ) -> FixRun:
@@ -69,7 +88,7 @@ def fix_paths(
     over, a file whose partner in the same change could not be written left as
     it was).  A link is written through only to a file inside `paths`, unless
     `write_through_links`."""
-    paths = tuple(paths) or (Path("."),)
+    paths = as_paths(paths)
     settings = settings if settings is not None else load_settings(paths)
     reports, warnings = _run(
         paths,
@@ -106,7 +125,7 @@ def _run(
     result_cache = None
     if cache is not False:
         result_cache = ResultCache(
-            cache if isinstance(cache, Path) else settings.root / CACHE_DIR_NAME
+            settings.root / CACHE_DIR_NAME if cache is True else Path(os.fspath(cache))
         )
     warnings = _interrupted_changes(paths, writes)
     stale: list[Path] = []

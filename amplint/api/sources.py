@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
+from amplint.api.paths import StrPath
 from amplint.api.records import (
     AnalysisError,
     FileResult,
@@ -18,7 +20,9 @@ from amplint.files import NOTEBOOK_SUFFIX, SourceError, SourceFile, source_from_
 from amplint.settings import load_settings
 
 
-def check_source(text: str, path: Path, settings: Settings | None = None) -> list[Finding]:
+def check_source(
+    text: str, path: StrPath, settings: Settings | None = None
+) -> list[Finding]:
     """The findings in `text`, the Python source of the file at `path` (which
     need not exist: its name decides per-file-ignores, its directory the
     project), each fixable one with the edits of its fix alone.  Where `path`
@@ -31,7 +35,7 @@ def check_source(text: str, path: Path, settings: Settings | None = None) -> lis
 
 
 def fix_source(
-    text: str, path: Path, settings: Settings | None = None, *, unsafe: bool | None = None
+    text: str, path: StrPath, settings: Settings | None = None, *, unsafe: bool | None = None
 ) -> FixedSource:
     """`text` with the fixes `fix` would apply, the unsafe ones too where
     `unsafe` (None: where the configuration says `unsafe-fixes`): rewritten,
@@ -70,8 +74,8 @@ def fix_file(
     )
 
 
-def _source(text: str, path: Path) -> SourceFile:
-    path = Path(path)
+def _source(text: str, path: StrPath) -> SourceFile:
+    path = Path(os.fspath(path))
     if path.suffix != NOTEBOOK_SUFFIX:  # already text: a coding cookie has had its say
         return SourceFile(path, text, "utf-8")
     try:  # the notebook's JSON: its cells are analysed
