@@ -405,8 +405,20 @@ def main(argv: list[str] | None = None) -> int:
         runs = [row for row in run_subset(options.clones, jobs=options.jobs) if not row.skipped]
         print_table(runs)
     _summary(rows, missing, reviewed, runs)
+    if not rows:
+        print(_NO_CLONES.format(clones=options.clones), file=sys.stderr)
+        return 2  # nothing was checked: no verdict to give
     runs_failed = runs is not None and not all(row.passed for row in runs)
     return 1 if any(row.failures for row in rows) or runs_failed else 0
+
+
+# What a fresh clone meets: the corpus is public code amplint never commits.
+_NO_CLONES = """\
+make ecosystem checked nothing: no clone of the corpus's repositories is in {clones}.
+It reads clones of the repositories tests/ecosystem/corpus.toml pins, one per
+repository, as <owner>+<name>/repo, <owner>/<name> or <name> (bare or not), e.g.:
+    git clone --bare https://github.com/karpathy/nanoGPT {clones}/karpathy+nanoGPT/repo
+Point elsewhere with ECOSYSTEM_CLONES=DIR (make) or --clones DIR."""
 
 
 def _write_diffs(out: Path, rows: list[FileRow]) -> None:

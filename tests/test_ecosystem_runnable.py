@@ -50,3 +50,20 @@ def test_the_gpu_check_s_corpus_rows_are_adapters_and_a_missing_clone_is_not_exp
     assert not (tmp_path / "out").exists()
     with pytest.raises(AdapterError, match="no adapter named nonesuch"):
         export(tmp_path / "no-clones", ["nonesuch"], tmp_path / "out")
+
+
+def test_make_ecosystem_without_clones_says_where_they_come_from(tmp_path: Path) -> None:
+    # A fresh clone has no clones: the run used to skip every repository and
+    # exit 0, a pass that checked nothing.
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.ecosystem", "--clones", str(tmp_path), "--no-runs"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2
+    assert "make ecosystem checked nothing: no clone" in done.stderr
+    assert "git clone --bare https://github.com/" in done.stderr and str(tmp_path) in done.stderr
