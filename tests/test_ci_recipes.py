@@ -81,3 +81,15 @@ def test_the_readme_configuration_example_loads_as_written(tmp_path: Path) -> No
     assert settings.unfixable == () and settings.fixable == ("AMP",)
     assert ("!src/**", ("AMP001",)) in settings.per_file_ignores
     assert ("notebooks/*", ("AMP111",)) in settings.per_file_ignores
+
+
+def test_the_verify_extra_says_how_to_get_the_cpu_build_of_torch() -> None:
+    # `pip install ".[verify]"` pulled the CUDA build (4.5 minutes, 20 wheels)
+    # with no word on the CPU one, in the README or in verify's own message.
+    from amplint.verify.harness import NEEDS_TORCH
+
+    cpu_index = "--index-url https://download.pytorch.org/whl/cpu"
+    install = (REPO / "README.md").read_text(encoding="utf-8").split("## Install", 1)[1]
+    block = install.split("```sh", 1)[1].split("```", 1)[0]
+    assert '".[verify]"' in block and f"pip install torch {cpu_index}" in block
+    assert cpu_index in NEEDS_TORCH

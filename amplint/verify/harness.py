@@ -49,7 +49,11 @@ from pathlib import Path
 # Exit status of a harness that could not start the script (bad arguments,
 # unreadable source): the parent reports it as an internal error.
 HARNESS_ERROR = 70
-NEEDS_TORCH = "amplint verify needs torch in this Python: pip install 'amplint[verify]'"
+NEEDS_TORCH = (
+    "amplint verify needs torch in this Python: pip install 'amplint[verify]' "
+    "(on a machine without a GPU, the CPU build is a tenth of the download: "
+    "pip install torch --index-url https://download.pytorch.org/whl/cpu first)"
+)
 
 
 class StopTraining(BaseException):
