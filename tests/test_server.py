@@ -311,11 +311,11 @@ def test_the_readme_editor_set_ups_start_the_server_the_tests_drive() -> None:
 
     section = (REPO / "README.md").read_text(encoding="utf-8")
     section = section.split("### In the editor: `amplint server`", 1)[1].split("\n### ", 1)[0]
-    blocks = dict(
-        (language, body) for language, body in re.findall(r"```(\w+)\n(.*?)```", section, re.S)
-    )
-    assert sorted(blocks) == ["json", "lua", "toml"]
-    assert 'cmd = { "amplint", "server" }' in blocks["lua"]
+    found = re.findall(r"```(\w+)\n(.*?)```", section, re.S)
+    lua = [body for language, body in found if language == "lua"]
+    blocks = dict(found)
+    assert sorted(blocks) == ["json", "lua", "toml"] and len(lua) == 2
+    assert all('cmd = { "amplint", "server" }' in block for block in lua)
     helix = tomllib.loads(blocks["toml"])
     server = helix["language-server"]["amplint"]
     assert [server["command"], *server["args"]] == ["amplint", "server"]
@@ -359,3 +359,53 @@ def test_the_server_reads_only_what_the_client_opened_and_exits_0(tmp_path: Path
     found, status, stderr = asyncio.run(scenario())
     assert found == 1
     assert status == 0 and b"Traceback" not in stderr, stderr
+
+
+# Neovim's API as each block may find it: 0.11's `vim.lsp.config`/`enable`, and
+# only what 0.7 already had (`nvim_create_autocmd`, `start_client`,
+# `buf_attach_client`, `vim.fn.getcwd`); a call of anything else is a Lua error,
+# as `E5113` was on Debian's 0.7.
+NEOVIM_0_11 = """
+calls = {}
+vim = { lsp = {
+  config = function(name, config) calls.config = { name = name, config = config } end,
+  enable = function(name) calls.enable = name end,
+} }
+"""
+NEOVIM_0_7 = """
+calls = { attached = {}, started = 0 }
+vim = {
+  api = { nvim_create_autocmd = function(event, options) calls.autocmd = { event, options } end },
+  fn = { getcwd = function() return "/project" end },
+  lsp = {
+    start_client = function(config) calls.started = calls.started + 1; calls.config = config; return 7 end,
+    buf_attach_client = function(buffer, client) table.insert(calls.attached, { buffer, client }) end,
+  },
+}
+"""
+
+
+def test_each_readme_neovim_block_runs_on_the_neovim_it_names() -> None:
+    lupa = pytest.importorskip("lupa")
+    section = (REPO / "README.md").read_text(encoding="utf-8")
+    section = section.split("### In the editor: `amplint server`", 1)[1].split("\n### ", 1)[0]
+    new, old = re.findall(r"```lua\n(.*?)```", section, re.S)
+
+    lua = lupa.LuaRuntime()
+    lua.execute(NEOVIM_0_11 + new)
+    calls = lua.globals().calls
+    assert calls.config.name == "amplint" == calls.enable
+    assert list(calls.config.config.cmd.values()) == ["amplint", "server"]
+    assert list(calls.config.config.filetypes.values()) == ["python"]
+    with pytest.raises(lupa.LuaError):
+        lupa.LuaRuntime().execute(NEOVIM_0_7 + new)  # what 0.7 said with E5113
+
+    lua = lupa.LuaRuntime()
+    lua.execute(NEOVIM_0_7 + old)
+    calls = lua.globals().calls
+    event, options = calls.autocmd[1], calls.autocmd[2]
+    assert (event, options.pattern) == ("FileType", "python")
+    for buffer in (1, 2):  # two Python buffers: one server, both attached
+        options.callback(lua.table_from({"buf": buffer}))
+    assert calls.started == 1 and list(calls.config.cmd.values()) == ["amplint", "server"]
+    assert [tuple(pair.values()) for pair in calls.attached.values()] == [(1, 7), (2, 7)]
