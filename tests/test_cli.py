@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import dedent, run_cli
+from tests.helpers import REPO, dedent, run_cli
 
 DEPRECATED = dedent("""
     import torch
@@ -449,3 +449,18 @@ def test_a_config_value_longer_than_any_file_name_is_an_override_not_a_crash(
     assert unknown.exit_code == 2 and "`select` names `AAAA" in unknown.output
     neither = run_cli("check", "--config", "x" * 300, tmp_path)
     assert neither.exit_code == 2 and "cannot read" in neither.output
+
+
+def test_a_syntax_error_is_amp900_where_a_rule_would_look_as_the_readme_says(
+    tmp_path: Path,
+) -> None:
+    # The README promised AMP900 for every file that does not parse, while a
+    # file mentioning nothing a rule looks for passed: it now says which.
+    (tmp_path / "notes.py").write_text("def broken(:\n    pass\n")
+    (tmp_path / "train.py").write_text(
+        "import torch\nscaler = torch.cuda.amp.GradScaler()\ndef broken(:\n    pass\n"
+    )
+    result = run_cli("check", "--no-cache", tmp_path)
+    assert "train.py:3:12: AMP900" in result.stdout and "notes.py" not in result.stdout
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert "a syntax error there passes unreported" in " ".join(readme.split())
