@@ -550,3 +550,11 @@ def test_full_shows_control_characters_without_sending_them(tmp_path: Path) -> N
     carets = shown.splitlines()[shown.splitlines().index(code) + 1]
     assert carets.index("^") == code.index("torch.cuda") and carets.count("^") == 25
     assert '+label = "\u241b[31mred    x\\u202e"; scaler = torch.amp.GradScaler("cuda")' in shown
+
+
+def test_sarif_uris_are_percent_encoded() -> None:
+    # A URI reference may not hold a space or a `#`: `a b.py` was written raw.
+    from amplint.report.machine import _artifact_uri
+
+    assert _artifact_uri(Path("src/a b#1.py")) == "src/a%20b%231.py"
+    assert _artifact_uri(Path("/tmp/a b.py")) == "file:///tmp/a%20b.py"

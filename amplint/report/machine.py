@@ -13,8 +13,10 @@ from collections import Counter
 from itertools import groupby
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
+from urllib.parse import quote
 
 from amplint import __version__
+from amplint.api.records import Location
 from amplint.catalog import RuleDoc, load_catalog
 from amplint.diagnostics import LINE_BREAK
 from amplint.report import Finding, location, printable
@@ -142,11 +144,16 @@ def gitlab_document(findings: Iterable[Finding]) -> str:
         alike = (path, finding.code, finding.message)
         fingerprint = hashlib.sha256("\0".join([*alike, str(seen[alike])]).encode()).hexdigest()
         seen[alike] += 1
-        cell = f"cell {finding.cell}: " if finding.cell is not None else ""
+        description = f"{finding.code}: {finding.message}"
+        if finding.cell is not None:
+            # A cell's lines are no lines of the .ipynb file GitLab shows: the
+            # finding goes on its first line, its place in the description.
+            description = f"cell {finding.cell}, line {start.line}: {description}"
+            start = end = Location(1, 1)
         issues.append(
             {
                 "check_name": finding.code,
-                "description": f"{cell}{finding.code}: {finding.message}",
+                "description": description,
                 "severity": "major",
                 "fingerprint": fingerprint,
                 "location": {
@@ -236,13 +243,16 @@ def junit_document(findings: Iterable[Finding], errors: Iterable[tuple[Path, str
         suite = _junit_suite(suites, path, tests=len(in_file), failures=len(in_file))
         for finding in in_file:
             start = finding.range.start
+            # A notebook's finding is on the file's first line (its cell's
+            # lines are no lines of the .ipynb); the text names cell and line.
+            in_file_at = start if finding.cell is None else Location(1, 1)
             case = ElementTree.SubElement(
                 suite,
                 "testcase",
                 name=f"amplint.{finding.code}",
                 classname=str(Path(path).with_suffix("")),
-                line=str(start.line),
-                column=str(start.column),
+                line=str(in_file_at.line),
+                column=str(in_file_at.column),
             )
             message = _xml_text(finding.message)
             failure = ElementTree.SubElement(case, "failure", message=message)
@@ -306,7 +316,9 @@ def _sarif_rule(doc: RuleDoc) -> dict:
 
 
 def _artifact_uri(path: Path) -> str:
-    return path.as_uri() if path.is_absolute() else path.as_posix()
+    """A URI reference, as SARIF requires: percent-encoded (`a%20b.py`),
+    absolute as a file URI, else relative."""
+    return path.as_uri() if path.is_absolute() else quote(path.as_posix())
 
 
 def _sarif_result(finding: Finding, rule_index: dict[str, int]) -> dict:
