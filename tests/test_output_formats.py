@@ -461,6 +461,24 @@ RDJSON = {
                         "required": ["value"],
                         "properties": {"value": {"type": "string"}, "url": {"type": "string"}},
                     },
+                    # reviewdog's Suggestion: a range of the file and its new text.
+                    "suggestions": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "required": ["range", "text"],
+                            "additionalProperties": False,
+                            "properties": {
+                                "range": {
+                                    "type": "object",
+                                    "required": ["start", "end"],
+                                    "additionalProperties": False,
+                                    "properties": {"start": _RDF_POSITION, "end": _RDF_POSITION},
+                                },
+                                "text": {"type": "string"},
+                            },
+                        },
+                    },
                 },
             },
         },
@@ -485,6 +503,10 @@ def test_rdjson_has_reviewdog_s_fields_and_counts_columns_in_utf8_bytes(
     [wide] = [d for d in diagnostics if d["location"]["path"] == "wide.py"]
     # `label = "é🚀"; scaler = `: 23 characters, 27 bytes (é two, 🚀 four).
     assert wide["location"]["range"]["start"] == {"line": 2, "column": 28}
+    # The safe fix as reviewdog's suggestion, in the same UTF-8 columns.
+    [suggestion] = wide["suggestions"]
+    assert suggestion["range"]["start"] == {"line": 2, "column": 34}
+    assert suggestion["text"] == 'amp.GradScaler("cuda"'
     [notebook] = [d for d in diagnostics if d["location"]["path"] == "nb.ipynb"]
     assert "range" not in notebook["location"] and notebook["message"].startswith("cell 7, ")
 

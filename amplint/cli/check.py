@@ -147,7 +147,9 @@ def check(
             _report_fixed_only(fixed, show_fixes, exit_non_zero_on_fix, output)  # exits
         errors, findings = fixed.errors, fixed.remaining
     else:
-        edits = output_format == "full" and not statistics  # `full` shows each fix's diff
+        # `full` shows each fix's diff; rdjson hands each fix to reviewdog as
+        # suggestions.
+        edits = output_format in ("full", "rdjson") and not statistics
         if from_stdin:
             source = stdin_source(stdin_filename, sys.stdin.buffer.read())
             results = [api.check_file(source, settings, edits=edits)]

@@ -199,15 +199,43 @@ def rdjson_document(findings: Iterable[Finding]) -> str:
             }
         else:
             message = f"cell {finding.cell}, line {start.line}: {message}"
-        diagnostics.append(
-            {
-                "message": message,
-                "location": location,
-                "severity": "WARNING",
-                "code": {"value": finding.code},
-            }
-        )
+        diagnostic = {
+            "message": message,
+            "location": location,
+            "severity": "WARNING",
+            "code": {"value": finding.code},
+        }
+        suggestions = _rdjson_suggestions(finding)
+        if suggestions:
+            diagnostic["suggestions"] = suggestions
+        diagnostics.append(diagnostic)
     return json.dumps({"source": {"name": "amplint"}, "diagnostics": diagnostics}, indent=2)
+
+
+def _rdjson_suggestions(finding: Finding) -> list[dict]:
+    """A safe fix's edits as reviewdog suggestions (a range in UTF-8 columns
+    and its new text), which reviewdog offers as a suggested change.  None
+    for a notebook (its edits are in a cell's lines) or an unsafe fix."""
+    fix = finding.found.fix
+    if fix is None or not fix.safe or not fix.edits or finding.cell is not None:
+        return []
+    lines = _source_lines(finding)
+    return [
+        {
+            "range": {
+                "start": {
+                    "line": edit.range.start.line,
+                    "column": _utf8_column(lines, edit.range.start.line, edit.range.start.column),
+                },
+                "end": {
+                    "line": edit.range.end.line,
+                    "column": _utf8_column(lines, edit.range.end.line, edit.range.end.column),
+                },
+            },
+            "text": edit.new_text,
+        }
+        for edit in fix.edits
+    ]
 
 
 def _source_lines(finding: Finding) -> list[str]:
