@@ -299,7 +299,7 @@ def _diagnostic(document: TextDocument, finding: api.Finding) -> types.Diagnosti
     return types.Diagnostic(
         range=_client_range(document, finding.range),
         message=finding.message,
-        severity=types.DiagnosticSeverity.Warning,
+        severity=types.DiagnosticSeverity.Error,  # as every report format says it
         code=finding.code,
         source=SOURCE,
     )

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from amplint import terminal
+from amplint import api, terminal
 from amplint.catalog import load_catalog
 from amplint.cli import main
 from tests.helpers import FIXTURES, REPO, assert_matches_golden, dedent, run_cli
@@ -580,3 +580,28 @@ def test_sarif_uris_are_percent_encoded() -> None:
 
     assert _artifact_uri(Path("src/a b#1.py")) == "src/a%20b%231.py"
     assert _artifact_uri(Path("/tmp/a b.py")) == "file:///tmp/a%20b.py"
+
+
+def test_one_finding_has_one_severity_in_every_format(project: Path) -> None:
+    # Error in github and sarif, warning in rdjson and the editor: now error
+    # wherever a format has severities, as the README states.
+    def output(form: str) -> str:
+        return run_cli("check", "--no-cache", "--output-format", form, "train.py").stdout
+
+    assert output("github").startswith("::error ")
+    assert "type=error;" in output("azure")
+    assert {r["level"] for r in json.loads(output("sarif"))["runs"][0]["results"]} == {"error"}
+    assert {d["severity"] for d in json.loads(output("rdjson"))["diagnostics"]} == {"ERROR"}
+    assert {i["severity"] for i in json.loads(output("gitlab"))} == {"major"}
+    pytest.importorskip("pygls")
+    from lsprotocol import types
+    from pygls.workspace import TextDocument
+
+    from amplint.server import _diagnostic
+
+    text = "import torch\nscaler = torch.cuda.amp.GradScaler()\n"
+    [finding] = api.check_source(text, "t.py")
+    document = TextDocument("file:///t.py", source=text)
+    assert _diagnostic(document, finding).severity == types.DiagnosticSeverity.Error
+    readme = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
+    assert "Every finding has one severity, error" in readme

@@ -202,7 +202,7 @@ def rdjson_document(findings: Iterable[Finding]) -> str:
         diagnostic = {
             "message": message,
             "location": location,
-            "severity": "WARNING",
+            "severity": "ERROR",  # as every format says it (README, Output formats)
             "code": {"value": finding.code},
         }
         suggestions = _rdjson_suggestions(finding)
