@@ -13,7 +13,7 @@
 #   make shapes generate training scripts from real code's idioms (tests/shapes/), hold every
 #               check and fix to every oracle, update parity included (N=300; CI runs 300)
 #   make verify-gpu  amplint verify on the bundled GPU examples, a float16 overflow it must fail, a
-#                    sigmoid GAN it must decline and runnable-corpus scripts: the README's table (needs CUDA)
+#                    sigmoid GAN it must decline and runnable-corpus scripts: docs/verify.md's table (needs CUDA)
 #   make verify-gpu-corpus  export the runnable-corpus rows of verify-gpu from the clones (no CUDA needed)
 PYTHON ?= python3
 VENV ?= .venv
@@ -59,7 +59,7 @@ test: $(VENV)/.installed-test
 test-fast: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -n auto --dist loadfile -m "not slow"
 
-# Not a test: prints a table for the README's performance section.
+# Not a test: prints a table for docs/performance.md.
 bench: $(VENV)/.installed-test
 	-$(BIN)/python -m pip install --quiet ruff==0.17.6  # optional: the row to compare with
 	$(BIN)/python tests/bench.py

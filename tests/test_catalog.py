@@ -111,7 +111,7 @@ def test_unknown_rule_is_a_usage_error() -> None:
     assert "unknown rule" in result.stderr
 
 
-# -- the README's rule table tells each rule's fix safety as it is --------------
+# -- the rule table (docs/rules.md) tells each rule's fix safety as it is --------
 # Code a rule fixes otherwise than its documented example does.
 _FIXED_OTHERWISE = {
     "AMP203": [CATALOG["AMP203"].before.replace('opt_level="O1"', 'opt_level="O2"')],
@@ -123,8 +123,10 @@ _FIXED_OTHERWISE = {
 
 
 def _readme_fix_column() -> dict[str, list[str]]:
-    readme = (CATALOG["AMP001"].path.parent.parent / "README.md").read_text(encoding="utf-8")
-    rows = re.findall(r"^\| \[(AMP\d+)\]\([^)]*\) \| [^|]+ \| ([^|]+) \|", readme, re.M)
+    table = CATALOG["AMP001"].path.parent.parent / "docs" / "rules.md"
+    rows = re.findall(
+        r"^\| \[(AMP\d+)\]\([^)]*\) \| [^|]+ \| ([^|]+) \|", table.read_text(encoding="utf-8"), re.M
+    )
     return {code: [kind.strip() for kind in column.split("/")] for code, column in rows}
 
 

@@ -289,14 +289,16 @@ def test_unreadable_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     target.write_text(DEPRECATED)
     (tmp_path / "train.py").write_text(DEPRECATED)
     if os.geteuid() == 0:  # root reads any file: make the read fail as it would for a user
-        real_read_bytes = Path.read_bytes
+        from amplint import files
 
-        def read_bytes(path: Path) -> bytes:
-            if path.name == "secret.py":
+        real_read_regular = files.read_regular
+
+        def read_regular(path, *args, **kwargs) -> bytes:
+            if Path(path).name == "secret.py":
                 raise PermissionError(13, "Permission denied")
-            return real_read_bytes(path)
+            return real_read_regular(path, *args, **kwargs)
 
-        monkeypatch.setattr(Path, "read_bytes", read_bytes)
+        monkeypatch.setattr(files, "read_regular", read_regular)
     else:
         target.chmod(0)
     result = run_cli("check", tmp_path)
@@ -462,5 +464,5 @@ def test_a_syntax_error_is_amp900_where_a_rule_would_look_as_the_readme_says(
     )
     result = run_cli("check", "--no-cache", tmp_path)
     assert "train.py:3:12: AMP900" in result.stdout and "notes.py" not in result.stdout
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    assert "a syntax error there passes unreported" in " ".join(readme.split())
+    usage = (REPO / "docs" / "usage.md").read_text(encoding="utf-8")
+    assert "a syntax error there passes unreported" in " ".join(usage.split())

@@ -1,4 +1,4 @@
-"""Run `amplint verify` on the GPU check's scripts and print the README table.
+"""Run `amplint verify` on the GPU check's scripts and print the table of docs/verify.md.
 
     python tests/verify_table.py [--steps 40] [--repeat 3] [--out DIR] [--corpus DIR]
                                  [VERIFY OPTIONS...]
