@@ -231,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     options.out = options.out.resolve()  # each script runs in its own directory
     if not _cuda_available():
         print("no CUDA device here: a dry run of the same code path on the CPU, not figures")
-        options.small, options.steps, options.repeat = True, 10, 2
+        options.small, options.steps, options.repeat = True, 10, 1
         verify_options = ["--device-type", "cpu", "--dtype", "bfloat16", *verify_options]
     examples, missing = bundled(options.small), []
     if options.corpus is not None:
