@@ -208,6 +208,11 @@ def test_a_step_helper_called_under_autocast_is_the_callers_amp_step() -> None:
     # The helper's loss comes from callers that all run autocast: no FP32
     # step; in bfloat16 nothing is wrong, in float16 the scaler is missing.
     assert codes_of(STEP_HELPER.format(dtype="bfloat16")) == []
+    # A `.step` attribute elsewhere (the scheduler's) is no other use of `step`.
+    scheduled = STEP_HELPER.replace(
+        "        step(loss, optimizer)\n", "        step(loss, optimizer)\n        scheduler.step()\n"
+    )
+    assert scheduled != STEP_HELPER and codes_of(scheduled.format(dtype="bfloat16")) == []
     float16 = STEP_HELPER.format(dtype="float16")
     assert codes_of(float16) == ["AMP106"]
     rewritten = fixed(float16)

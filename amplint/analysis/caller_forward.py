@@ -24,6 +24,7 @@ import libcst as cst
 
 from amplint.analysis.code_text import code_only
 from amplint.analysis.forward import ForwardRegion, forward_region
+from amplint.analysis.name_calls import name_calls
 from amplint.analysis.statements import child_suites, name_use, parameter_names
 from amplint.analysis.visitor import Visitor, descendants, holds, path_to
 
@@ -94,7 +95,8 @@ def autocast_callers(
     method's calls are `self.<name>(...)` in its class; a function's, by its
     name anywhere in the module."""
     name = function.name.value
-    calls: list[tuple[cst.CSTNode, cst.Call]] = []  # each call, with the code holding it
+    # Each call with the code holding it, and the nodes from there down to it.
+    calls: list[tuple[cst.CSTNode, cst.Call, list[cst.CSTNode]]] = []
     if class_def is not None:
         for method in methods(class_def):
             if method is function or not method.params.params:
@@ -103,25 +105,32 @@ def autocast_callers(
             finder.walk(method.body)
             if finder.other_uses:
                 return []
-            calls += [(method, call) for call in finder.calls]
+            calls += [(method, call, path_to(method, call) or []) for call in finder.calls]
     else:
-        finder = _NameCalls(name, function)
-        finder.walk(module)
-        if finder.other_uses:
-            return []
-        calls = finder.calls
-    if not calls or not all(_under_autocast(holder, call, code_for) for holder, call in calls):
+        found = name_calls(module)
+        if found.other_uses[name]:
+            return []  # passed on, stored: called where amplint cannot see
+        for call, chain in found.calls.get(name, []):
+            if any(node is function for node in chain):
+                continue  # a call of itself
+            defs = [i for i, node in enumerate(chain) if isinstance(node, cst.FunctionDef)]
+            # The innermost function holding the call, else the module's statement.
+            at = defs[-1] if defs else 1
+            calls.append((chain[at], call, chain[at:]))
+    if not calls or not all(_under_autocast(*site, code_for) for site in calls):
         return []
-    return list(dict.fromkeys(holder for holder, _ in calls))
+    return list(dict.fromkeys(holder for holder, _, _ in calls))
 
 
 def _under_autocast(
-    holder: cst.CSTNode, call: cst.Call, code_for: Callable[[cst.CSTNode], str]
+    holder: cst.CSTNode,
+    call: cst.Call,
+    path: list[cst.CSTNode],
+    code_for: Callable[[cst.CSTNode], str],
 ) -> bool:
-    """Whether `call` runs inside an autocast block of `holder`, or is passed
-    a name that such a block binds (`with autocast(): loss = ...`, then
-    `step(loss, optimizer)`)."""
-    path = path_to(holder, call) or []
+    """Whether `call` runs inside an autocast block of `holder` (`path`, the
+    nodes from `holder` down to it), or is passed a name that such a block
+    binds (`with autocast(): loss = ...`, then `step(loss, optimizer)`)."""
     if any(isinstance(node, cst.With) and _enters_autocast(node, code_for) for node in path):
         return True
     passed = {arg.value.value for arg in call.args if isinstance(arg.value, cst.Name)}
@@ -135,48 +144,6 @@ def _under_autocast(
 
 def _enters_autocast(block: cst.With, code_for: Callable[[cst.CSTNode], str]) -> bool:
     return any(_AUTOCAST.search(code_only(code_for(item))) for item in block.items)
-
-
-class _NameCalls(Visitor):
-    """The calls `name(...)` in a module, each with the function that holds
-    it, or at module level the top statement that does; the def of `name`
-    itself is not walked."""
-
-    def __init__(self, name: str, function: cst.FunctionDef) -> None:
-        self.name = name
-        self.function = function
-        self.calls: list[tuple[cst.CSTNode, cst.Call]] = []  # (holder, call)
-        self.other_uses = False
-        self._functions: list[cst.CSTNode] = []
-        self._top: cst.CSTNode | None = None
-
-    def visit_Module(self, node: cst.Module) -> bool:
-        for statement in node.body:
-            self._top = statement
-            self.walk(statement)
-        return False
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-        if node is self.function:
-            return False
-        self._functions.append(node)
-        return True
-
-    def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
-        if self._functions and self._functions[-1] is node:
-            self._functions.pop()
-
-    def visit_Call(self, node: cst.Call) -> bool:
-        if isinstance(node.func, cst.Name) and node.func.value == self.name:
-            self.calls.append((self._functions[-1] if self._functions else self._top, node))
-            for arg in node.args:
-                self.walk(arg)
-            return False
-        return True
-
-    def visit_Name(self, node: cst.Name) -> None:
-        if node.value == self.name:
-            self.other_uses = True  # passed on, stored: called where amplint cannot see
 
 
 def forward_outside(function: cst.FunctionDef, loss: cst.Name) -> str:

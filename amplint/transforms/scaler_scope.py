@@ -13,14 +13,13 @@ and each caller makes it right after making that optimizer; making it inside
 from __future__ import annotations
 
 import re
-from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Sequence
 
 import libcst as cst
 
+from amplint.analysis.name_calls import name_calls
 from amplint.analysis.statements import name_use, parameter_names
-from amplint.analysis.visitor import children
 from amplint.project import ProjectView
 
 
@@ -48,53 +47,6 @@ class ThreadPlan:
     calls: list[tuple[cst.Call, int]] = field(default_factory=list)
     # Statements after which a caller makes its scaler (one per caller scope).
     creations: list[cst.BaseStatement] = field(default_factory=list)
-
-
-class _Ancestries:
-    """Every call of a plain name in a module, with the chain of nodes above
-    it, and how many other uses each name has (a read-only walk: libcst's own
-    visitor rebuilds every node it passes).  One walk serves every step
-    function of the module: a walk per step made a file of 1,000 training
-    functions quadratic (400 took 15 s)."""
-
-    def __init__(self, module: cst.Module) -> None:
-        self.module = module
-        self.calls: dict[str, list[tuple[cst.Call, list[cst.CSTNode]]]] = defaultdict(list)
-        self.other_uses: Counter[str] = Counter()
-        self._walk(module, [])
-
-    def _walk(self, node: cst.CSTNode, stack: list[cst.CSTNode]) -> None:
-        if isinstance(node, cst.Call) and isinstance(node.func, cst.Name):
-            self.calls[node.func.value].append((node, list(stack)))
-        elif isinstance(node, cst.Name):
-            parent = stack[-1] if stack else None
-            if not _names_something_else(parent, node):
-                self.other_uses[node.value] += 1
-        stack.append(node)
-        for child in children(node):
-            self._walk(child, stack)
-        stack.pop()
-
-
-# The last module's: its steps are planned one after another.
-_last_ancestries: list[_Ancestries] = []
-
-
-def _ancestries(module: cst.Module) -> _Ancestries:
-    if not _last_ancestries or _last_ancestries[0].module is not module:
-        _last_ancestries[:] = [_Ancestries(module)]
-    return _last_ancestries[0]
-
-
-def _names_something_else(parent: cst.CSTNode | None, name: cst.Name) -> bool:
-    """Whether `name` under `parent` is not a reference to the function:
-    the call's own callee, `model.train`, `train=` keyword, a definition."""
-    return (
-        (isinstance(parent, cst.Call) and parent.func is name)
-        or (isinstance(parent, cst.Attribute) and parent.attr is name)
-        or (isinstance(parent, cst.Arg) and parent.keyword is name)
-        or (isinstance(parent, (cst.FunctionDef, cst.ClassDef, cst.Param)) and parent.name is name)
-    )
 
 
 def _is_name(node: cst.BaseExpression, name: str) -> bool:
@@ -130,7 +82,7 @@ def thread_through_callers(
                 f"`{name}` receives `{optimizer}` from {where}; its GradScaler belongs "
                 "beside that optimizer, and amplint rewrites one module at a time"
             )
-    ancestries = _ancestries(module)
+    ancestries = name_calls(module)
     if ancestries.other_uses[name]:
         return f"`{name}` is used other than by calling it; pass a GradScaler next to `{optimizer}`"
     calls = ancestries.calls.get(name, [])
