@@ -23,6 +23,7 @@ from amplint.analysis.code_text import code_only
 from amplint.analysis.imports import dotted_name
 from amplint.analysis.statements import name_use, parameter_names
 from amplint.analysis.steps import TrainingStep
+from amplint.analysis.visitor import descendants
 
 # Any sign that code runs on something other than the CPU: CUDA, a device
 # variable, an accelerator, a `.to(...)` move, a launcher's rank.
@@ -108,7 +109,8 @@ class _CpuProof:
         for statement in bindings:
             if not isinstance(statement, cst.SimpleStatementLine):
                 return False  # a def, a class, a loop binding it: not followed
-            if not all(self._callee_stays(call) for call in _calls(statement)):
+            calls = (node for node in descendants(statement) if isinstance(node, cst.Call))
+            if not all(self._callee_stays(call) for call in calls):
                 return False
             if not all(self._stays(read, depth + 1) for read in name_use(statement).read):
                 return False
@@ -129,17 +131,6 @@ class _CpuProof:
     def _project_module(self, target: str) -> bool:
         project = self.facts.project
         return project is not None and project.module_path(target.rsplit(".", 1)[0]) is not None
-
-
-def _calls(statement: cst.CSTNode) -> list[cst.Call]:
-    found: list[cst.Call] = []
-
-    class Calls(cst.CSTVisitor):
-        def visit_Call(self, node: cst.Call) -> None:
-            found.append(node)
-
-    statement.visit(Calls())
-    return found
 
 
 def _definition(module: cst.Module, name: str) -> cst.FunctionDef | cst.ClassDef | None:
