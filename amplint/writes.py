@@ -76,6 +76,8 @@ def write_source_atomic(source: SourceFile, new_text: str) -> None:
 # before it is made, then `{"renames": [[TARGET, TEMPORARY, OLD, NEW], ...]}`
 # before the first rename.  Deleted when the run is done with it.
 JOURNAL_PREFIX = ".amplint-journal."
+# Why a file edited (or replaced) since it was read is not written over.
+_CHANGED = "changed since amplint read it; not written"
 # A journal names each temporary once and each rename once, a few hundred
 # bytes per file: past this it is no journal a run of amplint wrote.
 MAX_JOURNAL_BYTES = 4 << 20
@@ -110,7 +112,7 @@ class Change:
         except OSError:
             unchanged = False
         if not unchanged:
-            raise SourceError("changed since amplint read it; not written")
+            raise SourceError(_CHANGED)
         status = path.stat()
         # The mode bits, not os.access: root may write anything, but a file its
         # owner marked read-only is one the user does not want changed.
@@ -164,11 +166,6 @@ class Change:
         synced first; the temporaries of writes left out are removed.  What
         could not be renamed, each with why (nothing, as a rule)."""
         problems: list[tuple[Path, str]] = []
-        # Saved by an editor since it was read (the rewrites of a large run
-        # take a while to prepare): not renamed over, now or below.
-        changed = [write for write in writes if not write.still_as_read()]
-        problems += [(write.path, _CHANGED) for write in changed]
-        writes = [write for write in writes if write not in changed]
         if writes:
             record = [
                 [str(write.path.resolve()), write.temporary, write.old_digest, write.new_digest]
@@ -184,8 +181,9 @@ class Change:
             renamed = 0
             try:
                 for write in writes:
-                    # Once more, right before the rename: what a save in
-                    # between wrote is the user's, and stays.
+                    # Saved by an editor since it was read (the rewrites of
+                    # a large run take a while to prepare): checked right
+                    # before the rename, what the save wrote is the user's.
                     if write.still_as_read():
                         os.replace(write.temporary, write.path)
                     else:
@@ -220,9 +218,6 @@ class Change:
         if self._journal is not None:
             _remove(self._journal)
             self._journal = None
-
-
-_CHANGED = "changed since amplint read it; not written"
 
 
 def _sha256(data: bytes) -> str:
