@@ -89,19 +89,21 @@ def _signing_key() -> bytes | None:
     return None
 
 
+def _seal(key: bytes, data: bytes) -> bytes:
+    return hmac.new(key, data, hashlib.sha256).hexdigest().encode()
+
+
 def _sealed(data: bytes) -> bytes | None:
     """`data` with this user's seal before it, or None where there is no key."""
     key = _signing_key()
-    if key is None:
-        return None
-    return hmac.new(key, data, hashlib.sha256).hexdigest().encode() + b"\n" + data
+    return None if key is None else _seal(key, data) + b"\n" + data
 
 
 def _unsealed(stored: bytes) -> bytes | None:
     """What `stored` holds when this user's key sealed it, else None."""
     key = _signing_key()
     seal, _, data = stored.partition(b"\n")
-    if key is None or not hmac.compare_digest(seal, _sealed(data).partition(b"\n")[0]):
+    if key is None or not hmac.compare_digest(seal, _seal(key, data)):
         return None
     return data
 

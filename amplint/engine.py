@@ -63,7 +63,8 @@ def nothing_to_parse(text: str, settings: Settings, codes: frozenset[str]) -> bo
     for a text past the size or line limit in which, by its words alone, no
     rule can find anything (a generated module); NotAnalysed for one where a
     rule might; False for a text within the limits."""
-    if len(text) <= MAX_PARSE_CHARS and text.count("\n") < settings.file_line_limit:
+    lines = text.count("\n") + 1
+    if len(text) <= MAX_PARSE_CHARS and lines <= settings.file_line_limit:
         return False
     loose = SourceClues(text, compiled=False)
     if not _may_fire(codes, loose) and not _checks_noqa(codes, loose):
@@ -73,7 +74,6 @@ def nothing_to_parse(text: str, settings: Settings, codes: frozenset[str]) -> bo
             f"{len(text) / 1e6:.1f} MB is more than amplint parses "
             f"({MAX_PARSE_CHARS / 1e6:.0f} MB); exclude it if it is generated"
         )
-    lines = text.count("\n") + 1
     if lines > settings.file_line_limit:  # libcst took 10 s for a million blank lines
         raise NotAnalysed(
             f"{lines:,} lines, above file-line-limit {settings.file_line_limit:,}; "

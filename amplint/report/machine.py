@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Iterable
 from urllib.parse import quote
 
 from amplint import __version__
-from amplint.api.records import Location
+from amplint.api.records import Location, Range
 from amplint.catalog import RuleDoc, load_catalog
 from amplint.diagnostics import LINE_BREAK
 from amplint.report import Finding, location, printable
@@ -182,21 +182,11 @@ def rdjson_document(findings: Iterable[Finding]) -> str:
     the file's lines: its message names the cell and line, and it has no range."""
     diagnostics = []
     for finding in findings:
-        start, end = finding.range.start, finding.range.end
+        start = finding.range.start
         location: dict = {"path": str(finding.path)}
         message = finding.message
         if finding.cell is None:
-            lines = _source_lines(finding)
-            location["range"] = {
-                "start": {
-                    "line": start.line,
-                    "column": _utf8_column(lines, start.line, start.column),
-                },
-                "end": {
-                    "line": end.line,
-                    "column": _utf8_column(lines, end.line, end.column),
-                },
-            }
+            location["range"] = _rdjson_range(_source_lines(finding), finding.range)
         else:
             message = f"cell {finding.cell}, line {start.line}: {message}"
         diagnostic = {
@@ -220,22 +210,15 @@ def _rdjson_suggestions(finding: Finding) -> list[dict]:
     if fix is None or not fix.safe or not fix.edits or finding.cell is not None:
         return []
     lines = _source_lines(finding)
-    return [
-        {
-            "range": {
-                "start": {
-                    "line": edit.range.start.line,
-                    "column": _utf8_column(lines, edit.range.start.line, edit.range.start.column),
-                },
-                "end": {
-                    "line": edit.range.end.line,
-                    "column": _utf8_column(lines, edit.range.end.line, edit.range.end.column),
-                },
-            },
-            "text": edit.new_text,
-        }
-        for edit in fix.edits
-    ]
+    return [{"range": _rdjson_range(lines, edit.range), "text": edit.new_text} for edit in fix.edits]
+
+
+def _rdjson_range(lines: list[str], found: Range) -> dict:
+    """`found` as reviewdog's Range: lines from 1, columns in UTF-8 bytes from 1."""
+    return {
+        place: {"line": at.line, "column": _utf8_column(lines, at.line, at.column)}
+        for place, at in (("start", found.start), ("end", found.end))
+    }
 
 
 def _source_lines(finding: Finding) -> list[str]:
