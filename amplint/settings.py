@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 from pathlib import Path
-from typing import Sequence
+from typing import Sequence, Union
 
 from amplint.config import (
     ConfigError,
@@ -27,8 +27,26 @@ from amplint.files import real_path
 from amplint.triggers import ALL_CODES
 
 
+# A path as callers spell one, and the paths a run is given.
+StrPath = Union[str, "os.PathLike[str]"]
+PathsLike = Union[StrPath, Sequence[StrPath]]
+
+
+def as_paths(paths: PathsLike) -> list[Path]:
+    """`paths` as Paths: each a `str` or `os.PathLike`, or one of them alone
+    (`check_paths("src")` is one path, not three of one letter)."""
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    found = []
+    for path in paths:
+        if not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"a path is a str or os.PathLike, not {type(path).__name__}")
+        found.append(Path(os.fspath(path)))
+    return found
+
+
 def load_settings(
-    paths: Sequence[str | os.PathLike[str]] | str | os.PathLike[str] = (),
+    paths: PathsLike = (),
     *,
     config: tuple[str, ...] = (),
     select: str | None = None,
@@ -48,9 +66,7 @@ def load_settings(
     user's own), the oldest torch the project declares, then the options, each
     spelled as its command-line option.  Raises ConfigError naming the key.
     `paths` are `str` or `os.PathLike`, or one of them alone."""
-    if isinstance(paths, (str, os.PathLike)):
-        paths = [paths]
-    paths = [Path(os.fspath(path)) for path in paths]
+    paths = as_paths(paths)
     config_file, overrides = _config_and_overrides(config)
     config_file_named = config_file
     if isolated and config_file is not None:

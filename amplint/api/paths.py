@@ -7,14 +7,14 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Sequence, Union
+from typing import Callable
 
 from amplint.api.records import FileResult, FixedFile, FixRun, Run, finding_of
 from amplint.cache import CACHE_DIR_NAME, ResultCache
 from amplint.config import Settings
 from amplint.diagnostics import FileReport
 from amplint.files import SourceError, real_path, skipped_unread
-from amplint.settings import load_settings
+from amplint.settings import PathsLike, StrPath, as_paths, load_settings
 from amplint.writes import (
     Change,
     PreparedWrite,
@@ -27,23 +27,6 @@ from amplint.writes import (
 
 # Told (files analysed, files to analyse) as the work goes on.
 Progress = Callable[[int, int], None]
-# A path as callers spell one, and the paths a run is given.
-StrPath = Union[str, "os.PathLike[str]"]
-PathsLike = Union[StrPath, Sequence[StrPath]]
-
-
-def as_paths(paths: PathsLike) -> tuple[Path, ...]:
-    """`paths` as the Paths a run works on (`.` where none): each a `str` or
-    `os.PathLike`, or one of them alone (`check_paths("src")` is one path, not
-    three of one letter)."""
-    if isinstance(paths, (str, os.PathLike)):
-        paths = [paths]
-    found = []
-    for path in paths:
-        if not isinstance(path, (str, os.PathLike)):
-            raise TypeError(f"a path is a str or os.PathLike, not {type(path).__name__}")
-        found.append(Path(os.fspath(path)))
-    return tuple(found) or (Path("."),)
 
 
 def check_paths(
@@ -62,7 +45,7 @@ def check_paths(
     the CPUs this process may use).  `cache`: True for the configuration's
     cache directory, a directory, or False for none.  Paths are `str` or
     `os.PathLike`; a single one may stand for the sequence."""
-    paths = as_paths(paths)
+    paths = tuple(as_paths(paths)) or (Path("."),)
     settings = settings if settings is not None else load_settings(paths)
     reports, warnings = _run(
         paths, settings, False, jobs, cache, force_exclude, progress, previews=edits
@@ -88,7 +71,7 @@ def fix_paths(
     over, a file whose partner in the same change could not be written left as
     it was).  A link is written through only to a file inside `paths`, unless
     `write_through_links`."""
-    paths = as_paths(paths)
+    paths = tuple(as_paths(paths)) or (Path("."),)
     settings = settings if settings is not None else load_settings(paths)
     reports, warnings = _run(
         paths,

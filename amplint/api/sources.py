@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from amplint.api.paths import StrPath
 from amplint.api.records import (
     AnalysisError,
     FileResult,
@@ -17,7 +16,7 @@ from amplint.api.records import (
 from amplint.config import Settings
 from amplint.diagnostics import FileReport
 from amplint.files import NOTEBOOK_SUFFIX, SourceError, SourceFile, source_from_bytes
-from amplint.settings import load_settings
+from amplint.settings import StrPath, load_settings
 
 
 def check_source(
